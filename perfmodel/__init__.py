@@ -1,0 +1,1 @@
+"""perfmodel: the RDM analytical cost model (pure Python + numpy; no MPI, no torch)."""

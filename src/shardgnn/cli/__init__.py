@@ -1,0 +1,1 @@
+"""shardgnn.cli."""

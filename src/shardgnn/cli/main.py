@@ -1,0 +1,83 @@
+"""The `shardgnn` command: parses arguments, sets up MPI and logging, runs one subcommand.
+
+Each subcommand module exposes ``add_parser(subparsers)`` and ``run(comm, args) -> int``.
+Errors the user can fix (:class:`ShardError`) print one line per rank and exit 2; when they
+were not raised on every rank together, the job is aborted so no rank waits for a dead peer.
+Any other exception prints its traceback and aborts the whole job with exit 1.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from typing import Any, Sequence
+
+from shardgnn import __version__, log
+from shardgnn.errors import ShardError
+
+#: Subcommand modules under shardgnn.cli, in --help order.
+COMMANDS = ("convert", "info", "generate", "partition", "train", "inspect")
+
+DESCRIPTION = """\
+shardgnn: train graph neural networks on graphs larger than one machine.
+
+One SPMD program: launch every stage with `mpiexec -n P shardgnn ...` or `srun shardgnn ...`
+(one rank is fine). Typical pipeline:
+  shardgnn convert SRC --out DATA          # edge list / Planetoid / SNAP -> canonical binary
+  shardgnn info DATA                       # counts, degrees
+  mpiexec -n 4 shardgnn partition DATA --algo spring --parts 4 --out PARTS
+  mpiexec -n 4 shardgnn train --engine rdm DATA --out run.h5
+  shardgnn inspect run.h5                  # read the HDF5 results
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, subcommands included."""
+    parser = argparse.ArgumentParser(prog="shardgnn", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"shardgnn {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on every rank")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"shardgnn.cli.{name}").add_parser(sub)
+    return parser
+
+
+def run_command(comm: Any, args: argparse.Namespace) -> int:
+    """Run the parsed subcommand on ``comm`` (in-process entry point for tests)."""
+    return int(args.func(comm, args) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from shardgnn.comm import world
+
+    comm = world()
+    log.setup(comm.rank, getattr(args, "verbose", False))
+    try:
+        code = run_command(comm, args)
+    except ShardError as exc:
+        prefix = f"rank {comm.rank}: " if comm.size > 1 else ""
+        print(f"shardgnn: error: {prefix}{exc}", file=sys.stderr, flush=True)
+        if comm.size > 1 and not exc.agreed:
+            comm.abort(2)
+        return 2
+    except KeyboardInterrupt:
+        if comm.size > 1:
+            comm.abort(130)
+        return 130
+    except Exception:  # noqa: BLE001 - any crash must end every rank, not hang them
+        traceback.print_exc()
+        print(f"shardgnn: internal error on rank {comm.rank}; aborting the job", file=sys.stderr,
+              flush=True)
+        if comm.size > 1:
+            comm.abort(1)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

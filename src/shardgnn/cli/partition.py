@@ -1,0 +1,53 @@
+"""`shardgnn partition`: dispatch to the streaming (edge-cut + replicas) or vertex-cut partitioners."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from shardgnn.errors import ShardError
+from shardgnn.partition.streaming import cli as streaming_cli
+from shardgnn.partition.vertexcut import cli as vertexcut_cli
+
+HELP = """\
+Partition a converted dataset with every rank streaming its shard of the edge file.
+
+Streaming edge-cut with full-neighbourhood replicas (CATGNN): %(streaming)s.
+Distributed vertex-cut (GLISP): %(vertexcut)s.
+A user partitioner class can be named as --algo package.module:ClassName (see docs/partitioning.md).
+The number of partitions (--parts) is independent of the number of ranks for streaming algorithms.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    algos = {"streaming": ", ".join(streaming_cli.ALGORITHMS),
+             "vertexcut": ", ".join(vertexcut_cli.ALGORITHMS)}
+    p = sub.add_parser("partition", help="partition a dataset (SPRING, HDRF, DBH, Greedy, 2PS-L, "
+                       "Hash, AdaDNE, DNE)", description=HELP % algos,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dataset", help="dataset directory written by `shardgnn convert`")
+    p.add_argument("--algo", default="spring",
+                   help="algorithm name, or package.module:Class for a user streaming partitioner "
+                   "(default: spring)")
+    p.add_argument("--parts", default="4",
+                   help="number of partitions p >= 1, or 'auto' (streaming only; needs --devices "
+                   "and --device-mem) (default: 4)")
+    p.add_argument("--out", required=True, help="output directory of the partition store")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--results", default=None,
+                   help="results HDF5 file for the run's metrics (default: OUT/results.h5)")
+    p.add_argument("--chunk", type=int, default=1 << 20,
+                   help="edges read per chunk; bounds streaming memory (default: 1048576)")
+    streaming_cli.add_arguments(p)
+    vertexcut_cli.add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(comm: Any, args: argparse.Namespace) -> int:
+    """Run the partitioner named by ``args.algo``. Collective over comm."""
+    algo = args.algo.lower()
+    if algo in vertexcut_cli.ALGORITHMS:
+        return vertexcut_cli.run(comm, args)
+    if algo in streaming_cli.ALGORITHMS or ":" in args.algo:
+        return streaming_cli.run(comm, args)
+    known = ", ".join(list(streaming_cli.ALGORITHMS) + list(vertexcut_cli.ALGORITHMS))
+    raise ShardError(f"unknown --algo {args.algo!r}; expected one of {known} or package.module:Class")

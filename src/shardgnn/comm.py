@@ -1,0 +1,433 @@
+"""The only owner of MPI: a Communicator wrapper that counts bytes, chunks large counts and agrees on errors.
+
+Every collective in shardgnn goes through :class:`Communicator`. It works on numpy arrays, torch
+tensors (CPU, and CUDA with a CUDA-aware MPI) and CuPy arrays without extra copies on the common
+path, keeps per-operation byte and call counters, splits collectives whose element counts exceed
+the 32-bit MPI limit into several calls, and offers :meth:`Communicator.agree` so that all ranks
+reach the same verdict on input validation before the first data collective.
+
+Byte accounting (what the perfmodel predicts exactly):
+
+* ``alltoallv``: bytes this rank sends to *other* ranks (its block to itself is not counted).
+* ``allreduce``: ``nbytes`` of the buffer, on every rank.
+* ``bcast``: ``nbytes`` of the buffer, on every rank (root included).
+* ``allgatherv`` / ``gatherv``: ``nbytes`` of this rank's contribution.
+* object collectives (``bcast_obj`` …) are counted under ``obj`` by pickled size.
+
+``import shardgnn.comm`` does not start MPI; :func:`world` does.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+from collections import defaultdict
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from shardgnn.errors import ShardError
+
+#: Largest element count passed to one MPI call (MPI counts are signed 32-bit).
+MAX_COUNT = 2**31 - 1
+
+
+def _mpi():
+    from mpi4py import MPI  # the one place in shardgnn that imports mpi4py
+
+    return MPI
+
+
+def world() -> "Communicator":
+    """Return a Communicator over MPI_COMM_WORLD (initialises MPI on first use)."""
+    return Communicator(_mpi().COMM_WORLD)
+
+
+def _sync_device(buf: Any) -> None:
+    """Wait for pending GPU work on ``buf`` before MPI reads or writes it."""
+    mod = type(buf).__module__
+    if mod.startswith("torch") and getattr(buf, "is_cuda", False):
+        import torch
+
+        torch.cuda.synchronize(buf.device)
+    elif mod.startswith("cupy"):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def _as_buffer(buf: Any) -> tuple[Any, np.dtype, int]:
+    """Return (object MPI can read without a copy, numpy dtype, element count)."""
+    mod = type(buf).__module__
+    if mod.startswith("torch"):
+        if not buf.is_contiguous():
+            raise ValueError("expected a contiguous torch tensor for MPI, got a strided one")
+        _sync_device(buf)
+        dtype = np.dtype(str(buf.dtype).replace("torch.", ""))
+        obj = buf.detach().numpy() if buf.device.type == "cpu" else buf.detach()
+        return obj, dtype, int(buf.numel())
+    if mod.startswith("cupy"):
+        _sync_device(buf)
+        return buf, np.dtype(buf.dtype), int(buf.size)
+    arr = buf
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"expected a numpy array, torch tensor or cupy array, got {type(buf)!r}")
+    if not arr.flags.c_contiguous:
+        raise ValueError("expected a C-contiguous numpy array for MPI, got a strided one")
+    return arr, arr.dtype, int(arr.size)
+
+
+def _flat(obj: Any) -> Any:
+    """A 1-D view of a contiguous buffer object (numpy, torch or cupy)."""
+    return obj.reshape(-1)
+
+
+def _mpi_type(dtype: np.dtype):
+    MPI = _mpi()
+    return MPI._typedict[dtype.char]  # noqa: SLF001 - mpi4py's documented dtype map
+
+
+class Communicator:
+    """A counting, chunking, error-agreeing wrapper around an mpi4py communicator.
+
+    Parameters
+    ----------
+    mpi_comm
+        An ``mpi4py.MPI.Comm``; ``None`` means ``MPI.COMM_WORLD``.
+    max_count
+        Element limit per MPI call; collectives above it are split. Lower it in tests to
+        exercise the chunked paths.
+    """
+
+    def __init__(self, mpi_comm: Any = None, max_count: int = MAX_COUNT) -> None:
+        self._c = _mpi().COMM_WORLD if mpi_comm is None else mpi_comm
+        self.rank: int = self._c.Get_rank()
+        self.size: int = self._c.Get_size()
+        self.max_count = int(max_count)
+        self.bytes: dict[str, int] = defaultdict(int)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    # ------------------------------------------------------------------ accounting
+    def reset_counters(self) -> None:
+        """Zero the byte, call and time counters (rank-local)."""
+        self.bytes.clear()
+        self.calls.clear()
+        self.seconds.clear()
+
+    def counters(self) -> dict[str, dict[str, float]]:
+        """A snapshot of the counters: ``{"bytes": {...}, "calls": {...}, "seconds": {...}}``."""
+        return {"bytes": dict(self.bytes), "calls": dict(self.calls), "seconds": dict(self.seconds)}
+
+    def _count(self, op: str, nbytes: int, t0: float) -> None:
+        self.bytes[op] += int(nbytes)
+        self.calls[op] += 1
+        self.seconds[op] += time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ basics
+    def barrier(self) -> None:
+        """Block until every rank arrives. Collective over comm."""
+        self._c.Barrier()
+
+    def split(self, color: int, key: int | None = None) -> "Communicator":
+        """Split into sub-communicators by ``color``. Collective over comm."""
+        sub = self._c.Split(int(color), self.rank if key is None else int(key))
+        return Communicator(sub, self.max_count)
+
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job now with ``code`` (never returns)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._c.Abort(code)
+
+    def free(self) -> None:
+        """Release a communicator made by :meth:`split`."""
+        MPI = _mpi()
+        if self._c not in (MPI.COMM_WORLD, MPI.COMM_SELF):
+            self._c.Free()
+
+    # ------------------------------------------------------------------ verdicts
+    def agree(self, ok: bool, message: str = "") -> None:
+        """Raise the same :class:`ShardError` on every rank if any rank has ``ok`` false.
+
+        The message of the lowest failing rank is used. Collective over comm.
+        """
+        verdicts = self._c.allgather((bool(ok), "" if ok else str(message)))
+        for r, (good, msg) in enumerate(verdicts):
+            if not good:
+                err = ShardError(msg if msg else f"rank {r} reported a failure")
+                err.agreed = True
+                raise err
+
+    def run_agreed(self, fn, *args, **kwargs):
+        """Run ``fn`` on every rank; if it raises :class:`ShardError` on any rank, raise on all.
+
+        Collective over comm.
+        """
+        try:
+            out = fn(*args, **kwargs)
+        except ShardError as exc:
+            self.agree(False, str(exc))
+            raise  # unreachable: agree raises
+        self.agree(True)
+        return out
+
+    def all_true(self, ok: bool) -> bool:
+        """True when ``ok`` holds on every rank. Collective over comm."""
+        return bool(self._c.allreduce(bool(ok), op=_mpi().LAND))
+
+    # ------------------------------------------------------------------ object collectives
+    def bcast_obj(self, obj: Any, root: int = 0) -> Any:
+        """Broadcast a picklable object. Collective over comm."""
+        t0 = time.perf_counter()
+        out = self._c.bcast(obj, root=root)
+        self._count("obj", len(pickle.dumps(out)) if self.size > 1 else 0, t0)
+        return out
+
+    def allgather_obj(self, obj: Any) -> list[Any]:
+        """Gather a picklable object from every rank to every rank. Collective over comm."""
+        t0 = time.perf_counter()
+        out = self._c.allgather(obj)
+        self._count("obj", len(pickle.dumps(obj)) if self.size > 1 else 0, t0)
+        return out
+
+    def gather_obj(self, obj: Any, root: int = 0) -> list[Any] | None:
+        """Gather a picklable object to ``root``. Collective over comm."""
+        t0 = time.perf_counter()
+        out = self._c.gather(obj, root=root)
+        self._count("obj", len(pickle.dumps(obj)) if self.size > 1 else 0, t0)
+        return out
+
+    def allreduce_scalar(self, value: float | int, op: str = "sum") -> Any:
+        """Reduce one Python number over all ranks (``sum``, ``max``, ``min``). Collective."""
+        MPI = _mpi()
+        return self._c.allreduce(value, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
+
+    # ------------------------------------------------------------------ buffer collectives
+    def allreduce(self, buf: Any, op: str = "sum") -> Any:
+        """In-place all-reduce of a numpy array / torch tensor / cupy array; returns ``buf``.
+
+        ``op`` is ``sum``, ``max``, ``min``, ``prod``, ``land`` or ``lor``. Chunked above
+        ``max_count`` elements. Collective over comm.
+        """
+        MPI = _mpi()
+        mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD,
+               "land": MPI.LAND, "lor": MPI.LOR}[op]
+        obj, dtype, n = _as_buffer(buf)
+        t0 = time.perf_counter()
+        if self.size > 1 and n > 0:
+            flat = _flat(obj)
+            mt = _mpi_type(dtype)
+            for lo in range(0, n, self.max_count):
+                hi = min(n, lo + self.max_count)
+                self._c.Allreduce(MPI.IN_PLACE, [flat[lo:hi], hi - lo, mt], op=mop)
+        self._count("allreduce", n * dtype.itemsize if self.size > 1 else 0, t0)
+        return buf
+
+    def bcast(self, buf: Any, root: int = 0) -> Any:
+        """In-place broadcast of a buffer from ``root``; returns ``buf``. Collective over comm.
+
+        Every rank must pass a buffer of the same shape and dtype.
+        """
+        obj, dtype, n = _as_buffer(buf)
+        t0 = time.perf_counter()
+        if self.size > 1 and n > 0:
+            flat = _flat(obj)
+            mt = _mpi_type(dtype)
+            for lo in range(0, n, self.max_count):
+                hi = min(n, lo + self.max_count)
+                self._c.Bcast([flat[lo:hi], hi - lo, mt], root=root)
+        self._count("bcast", n * dtype.itemsize if self.size > 1 else 0, t0)
+        return buf
+
+    def bcast_array(self, arr: np.ndarray | None, root: int = 0) -> np.ndarray:
+        """Broadcast a numpy array whose shape/dtype only ``root`` knows. Collective over comm."""
+        meta = self._c.bcast(None if arr is None else (arr.shape, arr.dtype.str), root=root)
+        if self.rank != root:
+            arr = np.empty(meta[0], dtype=np.dtype(meta[1]))
+        arr = np.ascontiguousarray(arr)
+        return self.bcast(arr, root=root)
+
+    def alltoall_counts(self, sendcounts: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Exchange per-destination counts; returns what each source will send here. Collective."""
+        send = np.ascontiguousarray(np.asarray(sendcounts, dtype=np.int64))
+        if send.shape != (self.size,):
+            raise ValueError(f"expected {self.size} send counts, got shape {send.shape}")
+        recv = np.empty_like(send)
+        self._c.Alltoall(send, recv)
+        return recv
+
+    def alltoallv(self, sendbuf: Any, sendcounts: Sequence[int] | np.ndarray,
+                  recvbuf: Any = None, recvcounts: Sequence[int] | np.ndarray | None = None,
+                  op_name: str = "alltoallv") -> Any:
+        """Personalised all-to-all of a buffer split in per-destination blocks along axis 0.
+
+        ``sendbuf`` holds the block for rank 0, then rank 1, …; ``sendcounts[j]`` is the number
+        of *rows* (axis-0 entries) for rank j. Trailing dimensions must agree on all ranks. When
+        ``recvcounts`` is not given it is exchanged first. When ``recvbuf`` is not given one of
+        the same kind (numpy / torch / cupy) is allocated. Returns ``recvbuf`` with the blocks
+        from rank 0, 1, … in order. Bytes sent to other ranks are counted under ``op_name``.
+        Collective over comm.
+        """
+        sendcounts = np.asarray(sendcounts, dtype=np.int64)
+        if recvcounts is None:
+            recvcounts = self.alltoall_counts(sendcounts)
+        recvcounts = np.asarray(recvcounts, dtype=np.int64)
+        obj, dtype, n = _as_buffer(sendbuf)
+        row = int(np.prod(sendbuf.shape[1:])) if len(sendbuf.shape) > 1 else 1
+        if int(sendcounts.sum()) * row != n:
+            raise ValueError(f"expected send counts summing to {n // max(row, 1)} rows, "
+                             f"got {int(sendcounts.sum())}")
+        if recvbuf is None:
+            recvbuf = _empty_like_kind(sendbuf, (int(recvcounts.sum()),) + tuple(sendbuf.shape[1:]))
+        robj, _, _ = _as_buffer(recvbuf)
+        t0 = time.perf_counter()
+        sc = sendcounts * row
+        rc = recvcounts * row
+        if self.size == 1:
+            _flat(robj)[: int(rc[0])] = _flat(obj)[: int(sc[0])]
+        else:
+            self._alltoallv_elems(_flat(obj), sc, _flat(robj), rc, dtype)
+        sent = (int(sc.sum()) - int(sc[self.rank])) * dtype.itemsize
+        self._count(op_name, sent, t0)
+        return recvbuf
+
+    def _alltoallv_elems(self, send: Any, sc: np.ndarray, recv: Any, rc: np.ndarray,
+                         dtype: np.dtype) -> None:
+        sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
+        rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
+        mt = _mpi_type(dtype)
+        big = max(int(sc.sum()), int(rc.sum()))
+        if self.allreduce_scalar(big, "max") <= self.max_count:
+            self._c.Alltoallv([send, (sc, sd), mt], [recv, (rc, rd), mt])
+            return
+        # Rounds of at most `chunk` elements per peer, packed so every count and
+        # displacement stays below max_count.
+        chunk = max(1, self.max_count // self.size)
+        rounds = int(self.allreduce_scalar(int(max(sc.max(), rc.max()) + chunk - 1) // chunk, "max"))
+        for k in range(rounds):
+            lo = k * chunk
+            s_k = np.clip(sc - lo, 0, chunk)
+            r_k = np.clip(rc - lo, 0, chunk)
+            s_pack = _empty_like_kind(send, (int(s_k.sum()),))
+            pos = 0
+            for j in range(self.size):
+                c = int(s_k[j])
+                if c:
+                    s_pack[pos:pos + c] = send[int(sd[j]) + lo: int(sd[j]) + lo + c]
+                pos += c
+            r_pack = _empty_like_kind(recv, (int(r_k.sum()),))
+            s_d = np.concatenate([[0], np.cumsum(s_k)[:-1]]).astype(np.int64)
+            r_d = np.concatenate([[0], np.cumsum(r_k)[:-1]]).astype(np.int64)
+            self._c.Alltoallv([s_pack, (s_k, s_d), mt], [r_pack, (r_k, r_d), mt])
+            pos = 0
+            for j in range(self.size):
+                c = int(r_k[j])
+                if c:
+                    recv[int(rd[j]) + lo: int(rd[j]) + lo + c] = r_pack[pos:pos + c]
+                pos += c
+
+    def allgatherv(self, sendbuf: np.ndarray) -> np.ndarray:
+        """Concatenate every rank's numpy rows (axis 0) on every rank. Collective over comm."""
+        sendbuf = np.ascontiguousarray(sendbuf)
+        row = int(np.prod(sendbuf.shape[1:])) if sendbuf.ndim > 1 else 1
+        counts = np.asarray(self._c.allgather(int(sendbuf.shape[0])), dtype=np.int64)
+        out = np.empty((int(counts.sum()),) + sendbuf.shape[1:], dtype=sendbuf.dtype)
+        t0 = time.perf_counter()
+        if self.size == 1:
+            out[...] = sendbuf
+        elif int(counts.sum()) * row <= self.max_count:
+            c = counts * row
+            d = np.concatenate([[0], np.cumsum(c)[:-1]]).astype(np.int64)
+            mt = _mpi_type(sendbuf.dtype)
+            self._c.Allgatherv([sendbuf.reshape(-1), int(c[self.rank]), mt],
+                               [out.reshape(-1), (c, d), mt])
+        else:
+            starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            for r in range(self.size):
+                part = out[starts[r]:starts[r + 1]]
+                if r == self.rank:
+                    part[...] = sendbuf
+                self.bcast(part, root=r)
+        self._count("allgatherv", sendbuf.nbytes if self.size > 1 else 0, t0)
+        return out
+
+    def gatherv(self, sendbuf: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """Concatenate every rank's numpy rows on ``root`` (None elsewhere). Collective."""
+        sendbuf = np.ascontiguousarray(sendbuf)
+        counts = self._c.allgather(int(sendbuf.shape[0]))
+        t0 = time.perf_counter()
+        if self.rank == root:
+            parts: list[np.ndarray] = []
+            for r in range(self.size):
+                if r == root:
+                    parts.append(sendbuf)
+                else:
+                    buf = np.empty((counts[r],) + sendbuf.shape[1:], dtype=sendbuf.dtype)
+                    self._recv_big(buf, r)
+                    parts.append(buf)
+            out = np.concatenate(parts, axis=0) if parts else sendbuf
+        else:
+            self._send_big(sendbuf, root)
+            out = None
+        self._count("gatherv", sendbuf.nbytes if self.size > 1 else 0, t0)
+        return out
+
+    def _send_big(self, buf: np.ndarray, dest: int) -> None:
+        flat = buf.reshape(-1)
+        mt = _mpi_type(buf.dtype)
+        for lo in range(0, max(flat.size, 1), self.max_count):
+            hi = min(flat.size, lo + self.max_count)
+            self._c.Send([flat[lo:hi], hi - lo, mt], dest=dest, tag=77)
+
+    def _recv_big(self, buf: np.ndarray, source: int) -> None:
+        flat = buf.reshape(-1)
+        mt = _mpi_type(buf.dtype)
+        for lo in range(0, max(flat.size, 1), self.max_count):
+            hi = min(flat.size, lo + self.max_count)
+            self._c.Recv([flat[lo:hi], hi - lo, mt], source=source, tag=77)
+
+
+def _empty_like_kind(like: Any, shape: tuple[int, ...]) -> Any:
+    """An uninitialised buffer of the same kind, dtype and device as ``like``."""
+    mod = type(like).__module__
+    if mod.startswith("torch"):
+        import torch
+
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    if mod.startswith("cupy"):
+        import cupy
+
+        return cupy.empty(shape, dtype=like.dtype)
+    return np.empty(shape, dtype=like.dtype)
+
+
+def block_range(n: int, size: int, rank: int) -> tuple[int, int]:
+    """Half-open range [lo, hi) of block ``rank`` when ``n`` items are split in ``size`` blocks.
+
+    The first ``n % size`` blocks get one extra item. Pure; no communication.
+    """
+    base, extra = divmod(int(n), int(size))
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+def block_bounds(n: int, size: int) -> np.ndarray:
+    """All block boundaries: ``size + 1`` offsets with ``bounds[r]:bounds[r+1]`` = block r."""
+    return np.array([block_range(n, size, r)[0] for r in range(size)] + [int(n)], dtype=np.int64)
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process in bytes (rank-local)."""
+    import resource
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(kb) * (1 if sys.platform == "darwin" else 1024)
+
+
+def launched_under_mpi() -> bool:
+    """True when an MPI launcher started this process (so initialising MPI is expected)."""
+    keys: Iterable[str] = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                           "SLURM_PROCID", "HYDRA_CONTROL_FD", "MPI_LOCALNRANKS")
+    return any(k in os.environ for k in keys)

@@ -1,0 +1,217 @@
+"""The HDF5 results file of a run: rank 0 lays it out, ranks contribute, atomic rename at the end.
+
+Schema (``docs/results.md``): ``/config`` (resolved config as attributes), ``/partition``,
+``/train``, ``/perfmodel``, ``/embeddings``; the root carries ``shardgnn_version``,
+``world_size``, ``created`` and ``command``. h5py here has no parallel driver, so ranks send
+their slabs to rank 0, which alone writes. The file is written as ``NAME.tmp-PID`` and renamed
+to ``NAME`` only when the ``with`` block ends without an exception.
+
+:class:`ResultWriter` methods that take data from every rank are collective over comm and say so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from shardgnn import __version__
+from shardgnn.errors import ShardError, input_error
+
+GROUPS = ("config", "partition", "train", "perfmodel", "embeddings")
+
+
+def _attr_value(v: Any) -> Any:
+    """Convert a Python value into something h5py stores as an attribute."""
+    if v is None:
+        return "None"
+    if isinstance(v, (bool, np.bool_)):
+        return np.bool_(v)
+    if isinstance(v, (int, float, str, np.integer, np.floating)):
+        return v
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float, np.number)) for x in v):
+        return np.asarray(v)
+    return json.dumps(v, default=str)
+
+
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Validate that ``path`` can receive a results file (rank-local; raises ShardError)."""
+    p = Path(path)
+    if p.exists() and p.is_dir():
+        raise input_error(p, "expected a results file name, got a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise input_error(parent, "output directory is a file")
+    return p
+
+
+class ResultWriter:
+    """Write one run's HDF5 results. Collective over comm for construction and ``close``.
+
+    Use as a context manager; on an exception the temporary file is removed and nothing is
+    left under the final name.
+    """
+
+    def __init__(self, comm: Any, path: str | os.PathLike, config: Mapping[str, Any] | None = None,
+                 command: str = "") -> None:
+        self.comm = comm
+        self.rank = 0 if comm is None else comm.rank
+        self.path = Path(path)
+        err = ""
+        try:
+            check_output_path(self.path)
+            if self.rank == 0:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+        except (ShardError, OSError) as exc:
+            err = str(exc)
+        if comm is not None:
+            comm.agree(not err, err)
+        elif err:
+            raise ShardError(err)
+        self.tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        self.h5: Any = None
+        if self.rank == 0:
+            import h5py
+
+            self.h5 = h5py.File(self.tmp, "w")
+            self.h5.attrs["shardgnn_version"] = __version__
+            self.h5.attrs["world_size"] = 1 if comm is None else comm.size
+            self.h5.attrs["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            self.h5.attrs["command"] = command
+            for g in GROUPS:
+                self.h5.require_group(g)
+            if config:
+                self.attrs("config", config)
+
+    # -------------------------------------------------------------- rank-0 writes
+    def attrs(self, group: str, values: Mapping[str, Any]) -> None:
+        """Set attributes on ``group`` (rank 0 writes; no-op elsewhere)."""
+        if self.h5 is None:
+            return
+        g = self.h5.require_group(group)
+        for k, v in values.items():
+            g.attrs[str(k)] = _attr_value(v)
+
+    def dataset(self, name: str, data: Any, compress: bool = False,
+                chunks: Any = None) -> None:
+        """Write dataset ``name`` (e.g. ``train/loss``) from rank 0's ``data``; no-op elsewhere."""
+        if self.h5 is None:
+            return
+        arr = np.asarray(data)
+        if arr.dtype.kind == "U":
+            import h5py
+
+            arr = arr.astype(h5py.string_dtype())
+        if name in self.h5:
+            del self.h5[name]
+        kw: dict[str, Any] = {}
+        if compress and arr.size:
+            kw = {"compression": "gzip", "compression_opts": 4, "chunks": chunks or True}
+        self.h5.create_dataset(name, data=arr, **kw)
+
+    def table(self, group: str, rows: list[Mapping[str, Any]]) -> None:
+        """Write a list of records as one dataset per column under ``group`` (rank 0)."""
+        if self.h5 is None or not rows:
+            return
+        keys = list(rows[0].keys())
+        for k in keys:
+            col = [r.get(k) for r in rows]
+            if all(isinstance(c, str) for c in col):
+                self.dataset(f"{group}/{k}", np.array(col, dtype=object).astype(str))
+            else:
+                self.dataset(f"{group}/{k}", np.asarray(col, dtype=np.float64))
+
+    # -------------------------------------------------------------- collective writes
+    def gather_dataset(self, name: str, local: np.ndarray, compress: bool = False) -> None:
+        """Concatenate every rank's rows along axis 0 into dataset ``name``. Collective over comm."""
+        local = np.ascontiguousarray(local)
+        full = local if self.comm is None else self.comm.gatherv(local, root=0)
+        if self.rank == 0:
+            self.dataset(name, full, compress=compress)
+
+    def per_rank(self, name: str, value: float | int | np.ndarray) -> None:
+        """Store one value (or equal-shaped array) per rank as a (P, …) dataset. Collective."""
+        arr = np.atleast_1d(np.asarray(value))[None, ...]
+        self.gather_dataset(name, arr)
+
+    # -------------------------------------------------------------- finish
+    def close(self, ok: bool = True) -> None:
+        """Finish the file: rename to the final name when ``ok`` (rank 0), else delete it.
+
+        Collective over comm (a barrier so no rank reads the file before it exists).
+        """
+        if self.h5 is not None:
+            self.h5.close()
+            self.h5 = None
+            if ok:
+                os.replace(self.tmp, self.path)
+            elif self.tmp.exists():
+                self.tmp.unlink()
+        if self.comm is not None and ok:
+            self.comm.barrier()
+
+    def __enter__(self) -> "ResultWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close(ok=exc_type is None)
+
+
+def read_tree(path: str | os.PathLike, max_elems: int = 1000) -> dict[str, Any]:
+    """Read a results file into a JSON-able dict: every group, attribute and small dataset.
+
+    Datasets with more than ``max_elems`` elements are summarised by shape and dtype.
+    Rank-local.
+    """
+    import h5py
+
+    p = Path(path)
+    if not p.exists():
+        raise input_error(p, "no such results file")
+    try:
+        f = h5py.File(p, "r")
+    except OSError as exc:
+        raise input_error(p, f"not an HDF5 file ({exc})") from None
+
+    def conv(v: Any) -> Any:
+        if isinstance(v, bytes):
+            return v.decode()
+        if isinstance(v, np.ndarray):
+            if v.dtype.kind in "SO":
+                return [conv(x) for x in v.tolist()]
+            return v.tolist()
+        if isinstance(v, np.generic):
+            return v.item()
+        return v
+
+    def attrs(obj: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in obj.attrs.items():
+            v = conv(v)
+            if isinstance(v, str) and v[:1] in "[{":
+                try:
+                    v = json.loads(v)
+                except json.JSONDecodeError:
+                    pass
+            out[k] = v
+        return out
+
+    def walk(g: Any) -> dict[str, Any]:
+        node: dict[str, Any] = {"attrs": attrs(g), "groups": {}, "datasets": {}}
+        for k, item in g.items():
+            if isinstance(item, h5py.Group):
+                node["groups"][k] = walk(item)
+            else:
+                d: dict[str, Any] = {"shape": list(item.shape), "dtype": str(item.dtype)}
+                if item.size <= max_elems:
+                    d["data"] = conv(item[()])
+                node["datasets"][k] = d
+        return node
+
+    with f:
+        return walk(f)

@@ -1,0 +1,66 @@
+"""Shared test fixtures: paths, and a launcher for multi-rank runs under mpiexec with a timeout."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+DATASETS = SHARED / "datasets"
+SCRIPTS = Path(__file__).resolve().parent / "mpi" / "scripts"
+
+
+def mpiexec_path() -> str:
+    """mpiexec next to this Python (the venv's PyPI MPICH), else the one on PATH."""
+    local = Path(sys.executable).with_name("mpiexec")
+    if local.exists():
+        return str(local)
+    found = shutil.which("mpiexec")
+    if not found:
+        pytest.fail("mpiexec not found: install the `mpich` PyPI package into this environment")
+    return found
+
+
+def run_mpi(n: int, args: list[str], timeout: float = 120, module: str | None = None,
+            cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``mpiexec -n N python -m mpi4py ARGS`` (or ``-m mpi4py -m MODULE ARGS``).
+
+    Fails the test on timeout (a hang) and, with ``check``, on a non-zero exit.
+    """
+    cmd = [mpiexec_path(), "-n", str(n), sys.executable, "-m", "mpi4py"]
+    if module:
+        cmd += ["-m", module]
+    cmd += [str(a) for a in args]
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "1")
+    e["SHARDGNN_PROGRESS"] = "0"
+    if env:
+        e.update(env)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=e)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpiexec -n {n} {' '.join(map(str, args))} hung for {timeout}s:\n"
+                    f"{(exc.stderr or b'')[-3000:]!r}")
+    if check and proc.returncode != 0:
+        pytest.fail(f"mpiexec -n {n} {' '.join(map(str, args))} exited {proc.returncode}\n"
+                    f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def run_cli(n: int, args: list[str], timeout: float = 120, check: bool = True,
+            **kw) -> subprocess.CompletedProcess:
+    """Run the shardgnn command line on N ranks."""
+    return run_mpi(n, args, timeout=timeout, module="shardgnn", check=check, **kw)
+
+
+@pytest.fixture(scope="session")
+def datasets() -> Path:
+    if not DATASETS.exists():
+        pytest.fail(f"shared datasets not found at {DATASETS}")
+    return DATASETS
