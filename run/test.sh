@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up the environment and run the whole test suite (unit + multi-rank MPI tests).
+# Usage: bash run/test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash run/setup.sh mpich,test
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+set +e
+.venv/bin/python -m pytest -q "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "run/test.sh: pytest collected no tests; treating that as a failure" >&2
+  exit 1
+fi
+exit "$rc"
