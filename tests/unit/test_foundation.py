@@ -1,0 +1,112 @@
+"""Foundation rules: import hygiene, layout helpers, atomic results files, inspect output."""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from shardgnn.comm import block_bounds, block_range
+from shardgnn.errors import ShardError
+from shardgnn.io.results import ResultWriter, read_tree
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_only_comm_imports_mpi4py():
+    offenders = []
+    for base in (ROOT / "src", ROOT / "perfmodel", ROOT / "run"):
+        for py in base.rglob("*.py"):
+            if py.name == "comm.py" and py.parent.name == "shardgnn":
+                continue
+            if any(n == "mpi4py" or n.startswith("mpi4py.") for n in _imports(py)):
+                offenders.append(str(py.relative_to(ROOT)))
+    assert offenders == [], f"mpi4py imported outside shardgnn/comm.py: {offenders}"
+
+
+def test_import_does_not_start_mpi():
+    code = ("import sys, shardgnn, shardgnn.comm, shardgnn.io.canonical, shardgnn.cli.main\n"
+            "shardgnn.cli.main.build_parser()\n"
+            "print('mpi4py.MPI' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("n,size", [(10, 3), (2, 4), (0, 2), (7, 1), (100, 7)])
+def test_block_range_partitions_everything(n, size):
+    bounds = block_bounds(n, size)
+    assert bounds[0] == 0 and bounds[-1] == n
+    sizes = np.diff(bounds)
+    assert sizes.max() - sizes.min() <= 1
+    for r in range(size):
+        assert block_range(n, size, r) == (bounds[r], bounds[r + 1])
+
+
+def test_results_written_atomically(tmp_path):
+    path = tmp_path / "run.h5"
+    with ResultWriter(None, path, config={"lr": 0.01, "order": "DSSD", "widths": [3, 4]}) as rw:
+        rw.dataset("train/loss", np.array([1.0, 0.5]))
+        rw.attrs("partition", {"rf": 1.5})
+        assert not path.exists()
+    tree = read_tree(path)
+    assert tree["groups"]["config"]["attrs"]["order"] == "DSSD"
+    assert tree["groups"]["config"]["attrs"]["widths"] == [3, 4]
+    assert tree["groups"]["train"]["datasets"]["loss"]["data"] == [1.0, 0.5]
+    assert tree["groups"]["partition"]["attrs"]["rf"] == 1.5
+
+
+def test_failed_run_leaves_no_result(tmp_path):
+    path = tmp_path / "run.h5"
+    with pytest.raises(RuntimeError):
+        with ResultWriter(None, path) as rw:
+            rw.dataset("train/loss", np.ones(3))
+            raise RuntimeError("crash mid-run")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_result_path_that_is_a_directory_is_rejected(tmp_path):
+    with pytest.raises(ShardError, match="directory"):
+        ResultWriter(None, tmp_path)
+
+
+def test_inspect_json_and_text(tmp_path, capsys):
+    from shardgnn.cli.main import build_parser, run_command
+
+    path = tmp_path / "r.h5"
+    with ResultWriter(None, path, config={"seed": 3}) as rw:
+        rw.dataset("train/epoch", np.arange(20))
+        rw.dataset("train/big", np.zeros(5000))
+    args = build_parser().parse_args(["inspect", str(path), "--json"])
+    assert run_command(None, args) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["groups"]["config"]["attrs"]["seed"] == 3
+    assert obj["groups"]["train"]["datasets"]["epoch"]["data"][-1] == 19
+    assert "data" not in obj["groups"]["train"]["datasets"]["big"]
+    args = build_parser().parse_args(["inspect", str(path)])
+    run_command(None, args)
+    text = capsys.readouterr().out
+    assert "epoch (20,)" in text and "@seed = 3" in text
+
+
+def test_inspect_missing_file_is_a_clear_error(tmp_path):
+    from shardgnn.cli.main import main
+
+    proc = subprocess.run([sys.executable, "-m", "shardgnn", "inspect", str(tmp_path / "nope.h5")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "nope.h5" in lines[0] and "no such results file" in lines[0]
+    assert main is not None
