@@ -1,0 +1,78 @@
+"""Cost of every order in the RDM paper's units, and the Pareto front. Pure; no MPI.
+
+Units (the paper's Table IV): ``comm_units`` = sum of the widths f of the N×f matrices that are
+redistributed (multiply by (P−1)/P·N for elements when A is fully replicated);
+``sparse_units`` = sum of the SpMM widths (multiply by nnz for multiply-adds);
+``gemm_units`` = sum over GEMMs of k·n (multiply by N for multiply-adds; the same for every
+order when G^0 is computed, as the paper notes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from perfmodel.orders import Order, all_orders
+from perfmodel.schedule import Rules, check_widths, schedule
+
+
+@dataclass
+class OrderCost:
+    """Costs of one order. ``pareto`` is filled by :func:`mark_pareto`."""
+
+    order: Order
+    comm_units: int
+    sparse_units: int
+    gemm_units: int
+    redistributions: int
+    spmms: int
+    pareto: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = self.order.as_dict()
+        d.update(comm_units=self.comm_units, sparse_units=self.sparse_units,
+                 gemm_units=self.gemm_units, redistributions=self.redistributions,
+                 spmms=self.spmms, pareto=self.pareto)
+        tid = self.order.table4_id()
+        if tid is not None:
+            d["table4_id"] = tid
+        return d
+
+
+def order_cost(order: Order, widths: Sequence[int], rules: Rules | None = None) -> OrderCost:
+    """Paper-unit costs of one order."""
+    ops = schedule(order, widths, rules)
+    comm = sum(o.width for o in ops if o.kind == "redist")
+    sparse = sum(o.width for o in ops if o.kind == "spmm")
+    gemm = sum(o.k * o.n for o in ops if o.kind == "gemm")
+    return OrderCost(order, comm, sparse, gemm,
+                     sum(1 for o in ops if o.kind == "redist"),
+                     sum(1 for o in ops if o.kind == "spmm"))
+
+
+def mark_pareto(costs: list[OrderCost]) -> list[OrderCost]:
+    """Set ``pareto`` on the orders no other order dominates on (comm_units, sparse_units).
+
+    ``a`` dominates ``b`` when it is no worse in both and better in one; orders with equal
+    costs are all kept. Returns ``costs``.
+    """
+    for c in costs:
+        c.pareto = not any(
+            o.comm_units <= c.comm_units and o.sparse_units <= c.sparse_units
+            and (o.comm_units < c.comm_units or o.sparse_units < c.sparse_units)
+            for o in costs)
+    return costs
+
+
+def enumerate_costs(widths: Sequence[int], rules: Rules | None = None,
+                    orders: Iterable[Order] | None = None) -> list[OrderCost]:
+    """Costs of every order (2^(2L)) for f_0..f_L, Pareto flags set."""
+    f = check_widths(widths)
+    chosen = list(orders) if orders is not None else list(all_orders(len(f) - 1))
+    return mark_pareto([order_cost(o, f, rules) for o in chosen])
+
+
+def pareto_orders(widths: Sequence[int], rules: Rules | None = None) -> list[Order]:
+    """The Pareto-optimal orders, sorted by (comm_units, sparse_units, string)."""
+    front = [c for c in enumerate_costs(widths, rules) if c.pareto]
+    front.sort(key=lambda c: (c.comm_units, c.sparse_units, c.order.string()))
+    return [c.order for c in front]
