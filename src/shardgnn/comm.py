@@ -208,12 +208,13 @@ class Communicator:
     def allreduce(self, buf: Any, op: str = "sum") -> Any:
         """In-place all-reduce of a numpy array / torch tensor / cupy array; returns ``buf``.
 
-        ``op`` is ``sum``, ``max``, ``min``, ``prod``, ``land`` or ``lor``. Chunked above
+        ``op`` is ``sum``, ``max``, ``min``, ``prod``, ``land``, ``lor``, ``band`` or ``bor``
+        (bitwise, integer buffers). Chunked above
         ``max_count`` elements. Collective over comm.
         """
         MPI = _mpi()
         mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD,
-               "land": MPI.LAND, "lor": MPI.LOR}[op]
+               "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}[op]
         obj, dtype, n = _as_buffer(buf)
         t0 = time.perf_counter()
         if self.size > 1 and n > 0:
