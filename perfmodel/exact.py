@@ -1,0 +1,190 @@
+"""Every collective and kernel call of one RDM training epoch, with exact bytes per rank. Pure.
+
+Built from :func:`perfmodel.schedule.schedule` (the paper's rules) plus the engine's
+bookkeeping collectives (weight-gradient and loss all-reduces), laid out on the P = Q·R_A grid
+of :mod:`perfmodel.layout`. Byte counting follows ``shardgnn.comm.Communicator``:
+
+* Alltoallv: bytes a rank sends to *other* ranks (counted under the engine's op name);
+* Allreduce: the buffer's ``nbytes`` on every rank;
+* Bcast: the buffer's ``nbytes`` on every rank, root included.
+
+With P = 1 every collective counts 0 bytes (the Communicator books nothing on one rank).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from perfmodel.errors import PerfModelError
+from perfmodel.layout import Grid, check_grid
+from perfmodel.orders import Order
+from perfmodel.schedule import Op, Rules, check_widths, schedule
+
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+
+
+def dtype_size(dtype: str | int) -> int:
+    """Bytes per element for a dtype name (float32, float64, …) or a positive integer."""
+    if isinstance(dtype, int) or str(dtype).isdigit():
+        d = int(dtype)
+        if d <= 0:
+            raise PerfModelError(f"dtype: expected a positive element size, got {d}")
+        return d
+    try:
+        return DTYPES[str(dtype)]
+    except KeyError:
+        raise PerfModelError(f"dtype: expected one of {', '.join(DTYPES)} or a byte count, "
+                             f"got {dtype!r}") from None
+
+
+@dataclass
+class EngineSpec:
+    """What the RDM engine does besides the paper's schedule (see ``docs/rdm.md``).
+
+    Attributes
+    ----------
+    bias
+        each layer has a bias vector of f_l, all-reduced with its weight gradient.
+    grad_allreduce
+        ``per_layer``: one all-reduce per layer (W, then bias); ``fused``: one buffer per epoch.
+    loss_allreduce_bytes
+        bytes of the all-reduces that form the global loss / normaliser each epoch.
+    extra_allreduce_bytes
+        any other per-epoch all-reduce bytes (metrics), in total.
+    op_names
+        the Communicator op name each kind of traffic is booked under.
+    rules
+        the schedule switches (memoisation, G^0).
+    """
+
+    bias: bool = False
+    grad_allreduce: str = "per_layer"
+    loss_allreduce_bytes: int = 16
+    extra_allreduce_bytes: int = 0
+    op_names: dict[str, str] = field(default_factory=lambda: {
+        "redist": "redistribute", "bcast": "bcast", "allreduce": "allreduce"})
+    rules: Rules = field(default_factory=Rules)
+
+
+@dataclass
+class Event:
+    """One step with its per-rank traffic (``bytes``, length P) or local work.
+
+    ``kind``: ``redist`` / ``bcast`` / ``allreduce`` (collectives, ``calls`` MPI calls each) or
+    ``spmm`` (``nnz_width`` = local nnz × local width, max over ranks) / ``gemm`` (``flops`` max
+    over ranks) / ``elementwise`` (``elems`` max over ranks).
+    """
+
+    kind: str
+    what: str
+    bytes: np.ndarray | None = None
+    calls: int = 0
+    width: int = 0
+    nnz_width: float = 0.0
+    rows: int = 0
+    k: int = 0
+    n: int = 0
+    flops: float = 0.0
+    elems: float = 0.0
+
+
+@dataclass
+class Problem:
+    """Sizes of one training problem."""
+
+    widths: list[int]
+    nodes: int
+    nnz: int
+    ranks: int = 1
+    replicas: int | None = None
+    dtype: str | int = "float32"
+
+    def __post_init__(self) -> None:
+        self.widths = check_widths(self.widths)
+        if self.nodes < 1:
+            raise PerfModelError(f"nodes: expected N >= 1, got {self.nodes}")
+        if self.nnz < 0:
+            raise PerfModelError(f"nnz: expected nnz >= 0, got {self.nnz}")
+        self.replicas = check_grid(int(self.ranks), self.replicas)
+        self.dsize = dtype_size(self.dtype)
+
+    @property
+    def layers(self) -> int:
+        return len(self.widths) - 1
+
+    @property
+    def grid(self) -> Grid:
+        return Grid(self.nodes, self.ranks, int(self.replicas))
+
+
+def epoch_events(order: Order, prob: Problem, spec: EngineSpec | None = None) -> list[Event]:
+    """Every collective and kernel call of one epoch of ``order``, in execution order."""
+    spec = spec or EngineSpec()
+    grid = prob.grid
+    P, d = prob.ranks, prob.dsize
+    zero = np.zeros(P, dtype=np.int64)
+    rows = grid.row_counts()
+    rmax = int(rows.max())
+    nnz_panel = prob.nnz / grid.panels
+    events: list[Event] = []
+    for op in schedule(order, prob.widths, spec.rules):
+        events.extend(_op_events(op, grid, prob, d, rmax, nnz_panel, spec))
+    # loss normaliser / value
+    if spec.loss_allreduce_bytes:
+        events.append(Event("allreduce", "loss", bytes=zero + (spec.loss_allreduce_bytes
+                                                                 if P > 1 else 0), calls=1))
+    if spec.extra_allreduce_bytes:
+        events.append(Event("allreduce", "metrics", bytes=zero + (spec.extra_allreduce_bytes
+                                                                    if P > 1 else 0), calls=1))
+    if spec.grad_allreduce == "fused":
+        total = sum(e.bytes[0] for e in events if e.what.endswith(".dW"))
+        events = [e for e in events if not e.what.endswith(".dW")]
+        events.append(Event("allreduce", "grads", bytes=zero + total, calls=1))
+    return events
+
+
+def _op_events(op: Op, grid: Grid, prob: Problem, d: int, rmax: int, nnz_panel: float,
+               spec: EngineSpec) -> list[Event]:
+    P = prob.ranks
+    zero = np.zeros(P, dtype=np.int64)
+    if op.kind == "redist":
+        b = grid.redist_elems(op.width, op.src) * d if P > 1 else zero
+        return [Event("redist", op.what, bytes=b, calls=1, width=op.width)]
+    if op.kind == "spmm":
+        out: list[Event] = []
+        if grid.panels > 1:
+            out.append(Event("bcast", op.what, bytes=grid.spmm_bcast_elems(op.width) * d,
+                             calls=grid.spmm_bcast_calls(), width=op.width))
+        wloc = int(grid.col_counts(op.width).max())
+        out.append(Event("spmm", op.what, width=wloc, nnz_width=nnz_panel * wloc))
+        return out
+    if op.kind == "gemm":
+        return [Event("gemm", op.what, rows=rmax, k=op.k, n=op.n,
+                      flops=2.0 * rmax * op.k * op.n)]
+    if op.kind == "wgrad":
+        elems = op.k * op.n + (op.n if spec.bias else 0)
+        return [Event("allreduce", op.what, bytes=zero + (elems * d if P > 1 else 0), calls=1)]
+    raise AssertionError(op.kind)
+
+
+def bytes_by_kind(events: Sequence[Event], spec: EngineSpec | None = None) -> dict[str, np.ndarray]:
+    """Per-rank bytes of one epoch grouped by Communicator op name."""
+    spec = spec or EngineSpec()
+    out: dict[str, Any] = {}
+    for e in events:
+        if e.bytes is None:
+            continue
+        name = spec.op_names.get(e.kind, e.kind)
+        out[name] = out.get(name, 0) + e.bytes
+    return out
+
+
+def epoch_bytes(order: Order, prob: Problem, spec: EngineSpec | None = None) -> dict[str, Any]:
+    """Exact bytes of one epoch: ``{"per_rank": {op: [P ints]}, "total": {op: int}, "all": int}``."""
+    spec = spec or EngineSpec()
+    kinds = bytes_by_kind(epoch_events(order, prob, spec), spec)
+    per_rank = {k: [int(x) for x in v] for k, v in kinds.items()}
+    total = {k: int(sum(v)) for k, v in per_rank.items()}
+    return {"per_rank": per_rank, "total": total, "all": int(sum(total.values()))}
