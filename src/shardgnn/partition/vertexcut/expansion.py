@@ -1,0 +1,322 @@
+"""Distributed neighbour expansion over MPI: DistributedNE and AdaDNE (and the Hash-2D baseline).
+
+Rank r is the allocation process of its 2-D-hashed edge shard and the expansion process of
+partitions ``i`` with ``i % P == r``. Per-vertex state that every step needs (free degree =
+score, partition membership bits) is replicated on every rank as O(|V|) arrays and kept
+identical by all-gathering each step's compact updates (vertex, partition, count); edge data
+stays O(|E|/P) per rank. One iteration:
+
+1. every rank derives |E_i|, |V_i| of all partitions from the replicated state (the sizes are
+   thereby synchronised every iteration);
+2. each expansion process picks, per partition, the k_i = max(1, floor(lambda_i |B_i|))
+   boundary vertices of smallest score (or a seed vertex when B_i is empty) and sends the
+   requests to the ranks that may hold their edges (``alltoallv``);
+3. allocation processes propose the free edges of requested vertices (one-hop); a conflict
+   goes to the smaller partition; DNE cuts proposals to the hard cap 1.01 |E|/p with exact
+   per-rank quotas (all-gather of proposal counts); the updates are all-gathered;
+4. two-hop: free edges at newly joined vertices whose ends share a partition go to the
+   least-loaded shared partition (same quota rule); updates all-gathered;
+5. stop when no free edge is left. DNE: when one partition alone can still grow, it gets all
+   remaining edges (leftover rule).
+
+Functions taking ``comm`` are collective over it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardgnn import log
+from shardgnn.partition.vertexcut import adaptive, kernels
+from shardgnn.partition.vertexcut.shard import EdgeShard, audience, hash2d, mix64
+
+ALGOS = ("adadne", "dne", "hash2d")
+
+
+@dataclass
+class ExpansionConfig:
+    """Parameters of one vertex-cut run (see ``docs/vertexcut.md``)."""
+
+    algo: str = "adadne"
+    parts: int = 4
+    lam: float = 0.1
+    balance: float = 1.01
+    w_v: float = 0.5
+    w_e: float = 0.5
+    lam_min: float = 0.01
+    response: str = "linear"
+    beta: float = 2.0
+    seed: int = 0
+    seed_samples: int = 32
+    salt: int = 0
+
+
+@dataclass
+class ExpansionResult:
+    """What a run leaves on each rank (replicated parts are identical on all ranks)."""
+
+    rec_part: np.ndarray            # partition of each local record (int32)
+    member: np.ndarray              # replicated (n, W) uint64 membership bits
+    vsize: np.ndarray               # replicated |V(E_i)|
+    iterations: int = 0
+    seconds: float = 0.0
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Local:
+    """Rank-local pair structure: unique undirected non-loop pairs and their CSR."""
+
+    def __init__(self, shard: EdgeShard) -> None:
+        a = np.minimum(shard.src, shard.dst)
+        b = np.maximum(shard.src, shard.dst)
+        loop = a == b
+        self.loop = loop
+        key_a, key_b = a[~loop], b[~loop]
+        if key_a.size:
+            order = np.lexsort((key_b, key_a))
+            sa, sb = key_a[order], key_b[order]
+            new = np.ones(sa.size, dtype=bool)
+            new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
+            pid_sorted = np.cumsum(new) - 1
+            pid = np.empty(sa.size, dtype=np.int64)
+            pid[order] = pid_sorted
+            self.pa, self.pb = sa[new], sb[new]
+        else:
+            pid = np.zeros(0, dtype=np.int64)
+            self.pa = self.pb = np.zeros(0, dtype=np.int64)
+        self.rec2pair = np.full(a.size, -1, dtype=np.int64)
+        self.rec2pair[~loop] = pid
+        self.lv = np.unique(np.concatenate([self.pa, self.pb]))
+        la = np.searchsorted(self.lv, self.pa)
+        lb = np.searchsorted(self.lv, self.pb)
+        self.indptr, self.adj = kernels.local_csr(la, lb, self.lv.size)
+        self.npairs = self.pa.size
+        self.assign = np.full(self.npairs, -1, dtype=np.int64)
+
+    def lids(self, v: np.ndarray) -> np.ndarray:
+        """Local ids of global vertices, -1 where this rank holds none of their edges."""
+        if self.lv.size == 0:
+            return np.full(v.size, -1, dtype=np.int64)
+        pos = np.searchsorted(self.lv, v)
+        pos = np.minimum(pos, self.lv.size - 1)
+        return np.where(self.lv[pos] == v, pos, -1)
+
+
+class _State:
+    """Replicated per-vertex and per-partition state."""
+
+    def __init__(self, n: int, p: int) -> None:
+        self.p = p
+        self.score = np.zeros(n, dtype=np.int64)
+        self.member = np.zeros((n, (p + 63) // 64), dtype=np.uint64)
+        self.vsize = np.zeros(p, dtype=np.int64)
+        self.esize2 = np.zeros(p, dtype=np.int64)
+
+    def apply(self, keys: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        return kernels.apply_updates(keys, counts, self.p, self.score, self.member,
+                                     self.vsize, self.esize2)
+
+
+def _updates(comm: Any, loc: _Local, pairs: np.ndarray, parts: np.ndarray,
+             p: int) -> tuple[np.ndarray, np.ndarray]:
+    """All-gather the (vertex*p+part, count) updates of locally allocated pairs. Collective."""
+    keys = np.concatenate([loc.pa[pairs] * p + parts, loc.pb[pairs] * p + parts])
+    uk, cnt = np.unique(keys, return_counts=True)
+    both = comm.allgatherv(np.column_stack([uk, cnt.astype(np.int64)]).reshape(-1, 2))
+    return np.ascontiguousarray(both[:, 0]), np.ascontiguousarray(both[:, 1])
+
+
+def _quota_cut(comm: Any, parts: np.ndarray, room: np.ndarray | None) -> np.ndarray:
+    """Keep-mask of proposals so that no partition exceeds its room. Collective when capped.
+
+    Ranks are served in rank order: rank r keeps min(c_r, room - sum of c below r).
+    """
+    if room is None:
+        return parts >= 0
+    p = room.size
+    c = np.bincount(parts[parts >= 0], minlength=p).astype(np.int64)
+    allc = comm.allgatherv(c[None, :])
+    below = allc[:comm.rank].sum(axis=0)
+    quota = np.clip(room - below, 0, c)
+    return kernels.take_quota(parts, quota)
+
+
+def _commit(comm: Any, loc: _Local, st: _State, pairs: np.ndarray,
+            parts: np.ndarray) -> np.ndarray:
+    """Assign pairs locally, share the updates, apply them everywhere. Collective."""
+    loc.assign[pairs] = parts
+    keys, counts = _updates(comm, loc, pairs, parts, st.p)
+    return st.apply(keys, counts)
+
+
+class _Expander:
+    """Boundary sets, core marks and seeding of the partitions this rank expands."""
+
+    def __init__(self, cfg: ExpansionConfig, rank: int, size: int, n: int) -> None:
+        self.cfg = cfg
+        self.n = n
+        self.parts = [i for i in range(cfg.parts) if i % size == rank]
+        self.boundary = {i: np.zeros(0, dtype=np.int64) for i in self.parts}
+        self.core = {i: np.zeros(n, dtype=bool) for i in self.parts}
+        self.rng = {i: np.random.Generator(np.random.PCG64(np.random.SeedSequence([cfg.seed, i])))
+                    for i in self.parts}
+
+    def add_joined(self, joined: np.ndarray) -> None:
+        if not joined.size:
+            return
+        v = joined // self.cfg.parts
+        i = joined - v * self.cfg.parts
+        for j in self.parts:
+            new = v[i == j]
+            if new.size:
+                new = new[~self.core[j][new]]
+                self.boundary[j] = np.concatenate([self.boundary[j], new])
+
+    def _seed(self, i: int, score: np.ndarray) -> np.ndarray:
+        """A seed vertex with free edges, preferring low score among random samples."""
+        rng = self.rng[i]
+        cand = rng.integers(0, self.n, size=self.cfg.seed_samples)
+        ok = cand[score[cand] > 0]
+        if ok.size == 0:
+            free = np.flatnonzero(score > 0)
+            if free.size == 0:
+                return np.zeros(0, dtype=np.int64)
+            ok = free[rng.integers(0, free.size, size=min(self.cfg.seed_samples, free.size))]
+        return ok[np.argmin(score[ok])][None].astype(np.int64)
+
+    def requests(self, st: _State, lam: np.ndarray, open_: np.ndarray) -> np.ndarray:
+        """(vertex, partition) rows this rank expands in this iteration."""
+        out = []
+        for i in self.parts:
+            if not open_[i]:
+                continue
+            b = self.boundary[i]
+            b = b[st.score[b] > 0]
+            if b.size == 0:
+                sel = self._seed(i, st.score)
+                self.boundary[i] = b
+            else:
+                k = max(1, int(np.floor(lam[i] * b.size)))
+                if k >= b.size:
+                    sel, rest = b, b[:0]
+                else:
+                    key = st.score[b] * np.int64(self.n) + b
+                    idx = np.argpartition(key, k - 1)
+                    sel, rest = b[idx[:k]], b[idx[k:]]
+                self.boundary[i] = rest
+            if sel.size:
+                self.core[i][sel] = True
+                out.append(np.column_stack([sel, np.full(sel.size, i, dtype=np.int64)]))
+        return np.concatenate(out) if out else np.zeros((0, 2), dtype=np.int64)
+
+
+def _route_requests(comm: Any, req: np.ndarray, salt: int) -> np.ndarray:
+    """Send each (v, i) request to every rank that may hold an edge of v. Collective."""
+    which, dest = audience(req[:, 0], comm.size, salt)
+    counts = np.bincount(dest, minlength=comm.size).astype(np.int64)
+    return comm.alltoallv(np.ascontiguousarray(req[which]).reshape(-1, 2), counts,
+                          op_name="requests")
+
+
+def _initial_scores(comm: Any, loc: _Local, st: _State) -> int:
+    """Free degree of every vertex over all unique pairs; returns the global pair count."""
+    n = st.score.size
+    st.score += np.bincount(loc.pa, minlength=n)
+    st.score += np.bincount(loc.pb, minlength=n)
+    comm.allreduce(st.score, "sum")
+    return int(comm.allreduce_scalar(int(loc.npairs), "sum"))
+
+
+def _leftover(comm: Any, loc: _Local, st: _State, target: int) -> None:
+    """All remaining free pairs go to ``target``. Collective."""
+    pairs = np.flatnonzero(loc.assign < 0)
+    _commit(comm, loc, st, pairs, np.full(pairs.size, target, dtype=np.int64))
+
+
+def expand(comm: Any, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult:
+    """Run DistributedNE, AdaDNE or Hash-2D on the 2-D hashed shards. Collective over comm."""
+    t0 = time.perf_counter()
+    p, n = cfg.parts, shard.num_nodes
+    loc = _Local(shard)
+    st = _State(n, p)
+    total_pairs = _initial_scores(comm, loc, st)
+    trace: list[dict[str, Any]] = []
+    it = 0
+    if cfg.algo == "hash2d":
+        parts = hash2d(loc.pa, loc.pb, p, cfg.salt + 1)
+        _commit(comm, loc, st, np.arange(loc.npairs, dtype=np.int64), parts)
+    else:
+        it = _expansion_loop(comm, loc, st, cfg, total_pairs, trace)
+    rec_part = _records(comm, shard, loc, st, cfg)
+    return ExpansionResult(rec_part=rec_part, member=st.member, vsize=st.vsize, iterations=it,
+                           seconds=time.perf_counter() - t0, trace=trace)
+
+
+def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
+                    total_pairs: int, trace: list[dict[str, Any]]) -> int:
+    """The DNE / AdaDNE iterations; returns their count. Collective over comm."""
+    p = cfg.parts
+    capped = cfg.algo == "dne"
+    cap2 = 2.0 * cfg.balance * total_pairs / p if capped else np.inf
+    exp = _Expander(cfg, comm.rank, comm.size, st.score.size)
+    best = np.full(loc.npairs, -1, dtype=np.int64)
+    mark = np.zeros(loc.npairs, dtype=bool)
+    it = 0
+    logger = log.get()
+    while int(st.esize2.sum()) < 2 * total_pairs:
+        open_ = st.esize2 < cap2
+        if capped and int(open_.sum()) <= 1:
+            target = int(np.flatnonzero(open_)[0]) if open_.any() else int(np.argmin(st.esize2))
+            _leftover(comm, loc, st, target)
+            trace.append({"iteration": it, "leftover_to": target})
+            break
+        if cfg.algo == "adadne":
+            lam = adaptive.expansion_factors(st.vsize, st.esize2 / 2.0, cfg.lam, cfg.w_v,
+                                             cfg.w_e, cfg.lam_min, cfg.response, cfg.beta)
+        else:
+            lam = np.full(p, cfg.lam)
+        req = _route_requests(comm, exp.requests(st, lam, open_), cfg.salt)
+        room = None
+        if capped:
+            room = np.maximum(0, np.floor((cap2 - st.esize2) / 2.0)).astype(np.int64)
+        pairs, parts = kernels.one_hop_propose(loc.lids(req[:, 0]), req[:, 1], loc.indptr,
+                                               loc.adj, loc.assign, st.esize2, best)
+        keep = _quota_cut(comm, parts, room)
+        joined = _commit(comm, loc, st, pairs[keep], parts[keep])
+        exp.add_joined(joined)
+        jv = np.unique(joined // p)
+        jl = loc.lids(jv)
+        jl = jl[jl >= 0]
+        pairs2, parts2 = kernels.two_hop_propose(jl, loc.indptr, loc.adj, loc.assign, loc.pa,
+                                                 loc.pb, st.member, st.esize2, cap2, p, mark)
+        if capped:
+            room = np.maximum(0, np.floor((cap2 - st.esize2) / 2.0)).astype(np.int64)
+        keep2 = _quota_cut(comm, parts2, room)
+        _commit(comm, loc, st, pairs2[keep2], parts2[keep2])
+        it += 1
+        if it % 50 == 0:
+            logger.info("%s: iteration %d, %.1f%% of edges allocated", cfg.algo, it,
+                        50.0 * st.esize2.sum() / max(total_pairs, 1))
+    return it
+
+
+def _records(comm: Any, shard: EdgeShard, loc: _Local, st: _State,
+             cfg: ExpansionConfig) -> np.ndarray:
+    """Partition of every local record; self-loops join a partition of their vertex. Collective."""
+    rec_part = np.full(shard.src.size, -1, dtype=np.int64)
+    has = loc.rec2pair >= 0
+    rec_part[has] = loc.assign[loc.rec2pair[has]]
+    loops = np.flatnonzero(loc.loop)
+    v = shard.src[loops]
+    first = kernels.first_member(v, st.member, cfg.parts)
+    nohome = first < 0
+    first[nohome] = (mix64(v[nohome], cfg.salt + 2) % np.uint64(cfg.parts)).astype(np.int64)
+    rec_part[loops] = first
+    keys = np.unique(v * cfg.parts + first)
+    allk = comm.allgatherv(keys)
+    kernels.apply_updates(allk, np.zeros(allk.size, dtype=np.int64), cfg.parts, st.score,
+                          st.member, st.vsize, st.esize2)
+    return rec_part.astype(np.int32)

@@ -1,0 +1,190 @@
+"""Numba kernels of the neighbour-expansion partitioners: local CSR, proposals, quotas, updates.
+
+Rank-local: nothing here communicates. All loops over edges run in ``@njit(cache=True)``.
+Membership of vertices in partitions is a bit matrix ``member`` of shape (n, W) uint64 with
+bit ``i & 63`` of word ``i >> 6`` set when the vertex is covered by an edge of partition ``i``.
+Edge sizes are kept doubled (``esize2``: two endpoint updates per allocated pair).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def local_csr(la: np.ndarray, lb: np.ndarray, nloc: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of pair ids per local vertex from the pairs' two local endpoints."""
+    deg = np.zeros(nloc + 1, np.int64)
+    for e in range(la.size):
+        deg[la[e] + 1] += 1
+        deg[lb[e] + 1] += 1
+    for x in range(nloc):
+        deg[x + 1] += deg[x]
+    pos = deg[:-1].copy()
+    adj = np.empty(deg[nloc], np.int64)
+    for e in range(la.size):
+        adj[pos[la[e]]] = e
+        pos[la[e]] += 1
+        adj[pos[lb[e]]] = e
+        pos[lb[e]] += 1
+    return deg, adj
+
+
+@njit(cache=True)
+def one_hop_propose(req_lid: np.ndarray, req_part: np.ndarray, indptr: np.ndarray,
+                    adj: np.ndarray, assign: np.ndarray, esize2: np.ndarray,
+                    best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Free pairs incident to requested vertices, each proposed to one requesting partition.
+
+    A pair requested by several partitions goes to the one with fewest edges (ties: lower id).
+    ``best`` is scratch of length #pairs filled with -1 (restored on return). Returns
+    (pair ids ascending, proposed partition).
+    """
+    total = 0
+    for j in range(req_lid.size):
+        x = req_lid[j]
+        if x >= 0:
+            total += indptr[x + 1] - indptr[x]
+    touched = np.empty(total, np.int64)
+    nt = 0
+    for j in range(req_lid.size):
+        x = req_lid[j]
+        if x < 0:
+            continue
+        i = req_part[j]
+        for q in range(indptr[x], indptr[x + 1]):
+            e = adj[q]
+            if assign[e] >= 0:
+                continue
+            b = best[e]
+            if b < 0:
+                best[e] = i
+                touched[nt] = e
+                nt += 1
+            elif esize2[i] < esize2[b] or (esize2[i] == esize2[b] and i < b):
+                best[e] = i
+    pairs = np.sort(touched[:nt])
+    parts = np.empty(nt, np.int64)
+    for k in range(nt):
+        parts[k] = best[pairs[k]]
+        best[pairs[k]] = -1
+    return pairs, parts
+
+
+@njit(cache=True)
+def two_hop_propose(join_lid: np.ndarray, indptr: np.ndarray, adj: np.ndarray,
+                    assign: np.ndarray, pa: np.ndarray, pb: np.ndarray, member: np.ndarray,
+                    esize2: np.ndarray, cap2: float, nparts: int,
+                    mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Free pairs at newly joined vertices whose two ends share a partition.
+
+    Each goes to the least-loaded shared partition still below the cap (ties: lower id).
+    ``mark`` is bool scratch of length #pairs, all False (restored). Returns (pairs, parts).
+    """
+    total = 0
+    for j in range(join_lid.size):
+        x = join_lid[j]
+        total += indptr[x + 1] - indptr[x]
+    out = np.empty(total, np.int64)
+    npr = 0
+    W = member.shape[1]
+    for j in range(join_lid.size):
+        x = join_lid[j]
+        for q in range(indptr[x], indptr[x + 1]):
+            e = adj[q]
+            if assign[e] >= 0 or mark[e]:
+                continue
+            a = pa[e]
+            b = pb[e]
+            anyc = False
+            for w in range(W):
+                if member[a, w] & member[b, w]:
+                    anyc = True
+                    break
+            if not anyc:
+                continue
+            mark[e] = True
+            out[npr] = e
+            npr += 1
+    pairs = np.sort(out[:npr])
+    parts = np.full(npr, -1, np.int64)
+    for k in range(npr):
+        e = pairs[k]
+        mark[e] = False
+        a = pa[e]
+        b = pb[e]
+        best = -1
+        for i in range(nparts):
+            w = i >> 6
+            c = (member[a, w] & member[b, w]) >> np.uint64(i & 63)
+            if c & np.uint64(1):
+                if esize2[i] < cap2 and (best < 0 or esize2[i] < esize2[best]):
+                    best = i
+        parts[k] = best
+    return pairs, parts
+
+
+@njit(cache=True)
+def take_quota(parts: np.ndarray, quota: np.ndarray) -> np.ndarray:
+    """Keep proposals in order while their partition's quota lasts (negative parts dropped)."""
+    used = np.zeros(quota.size, np.int64)
+    keep = np.zeros(parts.size, np.bool_)
+    for k in range(parts.size):
+        i = parts[k]
+        if i >= 0 and used[i] < quota[i]:
+            used[i] += 1
+            keep[k] = True
+    return keep
+
+
+@njit(cache=True)
+def apply_updates(keys: np.ndarray, counts: np.ndarray, nparts: int, score: np.ndarray,
+                  member: np.ndarray, vsize: np.ndarray, esize2: np.ndarray) -> np.ndarray:
+    """Apply (vertex * nparts + part, count) updates; return the keys that joined a partition.
+
+    ``score[v]`` (free degree) drops by ``count``, ``esize2[part]`` grows by ``count``, and a
+    vertex not yet in ``part`` joins it (``vsize`` + 1).
+    """
+    joined = np.empty(keys.size, np.int64)
+    nj = 0
+    for j in range(keys.size):
+        v = keys[j] // nparts
+        i = keys[j] - v * nparts
+        c = counts[j]
+        score[v] -= c
+        esize2[i] += c
+        w = i >> 6
+        bit = np.uint64(1) << np.uint64(i & 63)
+        if (member[v, w] & bit) == 0:
+            member[v, w] |= bit
+            vsize[i] += 1
+            joined[nj] = keys[j]
+            nj += 1
+    return joined[:nj]
+
+
+@njit(cache=True)
+def first_member(v: np.ndarray, member: np.ndarray, nparts: int) -> np.ndarray:
+    """Lowest partition id each vertex belongs to, or -1."""
+    out = np.full(v.size, -1, np.int64)
+    for k in range(v.size):
+        for i in range(nparts):
+            if (member[v[k], i >> 6] >> np.uint64(i & 63)) & np.uint64(1):
+                out[k] = i
+                break
+    return out
+
+
+@njit(cache=True)
+def popcount_rows(member: np.ndarray, nparts: int) -> np.ndarray:
+    """Per-partition count of set bits (vertices covered by each partition)."""
+    out = np.zeros(nparts, np.int64)
+    for v in range(member.shape[0]):
+        for w in range(member.shape[1]):
+            m = member[v, w]
+            if m == 0:
+                continue
+            for b in range(64):
+                if (m >> np.uint64(b)) & np.uint64(1):
+                    out[w * 64 + b] += 1
+    return out
