@@ -1,17 +1,114 @@
-"""Placeholder CLI hooks (replaced by the module's implementation)."""
+"""CLI hooks of the streaming partitioners: their own options, and the config they build.
+
+``ALGORITHMS`` feeds ``shardgnn partition --algo``; ``add_arguments`` adds only this family's
+options (the shared ones live in ``shardgnn.cli.partition``); ``run`` builds a
+:class:`PartitionConfig` and calls :func:`pipeline.main`. Collective over comm.
+"""
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Any
 
-from shardgnn.errors import ShardError
+from shardgnn.partition.streaming.baselines import BaselineParams
+from shardgnn.partition.streaming.pipeline import ALGORITHMS, AutoParts, PartitionConfig, main
+from shardgnn.partition.streaming.spring import SpringParams
 
-ALGORITHMS: tuple[str, ...] = ()
-ENGINES: tuple[str, ...] = ()
+__all__ = ["ALGORITHMS", "add_arguments", "run", "config_from_args"]
+
+#: Default restreaming refinement passes (see docs/partitioning.md for the measurements).
+DEFAULT_REFINE = 0
 
 
 def add_arguments(parser: Any) -> None:
-    """Add this family's own options (none yet)."""
+    """Add the streaming partitioners' options to ``parser``."""
+    g = parser.add_argument_group(
+        "streaming partitioners (spring, hdrf, dbh, greedy, 2ps-l, hash, package.module:Class)",
+        "Memory per rank: O(|V|) for SPRING/Hash (degree, cluster, richest-neighbour, owner "
+        "arrays) plus an (|V|, ceil(p/64)) presence bitmask; O(|V|*p) for HDRF/DBH/Greedy/2PS-L "
+        "and user classes (an int32 edge-count matrix) and for --refine (an int32 |V| x p "
+        "neighbour-count matrix); plus one chunk of edges and the edges of the partitions this "
+        "rank writes (partition i is written by rank i %% P). The edge list is never held whole.")
+    g.add_argument("--hops", type=int, default=1, choices=(0, 1, 2, 3),
+                   help="neighbourhood depth kept with each owned vertex: 1 = its full neighbour "
+                   "list (CATGNN), 2/3 = further hops, 0 = no full neighbourhood (a cross edge "
+                   "goes to one endpoint's partition at random) (default: 1)")
+    g.add_argument("--refine", type=int, default=DEFAULT_REFINE, metavar="K",
+                   help="K restreaming refinement passes after the initial assignment: each pass "
+                   "counts every vertex's neighbours per partition (an int32 |V| x p matrix, "
+                   "O(|V|*p) memory) and moves vertices to the partition holding most of them, "
+                   "never above --refine-balance * |V|/p owned vertices (default: %(default)s)")
+    g.add_argument("--refine-frac", type=float, default=0.5, metavar="F",
+                   help="fraction of vertices (seeded random) allowed to move per refine pass; "
+                   "below 1 avoids neighbours swapping back and forth (default: 0.5)")
+    g.add_argument("--refine-balance", type=float, default=1.05, metavar="B",
+                   help="owned-vertex cap per partition during refinement, as a multiple of "
+                   "|V|/p (default: 1.05)")
+    g.add_argument("--beta", type=float, default=1.05,
+                   help="SPRING balance factor: clusters merge while |C_i|+|C_t| <= beta*|V|/p "
+                   "(default: 1.05)")
+    g.add_argument("--tau", type=float, default=0.1,
+                   help="SPRING cluster volume threshold tau_vol = TAU*|E|/p, |E| counting both "
+                   "directions of each undirected edge (default: 0.1)")
+    g.add_argument("--merge", choices=("static", "resort"), default="static",
+                   help="SPRING merge order: static = sort clusters ascending once (Algorithm 1, "
+                   "authors' code); resort = re-rank a cluster after each merge (paper prose) "
+                   "(default: static)")
+    g.add_argument("--assign-order", choices=("sorted", "appearance"), default="sorted",
+                   help="SPRING greedy assignment order: sorted = clusters by size descending "
+                   "(Algorithm 1); appearance = first-appearance order (authors' code) "
+                   "(default: sorted)")
+    g.add_argument("--stream-order", choices=("interleaved", "concat"), default="interleaved",
+                   help="SPRING clustering stream of an undirected graph: interleaved = (u,v) "
+                   "then (v,u) per stored edge, one pass; concat = all (u,v) then all (v,u), two "
+                   "passes (a bidirected list built by appending reverse edges) "
+                   "(default: interleaved)")
+    g.add_argument("--hdrf-lambda", type=float, default=1.0,
+                   help="HDRF balance weight lambda (default: 1.0, as CATGNN)")
+    g.add_argument("--hdrf-epsilon", type=float, default=1.0,
+                   help="HDRF epsilon in the balance term (default: 1.0, as CATGNN)")
+    g.add_argument("--twops-port", action="store_true",
+                   help="2PS-L with CATGNN's port constants (max community volume 0.1*|E|/p, all "
+                   "partitions scored) instead of the original (2*|E|/p, the two community "
+                   "partitions of the endpoints scored)")
+    g.add_argument("--twops-balance", type=float, default=1.05,
+                   help="2PS-L edge capacity per partition as a multiple of |E|/p (default: 1.05)")
+    g.add_argument("--devices", type=int, default=None, metavar="Q",
+                   help="--parts auto: number of devices q that will train")
+    g.add_argument("--device-mem", type=float, default=None, metavar="M",
+                   help="--parts auto: memory per device in GiB")
+    g.add_argument("--reserve", type=float, default=None, metavar="T",
+                   help="--parts auto: GiB per device kept for GNN computation (default: 2/3 of "
+                   "M); p = q when graph+features on disk fit in q*(M-T), else the smallest "
+                   "multiple of q whose parts fit in M-T")
 
 
-def run(comm: Any, args: Any) -> int:
-    raise ShardError("this stage is not built yet")
+def config_from_args(args: argparse.Namespace) -> PartitionConfig:
+    """Build the job's config from parsed arguments (no validation; main() validates)."""
+    algo = args.algo if ":" in args.algo else args.algo.lower()
+    auto = None
+    if str(args.parts).lower() == "auto":
+        auto = AutoParts(devices=args.devices or 0, device_mem=args.device_mem or 0.0,
+                         reserve=args.reserve)
+    return PartitionConfig(
+        dataset=args.dataset, algo=algo,
+        parts="auto" if auto else args.parts, out=args.out, seed=args.seed,
+        results=args.results, chunk=args.chunk, hops=args.hops, refine=args.refine,
+        refine_frac=args.refine_frac, refine_balance=args.refine_balance,
+        spring=SpringParams(beta=args.beta, tau=args.tau, merge=args.merge,
+                            assign_order=args.assign_order, stream_order=args.stream_order),
+        base=BaselineParams(hdrf_lambda=args.hdrf_lambda, hdrf_epsilon=args.hdrf_epsilon,
+                            twops_port=args.twops_port, twops_balance=args.twops_balance,
+                            seed=args.seed),
+        auto=auto)
+
+
+def run(comm: Any, args: argparse.Namespace) -> int:
+    """Run the streaming partitioner named by ``--algo``. Collective over comm."""
+    cfg = config_from_args(args)
+    m = main(comm, cfg, command=" ".join(sys.argv))
+    if comm.rank == 0:
+        print(f"{cfg.algo}: parts={len(m['owned_per_partition'])} rf={m['rf']:.4f} "
+              f"owned_balance={m['vertex_balance_owned']:.4f} "
+              f"edge_balance={m['edge_balance']:.4f} out={cfg.out}", flush=True)
+    return 0

@@ -1,0 +1,179 @@
+"""CATGNN's baselines (HDRF, DBH, PowerGraph Greedy, 2PS-L, Hash) and user partitioners.
+
+The vertex-cut algorithms place each edge of the stream in one partition; the full-neighbourhood
+rule then makes each vertex's owner the partition holding most of its edges (lowest index on
+ties), and the final pass gives every owner its vertices' full neighbour lists. On P ranks each
+rank streams its shard and the ranks synchronise the state (edge counts per vertex and partition,
+loads, partial degrees) after every chunk round; on one rank the result is the sequential one.
+Functions taking ``comm`` are collective over comm.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from shardgnn import log
+from shardgnn.errors import ShardError
+from shardgnn.io.canonical import EdgeStream
+from shardgnn.partition.streaming import kernels as K
+from shardgnn.partition.streaming import vcut_kernels as VK
+from shardgnn.partition.streaming.passes import PassTimer, lockstep
+from shardgnn.partition.streaming.spring import cluster_pass, directed_lines
+
+
+@dataclass
+class BaselineParams:
+    """Parameters of the baselines (defaults of the original papers / CATGNN's ports)."""
+
+    hdrf_lambda: float = 1.0
+    hdrf_epsilon: float = 1.0
+    twops_port: bool = False     #: CATGNN port: tau 0.1*|E|/p, all partitions scored
+    twops_balance: float = 1.05  #: 2PS-L edge capacity = balance * m / p
+    seed: int = 0
+
+
+class StreamingPartitioner:
+    """Minimal interface of a user streaming partitioner (subclassing is optional).
+
+    The class is built once per rank and sees that rank's edge chunks in stream order.
+
+    Parameters
+    ----------
+    num_parts
+        p, the number of partitions.
+    num_nodes
+        |V|; vertex ids are 0 .. num_nodes - 1.
+    degrees
+        int64 (num_nodes,) global degree of every vertex (from the degree pass).
+    seed
+        The run's seed.
+    """
+
+    def __init__(self, num_parts: int, num_nodes: int, degrees: np.ndarray, seed: int) -> None:
+        self.num_parts, self.num_nodes, self.degrees, self.seed = num_parts, num_nodes, degrees, seed
+
+    def assign(self, edges: np.ndarray) -> np.ndarray:
+        """Partition id in [0, num_parts) of every edge of an (k, 2) int64 chunk."""
+        raise NotImplementedError
+
+
+def load_user_class(spec: str) -> type:
+    """Import ``package.module:ClassName``. Rank-local; raises ShardError."""
+    mod_name, _, cls_name = spec.partition(":")
+    if not mod_name or not cls_name:
+        raise ShardError(f"--algo {spec!r}: expected package.module:ClassName")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ShardError(f"--algo {spec!r}: cannot import module {mod_name!r} ({exc})") from None
+    cls = getattr(mod, cls_name, None)
+    if cls is None or not callable(getattr(cls, "assign", None)):
+        raise ShardError(f"--algo {spec!r}: expected a class with an assign(edges) method in "
+                         f"{mod_name}, got {cls!r}")
+    return cls
+
+
+class _Sync:
+    """Sum the per-rank changes of state arrays since the last sync (no-op on one rank)."""
+
+    def __init__(self, comm: Any, arrays: list[np.ndarray]) -> None:
+        self.comm, self.arrays = comm, arrays
+        self.base = [a.copy() for a in arrays] if comm.size > 1 else []
+
+    def __call__(self) -> None:
+        if self.comm.size == 1:
+            return
+        for a, b in zip(self.arrays, self.base):
+            delta = a - b
+            self.comm.allreduce(delta, "sum")
+            a[...] = b + delta
+            b[...] = a
+
+
+def vertexcut_owner(stream: EdgeStream, comm: Any, algo: str, p: int, deg: np.ndarray,
+                    params: BaselineParams, timer: PassTimer,
+                    user_cls: type | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """Stream the edges through a vertex-cut algorithm, then pick owners by the
+    full-neighbourhood rule. Collective over comm."""
+    n = deg.shape[0]
+    cnt = np.zeros((n, p), np.int32)
+    load = np.zeros(p, np.int64)
+    extra = np.zeros(n, np.int64)  # partial degrees (HDRF) / placed edges per vertex (Greedy)
+    info: dict[str, Any] = {}
+    step: Callable[[np.ndarray, np.ndarray], None]
+    if algo == "hdrf":
+        def step(e: np.ndarray, out: np.ndarray) -> None:
+            VK.hdrf_chunk(e, cnt, load, extra, params.hdrf_lambda, params.hdrf_epsilon, out)
+    elif algo == "dbh":
+        def step(e: np.ndarray, out: np.ndarray) -> None:
+            VK.dbh_chunk(e, cnt, load, deg, p, params.seed, out)
+    elif algo == "greedy":
+        def step(e: np.ndarray, out: np.ndarray) -> None:
+            VK.greedy_chunk(e, cnt, load, deg, extra, out)
+    elif algo == "2ps-l":
+        step, info = _twops_step(stream, comm, p, deg, params, timer, cnt, load)
+    elif user_cls is not None:
+        obj = user_cls(p, n, deg, params.seed)
+
+        def step(e: np.ndarray, out: np.ndarray) -> None:
+            out[...] = np.asarray(obj.assign(e)).reshape(-1)
+    else:
+        raise ShardError(f"unknown vertex-cut algorithm {algo!r}")
+    sync = _Sync(comm, [cnt, load, extra])
+    t0 = time.perf_counter()
+    with log.Progress(stream.hi - stream.lo, f"{algo} edges", enabled=comm.rank == 0) as bar:
+        for e in lockstep(stream, comm):
+            out = np.empty(e.shape[0], np.int64)
+            if user_cls is not None:
+                ok, msg = _run_user(step, e, out, p)
+                comm.agree(ok, msg)
+                VK.count_placement(e, out, cnt, load)
+            elif e.shape[0]:
+                step(e, out)
+            sync()
+            bar.update(len(e))
+    owner = VK.owners_from_counts(cnt)
+    timer.add("vertexcut", time.perf_counter() - t0, stream.hi - stream.lo)
+    info["vertexcut_rf"] = float((cnt > 0).sum() / max(n, 1))
+    info["vertexcut_edge_balance"] = float(load.max() / max(load.sum() / p, 1e-9))
+    return owner, info
+
+
+def _run_user(step: Callable[[np.ndarray, np.ndarray], None], e: np.ndarray, out: np.ndarray,
+              p: int) -> tuple[bool, str]:
+    try:
+        step(e, out)
+    except ValueError as exc:
+        return False, f"user partitioner: expected one partition id per edge ({exc})"
+    if out.size and (out.min() < 0 or out.max() >= p):
+        return False, (f"user partitioner: expected partition ids in [0, {p}), got range "
+                       f"[{out.min()}, {out.max()}]")
+    return True, ""
+
+
+def _twops_step(stream: EdgeStream, comm: Any, p: int, deg: np.ndarray, params: BaselineParams,
+                timer: PassTimer, cnt: np.ndarray, load: np.ndarray) -> tuple[Any, dict[str, Any]]:
+    """2PS-L phase 1 (streaming clustering, clusters to partitions by volume); returns the
+    phase-2 step. Collective over comm."""
+    m = int(stream.meta.num_edges)
+    tau = 0.1 * directed_lines(stream) / p if params.twops_port else 2.0 * m / p
+    cl = cluster_pass(stream, comm, deg, tau, (0,), timer, name="2ps_cluster")
+    c = cl.c
+    vol = np.bincount(c, weights=deg, minlength=cl.num_clusters).astype(np.int64)
+    order = np.argsort(-vol, kind="stable")
+    c2p = K.greedy_assign(order, vol, p)
+    cap = params.twops_balance * m / p
+
+    def step(e: np.ndarray, out: np.ndarray) -> None:
+        VK.twops_chunk(e, cnt, load, deg, vol, c, c2p, cap, params.twops_port, out)
+
+    return step, {"tau_vol": float(tau), "clusters": int(cl.num_clusters)}
+
+
+def hash_owner(n: int, p: int, seed: int) -> np.ndarray:
+    """Hash partitioning of vertices (no streaming pass needed)."""
+    return K.vertex_hash_parts(n, p, seed)

@@ -1,0 +1,383 @@
+"""Compiled per-edge and per-cluster loops of the streaming partitioners. Rank-local; no communication.
+
+Every function here is a numba ``@njit(cache=True)`` kernel over numpy arrays. Edge chunks are
+``(k, 2)`` int64 arrays holding each stored edge once; ``mode`` says which directed lines of the
+bidirected stream a kernel sees: 0 = (u, v) only, 1 = (v, u) only, 2 = (u, v) then (v, u) per
+stored edge. Presence sets are bitmasks: ``(n, words)`` uint64, bit ``i`` of word ``i // 64`` set
+when partition ``i`` holds the vertex.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# ----------------------------------------------------------------------------- degrees
+
+
+@njit(cache=True)
+def count_degrees(edges, deg, directed_in_only):
+    """Add each edge's contribution to ``deg`` (both endpoints; only the target when asked)."""
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        if not directed_in_only:
+            deg[u] += 1
+        deg[v] += 1
+
+
+# ----------------------------------------------------------------------------- SPRING clustering
+
+
+@njit(cache=True)
+def _cluster_line(u, v, deg, c, vol, size, rich, tau, k):
+    if c[u] == 0:
+        c[u] = k
+        vol[k] += deg[u]
+        size[k] += 1
+        k += 1
+    if c[v] == 0:
+        c[v] = k
+        vol[k] += deg[v]
+        size[k] += 1
+        k += 1
+    cu = c[u]
+    cv = c[v]
+    if vol[cu] <= tau and vol[cv] <= tau:
+        if vol[cu] <= vol[cv]:
+            vol[cu] -= deg[u]
+            size[cu] -= 1
+            vol[cv] += deg[u]
+            size[cv] += 1
+            c[u] = cv
+        else:
+            vol[cu] += deg[v]
+            size[cu] += 1
+            vol[cv] -= deg[v]
+            size[cv] -= 1
+            c[v] = cu
+    ru = rich[u]
+    if ru < 0 or deg[ru] < deg[v]:
+        rich[u] = v
+    rv = rich[v]
+    if rv < 0 or deg[rv] < deg[u]:
+        rich[v] = u
+    return k
+
+
+@njit(cache=True)
+def cluster_chunk(edges, mode, deg, c, vol, size, rich, tau, k):
+    """Algorithm 1 lines 2-21 over one chunk; returns the next free cluster id ``k``.
+
+    ``c`` holds cluster ids (0 = unseen), ``vol``/``size`` are indexed by cluster id and must
+    have room for ``2 * n + 1`` ids, ``rich`` holds the richest neighbour (-1 = none yet).
+    """
+    for j in range(edges.shape[0]):
+        a = edges[j, 0]
+        b = edges[j, 1]
+        if mode == 0:
+            k = _cluster_line(a, b, deg, c, vol, size, rich, tau, k)
+        elif mode == 1:
+            k = _cluster_line(b, a, deg, c, vol, size, rich, tau, k)
+        else:
+            k = _cluster_line(a, b, deg, c, vol, size, rich, tau, k)
+            k = _cluster_line(b, a, deg, c, vol, size, rich, tau, k)
+    return k
+
+
+# ----------------------------------------------------------------------------- SPRING merging
+
+
+@njit(cache=True)
+def _find(parent, x):
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:
+        nxt = parent[x]
+        parent[x] = root
+        x = nxt
+    return root
+
+
+@njit(cache=True)
+def representatives(c, rich, deg, num_clusters):
+    """Algorithm 1 lines 22-24: r(i) = the node of cluster i whose richest neighbour is richest."""
+    rep = np.full(num_clusters, -1, np.int64)
+    for v in range(c.shape[0]):
+        ci = c[v]
+        r = rep[ci]
+        if r < 0:
+            rep[ci] = v
+        elif rich[v] >= 0 and (rich[r] < 0 or deg[rich[r]] < deg[rich[v]]):
+            rep[ci] = v
+    return rep
+
+
+@njit(cache=True)
+def merge_static(order, c, size, rep, rich, deg, limit):
+    """Lines 25-29 as the authors' code runs them: one ascending order, no re-sorting.
+
+    ``order`` lists cluster ids, smallest first. Merges go through a union-find so the target
+    is the current cluster of the representative's richest neighbour. Returns the union-find
+    parent array (root = final cluster) and updates ``size``/``rep`` of the roots.
+    """
+    nc = size.shape[0]
+    parent = np.arange(nc)
+    for idx in range(order.shape[0]):
+        i = order[idx]
+        if parent[i] != i or size[i] == 0:
+            continue
+        r = rep[i]
+        if r < 0 or rich[r] < 0:
+            continue
+        t = _find(parent, c[rich[r]])
+        if t != i and size[i] + size[t] <= limit:
+            parent[i] = t
+            size[t] += size[i]
+            size[i] = 0
+            rt = rep[t]
+            if rt < 0 or rich[rt] < 0 or deg[rich[rt]] < deg[rich[r]]:
+                rep[t] = r
+    return parent
+
+
+@njit(cache=True)
+def merge_resort(c, size, rep, rich, deg, limit):
+    """Lines 25-29 as the paper's prose describes: a merged cluster is re-ranked by its new size.
+
+    A binary heap keyed by (size, id) with lazy deletion; returns the union-find parent array.
+    """
+    nc = size.shape[0]
+    parent = np.arange(nc)
+    cap = 4 * nc + 4
+    hs = np.empty(cap, np.int64)
+    hi = np.empty(cap, np.int64)
+    n = 0
+    for i in range(nc):
+        if size[i] > 0:
+            n = _heap_push(hs, hi, n, size[i], i)
+    while n > 0:
+        s = hs[0]
+        i = hi[0]
+        n = _heap_pop(hs, hi, n)
+        if parent[i] != i or size[i] != s:
+            continue
+        r = rep[i]
+        if r < 0 or rich[r] < 0:
+            continue
+        t = _find(parent, c[rich[r]])
+        if t != i and size[i] + size[t] <= limit:
+            parent[i] = t
+            size[t] += size[i]
+            size[i] = 0
+            rt = rep[t]
+            if rt < 0 or rich[rt] < 0 or deg[rich[rt]] < deg[rich[r]]:
+                rep[t] = r
+            if n + 1 < cap:
+                n = _heap_push(hs, hi, n, size[t], t)
+    return parent
+
+
+@njit(cache=True)
+def _less(hs, hi, a, b):
+    return hs[a] < hs[b] or (hs[a] == hs[b] and hi[a] < hi[b])
+
+
+@njit(cache=True)
+def _heap_push(hs, hi, n, s, i):
+    hs[n] = s
+    hi[n] = i
+    j = n
+    while j > 0:
+        par = (j - 1) // 2
+        if _less(hs, hi, j, par):
+            hs[j], hs[par] = hs[par], hs[j]
+            hi[j], hi[par] = hi[par], hi[j]
+            j = par
+        else:
+            break
+    return n + 1
+
+
+@njit(cache=True)
+def _heap_pop(hs, hi, n):
+    n -= 1
+    hs[0] = hs[n]
+    hi[0] = hi[n]
+    j = 0
+    while True:
+        a = 2 * j + 1
+        b = a + 1
+        m = j
+        if a < n and _less(hs, hi, a, m):
+            m = a
+        if b < n and _less(hs, hi, b, m):
+            m = b
+        if m == j:
+            break
+        hs[j], hs[m] = hs[m], hs[j]
+        hi[j], hi[m] = hi[m], hi[j]
+        j = m
+    return n
+
+
+@njit(cache=True)
+def greedy_assign(order, size, p):
+    """Lines 30-33: clusters in ``order`` go to the least loaded partition (lowest index on ties)."""
+    part_of = np.full(size.shape[0], -1, np.int64)
+    load = np.zeros(p, np.int64)
+    for idx in range(order.shape[0]):
+        i = order[idx]
+        if size[i] == 0:
+            continue
+        best = 0
+        for s in range(1, p):
+            if load[s] < load[best]:
+                best = s
+        part_of[i] = best
+        load[best] += size[i]
+    return part_of
+
+
+# ----------------------------------------------------------------------------- presence and routing
+
+
+@njit(cache=True)
+def expand_presence(edges, pres, out, directed):
+    """One hop: out[u] |= pres[v] and (undirected) out[v] |= pres[u] for every edge (u, v)."""
+    w = pres.shape[1]
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        for q in range(w):
+            out[u, q] |= pres[v, q]
+            if not directed:
+                out[v, q] |= pres[u, q]
+
+
+@njit(cache=True)
+def _popcount(x):
+    n = 0
+    while x:
+        x &= x - np.uint64(1)
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def route_count(edges, pres, nranks, counts):
+    """Count the (partition, edge) records each destination rank receives (partition i -> rank i % P)."""
+    w = pres.shape[1]
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        for q in range(w):
+            m = pres[u, q] & pres[v, q]
+            while m:
+                low = m & (~m + np.uint64(1))
+                b = _popcount(low - np.uint64(1))
+                counts[(q * 64 + b) % nranks] += 1
+                m ^= low
+
+
+@njit(cache=True)
+def route_fill(edges, pres, nranks, offsets, out):
+    """Write (partition, u, v) records into ``out`` at per-rank ``offsets`` (advanced in place)."""
+    w = pres.shape[1]
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        for q in range(w):
+            m = pres[u, q] & pres[v, q]
+            while m:
+                low = m & (~m + np.uint64(1))
+                b = _popcount(low - np.uint64(1))
+                i = q * 64 + b
+                r = i % nranks
+                o = offsets[r]
+                out[o, 0] = i
+                out[o, 1] = u
+                out[o, 2] = v
+                offsets[r] = o + 1
+                m ^= low
+
+
+@njit(cache=True)
+def _mix(x):
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def hash64(a, b, seed):
+    """A seeded 64-bit hash of two integers (splitmix64 finaliser)."""
+    x = _mix(np.uint64(a) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed))
+    return _mix(x ^ (np.uint64(b) + np.uint64(0x632BE59BD9B4E019)))
+
+
+@njit(cache=True)
+def one_side_parts(edges, owner, seed, out):
+    """hops = 0: an edge inside a partition stays there; a cross edge goes to one side at random."""
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        pu = owner[u]
+        pv = owner[v]
+        if pu == pv:
+            out[j] = pu
+        else:
+            a = min(u, v)
+            b = max(u, v)
+            out[j] = pu if (hash64(a, b, seed) & np.uint64(1)) == 0 else pv
+
+
+@njit(cache=True)
+def vertex_hash_parts(num_nodes, p, seed):
+    """Hash partitioning of vertices: owner(v) = hash(v) mod p."""
+    out = np.empty(num_nodes, np.int64)
+    for v in range(num_nodes):
+        out[v] = np.int64(hash64(v, 0, seed) % np.uint64(p))
+    return out
+
+
+# ----------------------------------------------------------------------------- refinement
+
+
+@njit(cache=True)
+def neighbour_part_counts(edges, owner, cnt, directed):
+    """cnt[v, owner[u]] += 1 for every edge (u, v) (and the reverse for undirected graphs)."""
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        cnt[v, owner[u]] += 1
+        if not directed:
+            cnt[u, owner[v]] += 1
+
+
+@njit(cache=True)
+def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
+    """Move vertices towards the partition holding most neighbours, never above ``cap`` owned.
+
+    Only a seeded random ``frac`` of the vertices may move in one sweep (limits oscillation from
+    stale counts). Ties keep the current partition. Returns the number of moves.
+    """
+    n, p = cnt.shape
+    moves = 0
+    thresh = np.uint64(frac * 18446744073709551615.0)
+    for v in range(n):
+        if hash64(v, rnd, seed) > thresh:
+            continue
+        a = owner[v]
+        best = a
+        bc = cnt[v, a]
+        for i in range(p):
+            if cnt[v, i] > bc and load[i] + 1 <= cap:
+                best = i
+                bc = cnt[v, i]
+        if best != a:
+            owner[v] = best
+            load[a] -= 1
+            load[best] += 1
+            moves += 1
+    return moves

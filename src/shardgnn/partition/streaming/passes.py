@@ -1,0 +1,175 @@
+"""Streaming passes shared by every streaming partitioner: degrees, presence hops, edge routing.
+
+Each pass streams this rank's contiguous share of the edge file once, in file order (each stored
+edge once; kernels emit the reverse direction themselves, so results do not depend on --chunk).
+Functions taking ``comm`` are collective over comm.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from shardgnn import log
+from shardgnn.io.canonical import EdgeStream
+from shardgnn.partition.streaming import kernels as K
+
+
+@dataclass
+class PassTimer:
+    """Wall seconds and edges per named pass (rank-local)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    edges: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, seconds: float, edges: int) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.edges[name] = self.edges.get(name, 0) + int(edges)
+
+
+def open_stream(dataset: str, comm: Any, chunk: int) -> EdgeStream:
+    """This rank's share of the dataset's edges, each stored edge once. Collective over comm."""
+    return EdgeStream(dataset, comm, chunk, both_directions=False)
+
+
+def num_rounds(stream: EdgeStream, comm: Any) -> int:
+    """The largest number of chunks any rank streams. Collective over comm."""
+    mine = (stream.hi - stream.lo + stream.chunk - 1) // stream.chunk
+    return int(comm.allreduce_scalar(int(mine), "max"))
+
+
+def lockstep(stream: EdgeStream, comm: Any) -> Iterator[np.ndarray]:
+    """Chunks of this rank, padded with empty chunks so every rank yields the same count.
+
+    Use when each chunk is followed by a collective. Collective over comm.
+    """
+    rounds = num_rounds(stream, comm)
+    it = iter(stream)
+    empty = np.zeros((0, 2), np.int64)
+    for _ in range(rounds):
+        yield next(it, empty)
+
+
+def _progress(stream: EdgeStream, comm: Any, desc: str) -> log.Progress:
+    return log.Progress(stream.hi - stream.lo, desc, unit="edge", enabled=comm.rank == 0)
+
+
+def degree_pass(stream: EdgeStream, comm: Any, timer: PassTimer) -> np.ndarray:
+    """Global degree of every vertex (undirected; in + out for directed graphs). Collective."""
+    n = stream.meta.num_nodes
+    deg = np.zeros(n, np.int64)
+    t0 = time.perf_counter()
+    with _progress(stream, comm, "degrees") as bar:
+        for e in stream:
+            K.count_degrees(e, deg, False)
+            bar.update(len(e))
+    comm.allreduce(deg, "sum")
+    timer.add("degrees", time.perf_counter() - t0, stream.hi - stream.lo)
+    return deg
+
+
+def words_for(p: int) -> int:
+    """uint64 words per vertex of a presence bitmask over p partitions."""
+    return (int(p) + 63) // 64
+
+
+def owner_bits(owner: np.ndarray, p: int) -> np.ndarray:
+    """The (n, words) presence bitmask holding each vertex in its owner's partition only."""
+    n = owner.shape[0]
+    pres = np.zeros((n, words_for(p)), np.uint64)
+    pres[np.arange(n), owner // 64] = np.left_shift(np.uint64(1), (owner % 64).astype(np.uint64))
+    return pres
+
+
+def hop_pass(stream: EdgeStream, comm: Any, pres: np.ndarray, timer: PassTimer,
+             name: str) -> np.ndarray:
+    """One more hop of presence: a vertex joins every partition holding a neighbour. Collective."""
+    out = pres.copy()
+    directed = bool(stream.meta.directed)
+    t0 = time.perf_counter()
+    with _progress(stream, comm, name) as bar:
+        for e in stream:
+            K.expand_presence(e, pres, out, directed)
+            bar.update(len(e))
+    comm.allreduce(out, "bor")
+    timer.add(name, time.perf_counter() - t0, stream.hi - stream.lo)
+    return out
+
+
+def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, p: int,
+              mine: dict[int, list[np.ndarray]]) -> None:
+    got = comm.alltoallv(recs, counts, op_name="partition_route")
+    if got.shape[0] == 0:
+        return
+    order = np.argsort(got[:, 0], kind="stable")
+    got = got[order]
+    ids, starts = np.unique(got[:, 0], return_index=True)
+    bounds = list(starts[1:]) + [got.shape[0]]
+    for i, lo, hi in zip(ids, starts, bounds):
+        mine[int(i)].append(got[lo:hi, 1:].copy())
+
+
+def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer,
+               pres: np.ndarray | None = None, owner: np.ndarray | None = None,
+               seed: int = 0) -> dict[int, np.ndarray]:
+    """Send every edge to the rank writing each partition that holds it. Collective over comm.
+
+    With ``pres`` an edge (u, v) goes to every partition holding both endpoints (the induced
+    subgraph on each partition's vertices). With ``owner`` (hops = 0) an edge inside a partition
+    stays there and a cross edge goes to one endpoint's partition chosen by a seeded hash.
+    Returns ``{partition: (k, 2) int64 edges}`` for the partitions this rank writes (i % P).
+    """
+    P = comm.size
+    mine: dict[int, list[np.ndarray]] = {i: [] for i in range(comm.rank, p, P)}
+    t0 = time.perf_counter()
+    with _progress(stream, comm, "assign edges") as bar:
+        for e in lockstep(stream, comm):
+            if pres is not None:
+                counts = np.zeros(P, np.int64)
+                K.route_count(e, pres, P, counts)
+                offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+                recs = np.empty((int(counts.sum()), 3), np.int64)
+                K.route_fill(e, pres, P, offsets, recs)
+            else:
+                assert owner is not None
+                parts = np.empty(e.shape[0], np.int64)
+                K.one_side_parts(e, owner, seed, parts)
+                dest = parts % P
+                order = np.argsort(dest, kind="stable")
+                recs = np.column_stack([parts[order], e[order]])
+                counts = np.bincount(dest, minlength=P).astype(np.int64)
+            _exchange(comm, np.ascontiguousarray(recs), counts, p, mine)
+            bar.update(len(e))
+    timer.add("assign", time.perf_counter() - t0, stream.hi - stream.lo)
+    return {i: (np.concatenate(v) if v else np.zeros((0, 2), np.int64)) for i, v in mine.items()}
+
+
+def refine_pass(stream: EdgeStream, comm: Any, owner: np.ndarray, p: int, rounds: int,
+                cap: float, seed: int, timer: PassTimer, frac: float = 0.5) -> list[int]:
+    """``rounds`` restreaming passes moving vertices towards the partition holding most of their
+    neighbours, never above ``cap`` owned vertices per partition. Memory: an (n, p) int32
+    count matrix. Identical on every rank after each pass. Collective over comm.
+
+    Returns the number of moves per pass.
+    """
+    n = owner.shape[0]
+    directed = bool(stream.meta.directed)
+    load = np.bincount(owner, minlength=p).astype(np.int64)
+    moves: list[int] = []
+    cnt = np.zeros((n, p), np.int32)
+    for r in range(rounds):
+        cnt.fill(0)
+        t0 = time.perf_counter()
+        with _progress(stream, comm, f"refine {r + 1}/{rounds}") as bar:
+            for e in stream:
+                K.neighbour_part_counts(e, owner, cnt, directed)
+                bar.update(len(e))
+        comm.allreduce(cnt, "sum")
+        m = K.refine_sweep(cnt, owner, load, cap, seed, r + 1, frac)
+        moves.append(int(m))
+        timer.add("refine", time.perf_counter() - t0, stream.hi - stream.lo)
+        if m == 0:
+            break
+    return moves

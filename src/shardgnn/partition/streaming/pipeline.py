@@ -1,0 +1,249 @@
+"""The streaming partitioning job: validate, choose owners, refine, add hops, route, write the store.
+
+``main(comm, cfg)`` is the whole SPMD program behind ``shardgnn partition`` for the streaming
+algorithms. Collective over comm.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardgnn import log
+from shardgnn.comm import peak_rss_bytes
+from shardgnn.errors import ShardError, input_error
+from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_meta
+from shardgnn.io.results import ResultWriter
+from shardgnn.partition import metrics, store
+from shardgnn.partition.streaming import passes
+from shardgnn.partition.streaming.baselines import (BaselineParams, hash_owner, load_user_class,
+                                                    vertexcut_owner)
+from shardgnn.partition.streaming.spring import SpringParams, spring_owner
+
+ALGORITHMS: tuple[str, ...] = ("spring", "hdrf", "dbh", "greedy", "2ps-l", "hash")
+
+
+@dataclass
+class AutoParts:
+    """--parts auto: q devices of M GiB each, T GiB reserved per device for computation."""
+
+    devices: int
+    device_mem: float
+    reserve: float | None = None
+
+
+@dataclass
+class PartitionConfig:
+    """A validated streaming partitioning job."""
+
+    dataset: str
+    algo: str
+    parts: int | str
+    out: str
+    seed: int = 0
+    results: str | None = None
+    chunk: int = 1 << 20
+    hops: int = 1
+    refine: int = 0
+    refine_frac: float = 0.5
+    refine_balance: float = 1.05
+    spring: SpringParams = field(default_factory=SpringParams)
+    base: BaselineParams = field(default_factory=BaselineParams)
+    auto: AutoParts | None = None
+
+
+def dataset_bytes(directory: str | os.PathLike, meta: GraphMeta) -> int:
+    """Size on disk of the graph and node data (CATGNN's estimate of its size in memory)."""
+    d = Path(directory)
+    files = ["edges.bin"] + [f"{k}.npy" for k in NODE_FILES]
+    return int(sum((d / f).stat().st_size for f in files if (d / f).exists()))
+
+
+def auto_parts(size_bytes: int, auto: AutoParts) -> int:
+    """CATGNN §3.2: p = q when the data fits in q*(M - T), else the smallest multiple of q whose
+    parts each fit in M - T. T defaults to 2/3 of M."""
+    gib = 1024.0 ** 3
+    reserve = auto.device_mem * 2.0 / 3.0 if auto.reserve is None else auto.reserve
+    room = (auto.device_mem - reserve) * gib
+    if room <= 0:
+        raise ShardError(f"--reserve: expected less than --device-mem {auto.device_mem} GiB, "
+                         f"got {reserve} GiB")
+    q = auto.devices
+    if size_bytes <= q * room:
+        return q
+    return q * int(math.ceil(size_bytes / (q * room)))
+
+
+def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
+    """Rank-local checks of the configuration; returns (dataset meta, p)."""
+    meta = read_meta(cfg.dataset)
+    if cfg.chunk < 1:
+        raise ShardError(f"--chunk: expected >= 1 edges, got {cfg.chunk}")
+    if cfg.hops not in (0, 1, 2, 3):
+        raise ShardError(f"--hops: expected 0, 1, 2 or 3, got {cfg.hops}")
+    if cfg.refine < 0:
+        raise ShardError(f"--refine: expected >= 0 passes, got {cfg.refine}")
+    if cfg.parts == "auto":
+        if cfg.auto is None or cfg.auto.devices < 1 or cfg.auto.device_mem <= 0:
+            raise ShardError("--parts auto: expected --devices q >= 1 and --device-mem M > 0 GiB")
+        p = auto_parts(dataset_bytes(cfg.dataset, meta), cfg.auto)
+        p = min(p, max(meta.num_nodes, 1))
+    else:
+        try:
+            p = int(cfg.parts)
+        except ValueError:
+            raise ShardError(f"--parts: expected an integer >= 1 or 'auto', got {cfg.parts!r}") from None
+    if p < 1:
+        raise ShardError(f"--parts: expected p >= 1, got {p}")
+    if p > meta.num_nodes:
+        raise input_error(cfg.dataset, f"--parts: expected p <= |V| = {meta.num_nodes}, got {p}")
+    out = Path(cfg.out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / store.META).exists())):
+        raise input_error(out, "expected a new directory or an earlier partition store, got "
+                          "an existing file or non-empty directory")
+    if cfg.algo not in ALGORITHMS:
+        load_user_class(cfg.algo)
+    return meta, p
+
+
+def _owners(cfg: PartitionConfig, comm: Any, stream: Any, p: int,
+            timer: passes.PassTimer) -> tuple[np.ndarray, dict[str, Any]]:
+    n = stream.meta.num_nodes
+    if cfg.algo == "hash":
+        return hash_owner(n, p, cfg.seed), {}
+    deg = passes.degree_pass(stream, comm, timer)
+    if cfg.algo == "spring":
+        return spring_owner(stream, comm, deg, p, cfg.spring, timer)
+    user = None if cfg.algo in ALGORITHMS else load_user_class(cfg.algo)
+    return vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user)
+
+
+def _tmp_dir(comm: Any, out: Path) -> Path:
+    name = f"{out.name}.tmp-{os.getpid()}" if comm.rank == 0 else None
+    name = comm.bcast_obj(name)
+    tmp = out.with_name(name)
+    err = ""
+    if comm.rank == 0:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+        except OSError as exc:
+            err = f"{out}: cannot create the output directory ({exc})"
+    comm.agree(not err, err)
+    return tmp
+
+
+def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
+    """Run one streaming partitioning job and write the store. Collective over comm.
+
+    Returns the metrics (same on every rank).
+    """
+    t_start = time.perf_counter()
+    meta, p = comm.run_agreed(_validate, cfg)
+    stream = passes.open_stream(cfg.dataset, comm, cfg.chunk)
+    timer = passes.PassTimer()
+    owner, info = _owners(cfg, comm, stream, p, timer)
+    if cfg.refine:
+        cap = cfg.refine_balance * meta.num_nodes / p
+        info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, cfg.refine, cap,
+                                                  cfg.seed, timer, cfg.refine_frac)
+    if cfg.hops == 0:
+        edges = passes.route_pass(stream, comm, p, timer, owner=owner, seed=cfg.seed)
+    else:
+        pres = passes.owner_bits(owner, p)
+        for h in range(cfg.hops):
+            pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}")
+        edges = passes.route_pass(stream, comm, p, timer, pres=pres)
+        del pres
+    out = Path(cfg.out).absolute()
+    tmp = _tmp_dir(comm, out)
+    stats = _write_parts_p(comm, cfg, meta, tmp, owner, edges, p, timer)
+    m = metrics.summarize([stats[i]["owned"] for i in range(p)],
+                          [stats[i]["vertices"] for i in range(p)],
+                          [stats[i]["edges"] for i in range(p)], meta.num_nodes)
+    m.update(info)
+    seconds = comm.allgather_obj(timer.seconds)
+    per_pass = {k: max(s.get(k, 0.0) for s in seconds) for k in timer.seconds}
+    m["seconds_per_pass"] = per_pass
+    counted = comm.allgather_obj(timer.edges)
+    m["edges_per_second"] = {k: sum(c.get(k, 0) for c in counted) / v
+                             for k, v in per_pass.items() if v > 0 and timer.edges.get(k)}
+    m["seconds_total"] = time.perf_counter() - t_start
+    rss = comm.allgather_obj(peak_rss_bytes())
+    m["peak_rss_bytes"] = rss
+    _finish(comm, cfg, meta, p, tmp, out, m, command)
+    return m
+
+
+def _write_parts_p(comm: Any, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
+                   owner: np.ndarray, edges: dict[int, np.ndarray], p: int,
+                   timer: passes.PassTimer) -> dict[int, dict[str, int]]:
+    t0 = time.perf_counter()
+    node_data = {k: a for k in NODE_FILES
+                 if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
+    stats: dict[int, dict[str, int]] = {}
+    for i, e in edges.items():
+        owned = np.flatnonzero(owner == i)
+        stats[i] = store.write_partition(tmp / store.part_name(i), i, p, owned, e,
+                                         bool(meta.directed), node_data)
+    timer.add("write", time.perf_counter() - t0, 0)
+    merged: dict[int, dict[str, int]] = {}
+    for d in comm.allgather_obj(stats):
+        merged.update(d)
+    return merged
+
+
+def _finish(comm: Any, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path, out: Path,
+            m: dict[str, Any], command: str) -> None:
+    """Write meta.json and the results file, then move the store into place. Collective."""
+    params = {"spring": asdict(cfg.spring), "baselines": asdict(cfg.base), "hops": cfg.hops,
+              "refine": cfg.refine, "refine_frac": cfg.refine_frac,
+              "refine_balance": cfg.refine_balance, "seed": cfg.seed, "chunk": cfg.chunk,
+              "ranks": comm.size}
+    doc = {"format": store.FORMAT, "version": store.VERSION, "algorithm": cfg.algo,
+           "parameters": params, "parts": p, "num_nodes": meta.num_nodes,
+           "num_edges": meta.num_edges, "directed": bool(meta.directed), "hops": cfg.hops,
+           "dataset": str(Path(cfg.dataset).absolute()), "num_features": meta.num_features,
+           "num_classes": meta.num_classes, "metrics": m}
+    if comm.rank == 0:
+        (tmp / store.META).write_text(json.dumps(doc, indent=2))
+    results = Path(cfg.results).absolute() if cfg.results else tmp / "results.h5"
+    config = {"algorithm": cfg.algo, "parts": p, "dataset": doc["dataset"], **{
+        k: v for k, v in params.items() if not isinstance(v, dict)}}
+    with ResultWriter(comm, results, config=config, command=command) as w:
+        scalars = {k: v for k, v in m.items() if isinstance(v, (int, float))}
+        w.attrs("partition", {"algorithm": cfg.algo, "parts": p, "hops": cfg.hops, **scalars})
+        w.dataset("partition/edges_per_partition", np.asarray(m["edges_per_partition"]))
+        w.dataset("partition/owned_per_partition", np.asarray(m["owned_per_partition"]))
+        w.dataset("partition/vertices_per_partition", np.asarray(m["vertices_per_partition"]))
+        names = sorted(m["seconds_per_pass"])
+        w.dataset("partition/pass_names", np.asarray(names))
+        w.dataset("partition/pass_seconds", np.asarray([m["seconds_per_pass"][k] for k in names]))
+        w.per_rank("partition/peak_rss_bytes", peak_rss_bytes())
+    err = ""
+    if comm.rank == 0:
+        try:
+            old = out.with_name(f"{out.name}.old-{os.getpid()}")
+            if out.exists():
+                os.replace(out, old)
+            os.replace(tmp, out)
+            if old.exists():
+                shutil.rmtree(old)
+        except OSError as exc:
+            err = f"{out}: cannot move the partition store into place ({exc})"
+    comm.agree(not err, err)
+    if comm.rank == 0:
+        log.get().info("partitioned %s into %d parts with %s: RF %.3f, owned balance %.3f, "
+                       "edge balance %.3f, %.1f s", cfg.dataset, p, cfg.algo, m["rf"],
+                       m["vertex_balance_owned"], m["edge_balance"], m["seconds_total"])
+        sys.stdout.flush()

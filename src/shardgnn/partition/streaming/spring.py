@@ -1,0 +1,158 @@
+"""SPRING (CATGNN, Algorithm 1): streaming clustering, richest-neighbour merging, greedy assignment.
+
+Sequential on one rank exactly as Algorithm 1; on P ranks each rank clusters its shard with the
+global degrees, and the ranks agree per vertex on the largest-volume cluster and the richest
+neighbour (``DESIGN.md`` "Distributed SPRING"). Merging and assignment run on cluster summaries,
+identically on every rank. Functions taking ``comm`` are collective over comm.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from shardgnn import log
+from shardgnn.io.canonical import EdgeStream
+from shardgnn.partition.streaming import kernels as K
+from shardgnn.partition.streaming.passes import PassTimer
+
+
+@dataclass
+class SpringParams:
+    """SPRING's parameters with the paper's defaults."""
+
+    beta: float = 1.05            #: merge limit |C_i| + |C_t| <= beta * |V| / p
+    tau: float = 0.1              #: tau_vol = tau * |E| / p, |E| = directed lines (2 per edge)
+    merge: str = "static"         #: static (Algorithm 1, authors' code) or resort (paper prose)
+    assign_order: str = "sorted"  #: sorted (Algorithm 1 line 30) or appearance (authors' code)
+    stream_order: str = "interleaved"  #: interleaved (u,v),(v,u) or concat (all (u,v), then (v,u))
+
+
+@dataclass
+class Clustering:
+    """Per-vertex cluster ids (1..K-1, compact) and richest neighbours, agreed over ranks."""
+
+    c: np.ndarray
+    rich: np.ndarray
+    num_clusters: int
+    raw_clusters: int
+
+
+def directed_lines(stream: EdgeStream) -> int:
+    """|E| as the bidirected stream counts it (two lines per undirected edge)."""
+    m = int(stream.meta.num_edges)
+    return m if stream.meta.directed else 2 * m
+
+
+def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
+                 modes: tuple[int, ...], timer: PassTimer, name: str = "cluster") -> Clustering:
+    """Streaming clustering (Algorithm 1 lines 2-21) over this rank's shard, then agreement
+    on the largest-volume cluster and richest neighbour per vertex. Collective over comm."""
+    n = deg.shape[0]
+    c = np.zeros(n, np.int64)
+    vol = np.zeros(n + 2, np.int64)
+    size = np.zeros(n + 2, np.int64)
+    rich = np.full(n, -1, np.int64)
+    k = 1
+    t0 = time.perf_counter()
+    for mode in modes:
+        with log.Progress(stream.hi - stream.lo, f"{name} ({'uv' if mode == 0 else 'vu' if mode == 1 else 'both'})",
+                          enabled=comm.rank == 0) as bar:
+            for e in stream:
+                k = K.cluster_chunk(e, mode, deg, c, vol, size, rich, tau_vol, k)
+                bar.update(len(e))
+    timer.add(name, time.perf_counter() - t0, (stream.hi - stream.lo) * len(modes))
+    t0 = time.perf_counter()
+    raw = int(comm.allreduce_scalar(int(k - 1), "sum"))
+    c_glob, rich = _agree(comm, c, vol, rich, deg, k)
+    cc, num = _compact(c_glob)
+    timer.add(name + "_agree", time.perf_counter() - t0, 0)
+    return Clustering(c=cc, rich=rich, num_clusters=num, raw_clusters=raw)
+
+
+def _agree(comm: Any, c: np.ndarray, vol: np.ndarray, rich: np.ndarray, deg: np.ndarray,
+           k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Namespace cluster ids by rank; keep per vertex the largest-volume cluster (lowest id on
+    ties) and the richest neighbour (lowest rank on ties). Identity on one rank."""
+    counts = comm.allgather_obj(int(k - 1))
+    offset = int(sum(counts[: comm.rank]))
+    seen = c > 0
+    gid = np.where(seen, c + offset, 0)
+    if comm.size == 1:
+        return gid, rich
+    myvol = np.where(seen, vol[c], -1)
+    best = comm.allreduce(myvol.copy(), "max")
+    big = np.iinfo(np.int64).max
+    cand = np.where(seen & (myvol == best), gid, big)
+    comm.allreduce(cand, "min")
+    gid = np.where(cand == big, 0, cand)
+    key = np.where(rich >= 0, deg[np.maximum(rich, 0)] * 65536 + (65535 - comm.rank), -1)
+    best_key = comm.allreduce(key.copy(), "max")
+    rn = np.where((key == best_key) & (rich >= 0), rich, -1)
+    comm.allreduce(rn, "max")
+    return gid, rn
+
+
+def _compact(c: np.ndarray) -> tuple[np.ndarray, int]:
+    """Relabel cluster ids to 1..K-1 keeping their order; unseen vertices (isolated) get fresh
+    singleton ids after them in vertex order. Returns (ids, K)."""
+    ids, inv = np.unique(c, return_inverse=True)
+    has_zero = ids.size > 0 and ids[0] == 0
+    out = inv.astype(np.int64) + (0 if has_zero else 1)
+    num = int(ids.size) + (0 if has_zero else 1)
+    iso = np.flatnonzero(c == 0)
+    out[iso] = num + np.arange(iso.size)
+    return out, num + int(iso.size)
+
+
+@njit(cache=True)
+def _roots(parent):
+    out = np.empty(parent.shape[0], np.int64)
+    for i in range(parent.shape[0]):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        out[i] = r
+    return out
+
+
+def merge_and_assign(cl: Clustering, deg: np.ndarray, p: int,
+                     params: SpringParams) -> tuple[np.ndarray, dict[str, Any]]:
+    """Algorithm 1 lines 22-33 on cluster summaries: representatives, merging by the
+    representative's richest neighbour, greedy assignment. Rank-local; returns (owner, info)."""
+    n = deg.shape[0]
+    size = np.bincount(cl.c, minlength=cl.num_clusters).astype(np.int64)
+    before = int((size > 0).sum())
+    rep = K.representatives(cl.c, cl.rich, deg, cl.num_clusters)
+    limit = params.beta * n / p
+    if params.merge == "resort":
+        parent = K.merge_resort(cl.c, size, rep, cl.rich, deg, limit)
+    else:
+        order = np.argsort(size, kind="stable")
+        parent = K.merge_static(order, cl.c, size, rep, cl.rich, deg, limit)
+    root = _roots(parent)
+    if params.assign_order == "appearance":
+        order = np.arange(cl.num_clusters)
+    else:
+        order = np.argsort(-size, kind="stable")
+    part_of = K.greedy_assign(order, size, p)
+    owner = part_of[root[cl.c]]
+    info = {"clusters_stream": cl.raw_clusters, "clusters_before_merge": before,
+            "clusters_after_merge": int((size > 0).sum())}
+    return owner.astype(np.int64), info
+
+
+def spring_owner(stream: EdgeStream, comm: Any, deg: np.ndarray, p: int, params: SpringParams,
+                 timer: PassTimer) -> tuple[np.ndarray, dict[str, Any]]:
+    """Owner partition of every vertex by SPRING. Collective over comm."""
+    tau_vol = params.tau * directed_lines(stream) / p
+    modes = (0,) if stream.meta.directed else ((2,) if params.stream_order == "interleaved" else (0, 1))
+    cl = cluster_pass(stream, comm, deg, tau_vol, modes, timer)
+    t0 = time.perf_counter()
+    owner, info = merge_and_assign(cl, deg, p, params)
+    timer.add("merge_assign", time.perf_counter() - t0, 0)
+    info["tau_vol"] = float(tau_vol)
+    return owner, info

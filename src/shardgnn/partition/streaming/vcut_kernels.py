@@ -1,0 +1,205 @@
+"""Compiled per-edge loops of the vertex-cut baselines (HDRF, DBH, Greedy, 2PS-L). Rank-local.
+
+State shared by all of them: ``cnt`` (n, p) int32, the number of v's edges placed in partition i
+(v is present in i when ``cnt[v, i] > 0``), ``load`` (p,) int64 edges per partition. Each kernel
+fills ``out`` with one partition id per edge of the chunk and updates the state. Ties go to the
+lowest partition index.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from shardgnn.partition.streaming.kernels import hash64
+
+
+@njit(cache=True)
+def _place(cnt, load, u, v, i):
+    cnt[u, i] += 1
+    cnt[v, i] += 1
+    load[i] += 1
+
+
+@njit(cache=True)
+def hdrf_chunk(edges, cnt, load, pdeg, lam, eps, out):
+    """HDRF (Petroni et al. 2015) with partial degrees; score = C_rep + lam * C_bal."""
+    p = load.shape[0]
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        pdeg[u] += 1
+        pdeg[v] += 1
+        du = float(pdeg[u])
+        dv = float(pdeg[v])
+        tu = du / (du + dv)
+        tv = 1.0 - tu
+        maxl = load.max()
+        minl = load.min()
+        best = 0
+        bs = -1e300
+        for i in range(p):
+            s = 0.0
+            if cnt[u, i] > 0:
+                s += 1.0 + (1.0 - tu)
+            if cnt[v, i] > 0:
+                s += 1.0 + (1.0 - tv)
+            s += lam * (maxl - load[i]) / (eps + maxl - minl)
+            if s > bs:
+                bs = s
+                best = i
+        out[j] = best
+        _place(cnt, load, u, v, best)
+
+
+@njit(cache=True)
+def dbh_chunk(edges, cnt, load, deg, p, seed, out):
+    """DBH (Xie et al. 2014): hash the lower-degree endpoint (lower id on equal degrees)."""
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        if deg[u] < deg[v] or (deg[u] == deg[v] and u < v):
+            h = u
+        else:
+            h = v
+        best = np.int64(hash64(h, 0, seed) % np.uint64(p))
+        out[j] = best
+        _place(cnt, load, u, v, best)
+
+
+@njit(cache=True)
+def _least_loaded(load, cnt, a, b, mode):
+    """Least loaded partition among: mode 0 A(a)&A(b), 1 A(a), 2 all."""
+    best = -1
+    for i in range(load.shape[0]):
+        ok = True
+        if mode == 0:
+            ok = cnt[a, i] > 0 and cnt[b, i] > 0
+        elif mode == 1:
+            ok = cnt[a, i] > 0
+        if ok and (best < 0 or load[i] < load[best]):
+            best = i
+    return best
+
+
+@njit(cache=True)
+def greedy_chunk(edges, cnt, load, deg, seen, out):
+    """PowerGraph greedy: shared partition; else the partitions of the endpoint with more unplaced
+    edges; else of the placed endpoint; else least loaded overall."""
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        best = _least_loaded(load, cnt, u, v, 0)
+        if best < 0:
+            hu = seen[u] > 0
+            hv = seen[v] > 0
+            if hu and hv:
+                if deg[u] - seen[u] >= deg[v] - seen[v]:
+                    best = _least_loaded(load, cnt, u, u, 1)
+                else:
+                    best = _least_loaded(load, cnt, v, v, 1)
+            elif hu:
+                best = _least_loaded(load, cnt, u, u, 1)
+            elif hv:
+                best = _least_loaded(load, cnt, v, v, 1)
+            else:
+                best = _least_loaded(load, cnt, u, v, 2)
+        seen[u] += 1
+        seen[v] += 1
+        out[j] = best
+        _place(cnt, load, u, v, best)
+
+
+@njit(cache=True)
+def _twops_score(cnt, deg, vol, c, c2p, u, v, i):
+    du = float(deg[u])
+    dv = float(deg[v])
+    s = 0.0
+    if cnt[u, i] > 0:
+        s += 1.0 + (1.0 - du / (du + dv))
+    if cnt[v, i] > 0:
+        s += 1.0 + (1.0 - dv / (du + dv))
+    vu = float(vol[c[u]])
+    vv = float(vol[c[v]])
+    if c2p[c[u]] == i:
+        s += vu / (vu + vv)
+    if c2p[c[v]] == i:
+        s += vv / (vu + vv)
+    return s
+
+
+@njit(cache=True)
+def twops_chunk(edges, cnt, load, deg, vol, c, c2p, cap, all_parts, out):
+    """2PS-L phase 2 (Mayer et al. 2022): an edge inside one community partition stays there;
+    otherwise the candidate partitions (the two community partitions of the endpoints, or all
+    partitions with ``all_parts``) below ``cap`` are scored by degree and community volume; when
+    all candidates are full the least loaded partition takes it."""
+    p = load.shape[0]
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        pu = c2p[c[u]]
+        pv = c2p[c[v]]
+        best = -1
+        if pu == pv and load[pu] < cap:
+            best = pu
+        else:
+            bs = -1.0
+            if all_parts:
+                for i in range(p):
+                    if load[i] < cap:
+                        s = _twops_score(cnt, deg, vol, c, c2p, u, v, i)
+                        if s > bs:
+                            bs = s
+                            best = i
+            else:
+                lo = min(pu, pv)
+                hi = max(pu, pv)
+                if load[lo] < cap:
+                    bs = _twops_score(cnt, deg, vol, c, c2p, u, v, lo)
+                    best = lo
+                if hi != lo and load[hi] < cap:
+                    s = _twops_score(cnt, deg, vol, c, c2p, u, v, hi)
+                    if s > bs:
+                        best = hi
+        if best < 0:
+            best = 0
+            for i in range(1, p):
+                if load[i] < load[best]:
+                    best = i
+        out[j] = best
+        _place(cnt, load, u, v, best)
+
+
+@njit(cache=True)
+def count_placement(edges, parts, cnt, load):
+    """Record externally chosen edge partitions (user partitioners) in the shared state."""
+    for j in range(edges.shape[0]):
+        _place(cnt, load, edges[j, 0], edges[j, 1], parts[j])
+
+
+@njit(cache=True)
+def owners_from_counts(cnt):
+    """Owner of v = the partition holding most of its edges (lowest index on ties); -1 if none,
+    then vertices without edges go to the partition with fewest owned vertices, in id order."""
+    n, p = cnt.shape
+    owner = np.full(n, -1, np.int64)
+    owned = np.zeros(p, np.int64)
+    for v in range(n):
+        best = -1
+        bc = 0
+        for i in range(p):
+            if cnt[v, i] > bc:
+                bc = cnt[v, i]
+                best = i
+        owner[v] = best
+        if best >= 0:
+            owned[best] += 1
+    for v in range(n):
+        if owner[v] < 0:
+            best = 0
+            for i in range(1, p):
+                if owned[i] < owned[best]:
+                    best = i
+            owner[v] = best
+            owned[best] += 1
+    return owner
