@@ -1,15 +1,193 @@
-"""Placeholder for `shardgnn convert` (replaced by its implementation)."""
+"""`shardgnn convert SRC --out DIR`: any supported input -> canonical dataset directory.
+
+Runs on rank 0 (under mpiexec the other ranks wait and report the same verdict).
+"""
 from __future__ import annotations
 
+import argparse
+import time
+from pathlib import Path
 from typing import Any
 
-from shardgnn.errors import ShardError
+from shardgnn import log
+from shardgnn.comm import peak_rss_bytes
+from shardgnn.errors import ShardError, input_error
+from shardgnn.io.convert import ConvertOptions, NodeData, convert_source, run_on_root
+from shardgnn.io.descriptor import Descriptor, read_descriptor
+from shardgnn.io.readers import (DEFAULT_CHUNK_EDGES, ArraySource, EdgeSource, NpySource,
+                                 NpzSource, TextSource, detect_format)
+
+FORMATS = ("snap", "csv", "mtx", "planetoid", "npy", "npz")
+
+DESCRIPTION = """\
+Convert a graph into the canonical dataset directory (docs/formats.md): edges.bin (int32 pairs,
+int64 above 2^31 nodes) + graph.json, and x.npy / y.npy / *_mask.npy / id_map.npy /
+edge_type.bin when present.
+
+Inputs (format from the file name, or --format):
+  SNAP edge lists  .txt .edges .tsv .el (also .gz): '#'/'%' comments, space/tab/comma, CRLF ok
+  CSV with header  .csv (header line detected: a first line whose ids are not integers)
+  Matrix Market    .mtx coordinate, general or symmetric, 1-based; size line declares nodes
+  Planetoid        a folder with ind.NAME.{x,y,tx,ty,allx,ally,graph,test.index} or DIR/ind.NAME
+  edge arrays      .npy (m, 2) integers; .npz with 'edges' (m, 2) or 'row' and 'col'
+  descriptor       .toml from inputs/datasets/ (path, format, labels, expected counts)
+
+Defaults: the graph is made undirected (each edge stored once as (min, max)), self-loops are
+dropped and duplicate edges merged; all three are counted in graph.json. Node ids that are not
+exactly 0..n-1 are relabelled by sorted original id (id_map.npy holds the original ids).
+
+Memory: streaming in two passes. It holds the sorted set of distinct node ids (8 bytes per
+node; none when the node count is declared), one chunk of --chunk-edges edges with its sort
+keys (about 50 bytes per edge) and the merge buffers (--merge-memory keys, 8 bytes each);
+never the whole edge list. Sorted runs go to a temp folder inside the output (or --tmp-dir)
+and are removed at the end. Output is written to DIR.tmp-PID and renamed to DIR when complete.
+"""
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("convert", help="(not built yet)")
+    p = sub.add_parser("convert", help="convert an edge list / Planetoid / array to canonical form",
+                       description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("src", help="input file, Planetoid folder/prefix, or .toml descriptor")
+    p.add_argument("--out", required=True, help="output dataset directory (must not exist "
+                   "unless --force)")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="input format (default: from the file name)")
+    p.add_argument("--directed", action="store_true",
+                   help="keep edge directions (default: make the graph undirected)")
+    p.add_argument("--keep-self-loops", action="store_true",
+                   help="keep self-loops (default: count and drop them)")
+    p.add_argument("--keep-duplicates", action="store_true",
+                   help="keep duplicate edges (default: count and merge them; for an undirected "
+                   "graph (u,v) and (v,u) are duplicates)")
+    p.add_argument("--num-nodes", type=int, default=None,
+                   help="declared node count: ids must be < N and are kept as they are "
+                   "(isolated nodes included; no relabelling)")
+    p.add_argument("--edge-types", action="store_true",
+                   help="keep a third integer column as the edge type (edge_type.bin, int32, "
+                   "aligned with edges.bin; merged duplicates keep the smallest type)")
+    p.add_argument("--features", default=None, metavar="F.npy",
+                   help="(nodes, f) feature matrix for an edge-list input, rows in new-id order "
+                   "(= original id order when ids are 0..n-1); stored as float32, NaN rejected")
+    p.add_argument("--labels", default=None, metavar="FILE",
+                   help="labels: .npy (one int per node, new-id order) or CSV 'id,label' with "
+                   "original ids (nodes without a line get -1)")
+    p.add_argument("--split", type=float, nargs=3, default=None, metavar=("TRAIN", "VAL", "TEST"),
+                   help="write random train/val/test masks over the labelled nodes")
+    p.add_argument("--split-seed", type=int, default=None, help="seed of --split (default: 0)")
+    p.add_argument("--structure-only", action="store_true",
+                   help="Planetoid: convert graph, labels and masks without features (needed "
+                   "when ind.NAME.allx/x/tx is missing, e.g. the shared pubmed)")
+    p.add_argument("--name", default=None, help="dataset name stored in graph.json")
+    p.add_argument("--chunk-edges", type=int, default=DEFAULT_CHUNK_EDGES,
+                   help="edges per streamed chunk (default: 4194304; text blocks of "
+                   "min(16*chunk, 16 MiB) bytes); bounds memory")
+    p.add_argument("--merge-memory", type=int, default=1 << 23,
+                   help="keys held by the k-way merge buffers (default: 8388608 = 64 MiB)")
+    p.add_argument("--tmp-dir", default=None,
+                   help="folder for sorted runs (default: inside the output's temp folder)")
+    p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.set_defaults(func=run)
 
 
-def run(comm: Any, args: Any) -> int:
-    raise ShardError("not built yet")
+def build_source(src: Path, fmt: str | None, args: argparse.Namespace,
+                 desc: Descriptor | None) -> tuple[EdgeSource, NodeData]:
+    """Pick the reader for ``src`` and the node data that goes with it."""
+    nodes = NodeData()
+    if fmt is None:
+        if not src.exists() and not (src.parent / (src.name + ".graph")).exists():
+            raise input_error(src, "no such file or directory")
+        fmt = detect_format(src)
+    chunk = args.chunk_edges
+    if chunk < 1:
+        raise ShardError(f"--chunk-edges: expected >= 1, got {chunk}")
+    edge_types = args.edge_types or bool(desc and desc.edge_types)
+    if edge_types and fmt not in ("snap", "csv"):
+        raise ShardError(f"--edge-types: expected a text or CSV input, got format {fmt!r}")
+    if fmt == "planetoid":
+        from shardgnn.io.planetoid import load_planetoid
+
+        structure_only = args.structure_only or bool(desc and desc.structure_only)
+        data = load_planetoid(src, structure_only)
+        nodes = NodeData(x=data.x, y=data.y, masks=data.masks)
+        source: EdgeSource = ArraySource(data.edges, data.files["graph"], data.num_nodes,
+                                         chunk_edges=chunk, name=data.name)
+        return source, nodes
+    if fmt in ("snap", "csv", "mtx"):
+        source = TextSource(src, fmt, edge_types, chunk)
+    elif fmt == "npy":
+        source = NpySource(src, chunk)
+    elif fmt == "npz":
+        source = NpzSource(src, chunk)
+    else:
+        raise input_error(src, f"unknown format {fmt!r} (expected one of {FORMATS})")
+    return source, nodes
+
+
+def _convert(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    src = Path(args.src)
+    desc: Descriptor | None = None
+    fmt = args.format
+    if fmt is None and src.suffix.lower() == ".toml":
+        desc = read_descriptor(src)
+        src, fmt = desc.path, desc.format
+    source, nodes = build_source(src, fmt, args, desc)
+    feats = args.features or (desc.features if desc else None)
+    labels = args.labels or (desc.labels if desc else None)
+    if (feats or labels) and nodes.y is not None:
+        raise ShardError("--features/--labels: expected an edge-list input, got a Planetoid "
+                         "dataset (it brings its own)")
+    nodes.features_path = Path(feats) if feats else None
+    nodes.labels_path = Path(labels) if labels else None
+    split = args.split or (desc.split if desc else None)
+    nodes.split = tuple(split) if split else None  # type: ignore[assignment]
+    nodes.split_seed = args.split_seed if args.split_seed is not None else (
+        desc.split_seed if desc else 0)
+    conv = desc.convert if desc else {}
+    directed = bool(args.directed or conv.get("directed", False))
+    num_nodes = args.num_nodes if args.num_nodes is not None else (desc.num_nodes if desc else None)
+    if num_nodes is not None and num_nodes < 1:
+        raise ShardError(f"--num-nodes: expected >= 1, got {num_nodes}")
+    extra: dict[str, Any] = {"format": fmt or type(source).__name__}
+    if desc is not None:
+        extra["descriptor"] = str(desc.file)
+        extra.update({k: v for k, v in desc.info.items() if k in ("source", "license")})
+    opt = ConvertOptions(directed=directed, keep_self_loops=args.keep_self_loops,
+                         keep_duplicates=args.keep_duplicates, num_nodes=num_nodes,
+                         force=args.force, merge_memory_edges=args.merge_memory,
+                         tmp_dir=args.tmp_dir, name=args.name or (desc.name if desc else ""),
+                         extra=extra)
+    meta = convert_source(source, Path(args.out), opt, nodes)
+    info = {"out": args.out, "num_nodes": meta.num_nodes, "num_edges": meta.num_edges,
+            "directed": meta.directed, "self_loops_input": meta.self_loops_input,
+            "duplicates_input": meta.duplicates_input, "relabelled": meta.relabelled,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "peak_rss_mb": round(peak_rss_bytes() / 2**20, 1)}
+    if desc is not None and desc.expected and not (args.keep_self_loops or args.keep_duplicates):
+        info["expected_ok"] = _check_expected(desc, meta.num_nodes, meta.num_edges, directed)
+    return info
+
+
+def _check_expected(desc: Descriptor, n: int, m: int, directed: bool) -> bool:
+    """Compare with the descriptor's expected counts; warn (not fail) when they differ."""
+    key = "num_edges_directed" if directed else "num_edges"
+    want_n, want_m = desc.expected.get("num_nodes"), desc.expected.get(key)
+    ok = (want_n is None or want_n == n) and (want_m is None or want_m == m)
+    if not ok:
+        log.get().warning("%s: converted %d nodes / %d edges, descriptor expects %s / %s",
+                          desc.file, n, m, want_n, want_m)
+    return ok
+
+
+def run(comm: Any, args: argparse.Namespace) -> int:
+    """Convert on rank 0; every rank reports the same verdict. Collective over comm."""
+    info = run_on_root(comm, _convert, args)
+    if comm is None or comm.rank == 0:
+        kind = "directed" if info["directed"] else "undirected"
+        print(f"wrote {info['out']}: {info['num_nodes']} nodes, {info['num_edges']} {kind} edges "
+              f"(input self-loops {info['self_loops_input']}, duplicates "
+              f"{info['duplicates_input']}, relabelled {str(info['relabelled']).lower()}) in "
+              f"{info['seconds']} s, peak RSS {info['peak_rss_mb']} MiB", flush=True)
+    return 0
+

@@ -1,0 +1,386 @@
+"""Streaming conversion of any edge source into a canonical dataset directory. Rank-local.
+
+Two passes over the source, memory O(|V|) + one chunk:
+
+1. stream chunks, validate, collect the sorted set of node ids (or check them against a
+   declared node count);
+2. stream again, relabel ids by rank in that set (``searchsorted``), canonicalise (undirected:
+   (min, max)), drop self-loops, sort and deduplicate each chunk into an int64-key run on disk;
+   then an external k-way merge (:mod:`shardgnn.io.extsort`) writes ``edges.bin`` in sorted order.
+
+Output is built in ``DIR.tmp-PID`` and renamed to ``DIR`` at the end.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from shardgnn import log
+from shardgnn.errors import ShardError, input_error
+from shardgnn.io import canonical as cn
+from shardgnn.io.extsort import (RunWriter, first_of_groups, merge_runs, reduce_runs,
+                                 sorted_unique, union_sorted)
+from shardgnn.io.readers import EdgeSource
+
+#: Largest node count whose (u, v) pairs fit one int64 key u * N + v.
+MAX_NODES = 3_037_000_499
+
+
+@dataclass
+class ConvertOptions:
+    """What ``convert`` does with the edges (see ``shardgnn convert --help``)."""
+
+    directed: bool = False
+    keep_self_loops: bool = False
+    keep_duplicates: bool = False
+    num_nodes: int | None = None
+    force: bool = False
+    merge_memory_edges: int = 1 << 23
+    tmp_dir: str | None = None
+    name: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NodeData:
+    """Per-node arrays to store next to the edges (already in new-id order), or files to copy."""
+
+    x: np.ndarray | None = None
+    y: np.ndarray | None = None
+    masks: dict[str, np.ndarray] = field(default_factory=dict)
+    features_path: Path | None = None
+    labels_path: Path | None = None
+    split: tuple[float, float, float] | None = None
+    split_seed: int = 0
+
+
+def prepare_output(out: Path, force: bool) -> Path:
+    """Check the output path and make a fresh ``OUT.tmp-PID`` folder next to it."""
+    if out.exists() and not out.is_dir():
+        raise input_error(out, "output path is an existing file (expected a directory name)")
+    if out.exists() and not force:
+        raise input_error(out, "output directory exists (use --force to replace it)")
+    parent = out.parent
+    if parent.exists() and not parent.is_dir():
+        raise input_error(parent, "expected a directory for the output, got a file")
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f"{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def finish_output(tmp: Path, out: Path) -> None:
+    """Move the finished ``tmp`` folder to its final name (replacing an old one)."""
+    if out.exists():
+        old = out.parent / f"{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def collect_ids(src: EdgeSource, declared: int | None) -> tuple[np.ndarray | None, int, int]:
+    """Pass 1: (sorted distinct ids or None when declared, edge count, max type)."""
+    ids = np.zeros(0, dtype=np.int64)
+    m = 0
+    tmax = -1
+    with log.Progress(0, "convert pass 1 (ids)", enabled=False) as bar:
+        for ch in src.chunks():
+            e = ch.edges
+            m += e.shape[0]
+            bar.update(e.shape[0])
+            if e.shape[0] == 0:
+                continue
+            if ch.types is not None:
+                if ch.types.min() < 0:
+                    i = int(np.argmin(ch.types))
+                    raise input_error(ch.path, f"negative edge type {int(ch.types[i])} "
+                                      "(expected >= 0)", ch.where(i))
+                tmax = max(tmax, int(ch.types.max()))
+            if declared is not None:
+                if int(e.max()) >= declared:
+                    i = int(np.flatnonzero((e >= declared).any(axis=1))[0])
+                    raise input_error(ch.path, f"node id {int(e[i].max())} >= declared "
+                                      f"num_nodes {declared} (expected ids in [0, {declared}))",
+                                      ch.where(i))
+                continue
+            ids = union_sorted(ids, sorted_unique(e.ravel()))
+    return (None if declared is not None else ids), m, tmax
+
+
+def _chunk_keys(e: np.ndarray, types: np.ndarray | None, n: int, opt: ConvertOptions,
+                stats: dict[str, int]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Canonicalise one chunk of relabelled edges into sorted int64 keys (+ types)."""
+    u, v = e[:, 0], e[:, 1]
+    if not opt.directed:
+        u, v = np.minimum(u, v), np.maximum(u, v)
+    loops = u == v
+    nloop = int(loops.sum())
+    stats["self_loops_input"] += nloop
+    if nloop and not opt.keep_self_loops:
+        keep = ~loops
+        u, v = u[keep], v[keep]
+        types = types[keep] if types is not None else None
+    keys = u * np.int64(n) + v
+    if types is not None:
+        order = np.lexsort((types, keys))
+        keys, types = keys[order], types[order]
+    else:
+        keys = np.sort(keys)
+    stats["kept_before_dedupe"] += keys.shape[0]
+    if not opt.keep_duplicates:
+        first = first_of_groups(keys)
+        keys = keys[first]
+        types = types[first] if types is not None else None
+    return keys, types
+
+
+def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
+                   nodes: NodeData | None = None) -> cn.GraphMeta:
+    """Convert ``src`` into the canonical dataset directory ``out``. Rank-local.
+
+    Memory: the sorted node-id set (8 bytes per node, when ids are not declared) and the id
+    map, one source chunk with its keys, and the merge buffers (``merge_memory_edges`` keys).
+    """
+    out = Path(out)
+    tmp = prepare_output(out, opt.force)
+    t0 = time.perf_counter()
+    try:
+        meta = _convert_into(src, tmp, opt, nodes or NodeData())
+        meta.extra.setdefault("convert_seconds", round(time.perf_counter() - t0, 3))
+        (tmp / cn.SIDECAR).write_text(meta.to_json())
+        finish_output(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return meta
+
+
+def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeData) -> cn.GraphMeta:
+    declared = opt.num_nodes if opt.num_nodes is not None else src.declared_nodes
+    if opt.num_nodes is not None and src.declared_nodes is not None and \
+            opt.num_nodes < src.declared_nodes:
+        raise ShardError(f"--num-nodes: expected at least the {src.declared_nodes} nodes "
+                         f"declared by {src.path}, got {opt.num_nodes}")
+    ids, m_in, tmax = collect_ids(src, declared)
+    if m_in == 0 and declared is None:
+        raise input_error(src.path, "empty input: no edges found (expected at least one "
+                          "'src dst' line)")
+    if ids is not None:
+        n = int(ids.shape[0])
+        relabel = not (n == 0 or (ids[0] == 0 and ids[-1] == n - 1))
+    else:
+        n, relabel = int(declared), False  # type: ignore[arg-type]
+    if n > MAX_NODES:
+        raise ShardError(f"{src.path}: {n} nodes, expected at most {MAX_NODES} for convert")
+    if relabel:
+        np.save(tmp / "id_map.npy", ids)
+    stats = {"self_loops_input": 0, "kept_before_dedupe": 0}
+    runs_dir = Path(opt.tmp_dir) / f"shardgnn-runs-{os.getpid()}" if opt.tmp_dir else tmp / "_runs"
+    writer = RunWriter(runs_dir, with_payload=src.has_types)
+    symmetric_both = src.symmetric and opt.directed
+    try:
+        with log.Progress(m_in, "convert pass 2 (sort runs)", enabled=m_in >= 1 << 22) as bar:
+            for ch in src.chunks():
+                e, t = ch.edges, ch.types
+                bar.update(e.shape[0])
+                if relabel:
+                    e = np.searchsorted(ids, e)  # type: ignore[arg-type]
+                if symmetric_both:
+                    off = e[:, 0] != e[:, 1]
+                    e = np.concatenate([e, e[off][:, ::-1]])
+                    t = None if t is None else np.concatenate([t, t[off]])
+                keys, t = _chunk_keys(e, t, n, opt, stats)
+                writer.add(keys, t)
+        m, dups, selfk = _merge_to_edges(writer, tmp, n, opt)
+    finally:
+        shutil.rmtree(runs_dir, ignore_errors=True)
+    dup_input = stats["kept_before_dedupe"] - m if not opt.keep_duplicates else dups
+    meta = cn.GraphMeta(num_nodes=n, num_edges=m, dtype=cn.edge_dtype(n).str,
+                        directed=opt.directed, name=opt.name or src.name, source=str(src.path),
+                        self_loops_input=stats["self_loops_input"], self_loops=selfk,
+                        duplicates_input=int(dup_input), edge_types=src.has_types,
+                        num_edge_types=tmax + 1 if src.has_types else 0, relabelled=relabel,
+                        extra=dict(opt.extra, input_edges=m_in,
+                                   duplicates_merged=not opt.keep_duplicates,
+                                   self_loops_dropped=not opt.keep_self_loops))
+    _write_node_data(tmp, meta, nodes, ids if relabel else None)
+    return meta
+
+
+def _merge_to_edges(writer: RunWriter, tmp: Path, n: int,
+                    opt: ConvertOptions) -> tuple[int, int, int]:
+    """Merge the runs into ``edges.bin`` (+ ``edge_type.bin``); (edges, duplicates, self-loops)."""
+    dedupe = not opt.keep_duplicates
+    runs = reduce_runs(writer, dedupe, opt.merge_memory_edges)
+    dt = cn.edge_dtype(n)
+    m = dups = loops = 0
+    last = np.int64(-1)
+    tpath = tmp / cn.EDGE_TYPES
+    with open(tmp / cn.EDGES, "wb") as ef, \
+            (open(tpath, "wb") if writer.with_payload else open(os.devnull, "wb")) as tf:
+        for keys, pay in merge_runs(runs, dedupe, opt.merge_memory_edges):
+            if keys.shape[0] == 0:
+                continue
+            if not dedupe:
+                dups += int((~first_of_groups(keys)).sum()) + int(keys[0] == last)
+                last = keys[-1]
+            u = keys // n
+            v = keys - u * n
+            loops += int((u == v).sum())
+            pair = np.empty((keys.shape[0], 2), dtype=dt)
+            pair[:, 0] = u
+            pair[:, 1] = v
+            pair.tofile(ef)
+            if pay is not None:
+                pay.astype("<i4").tofile(tf)
+            m += keys.shape[0]
+    return m, dups, loops
+
+
+def _write_node_data(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
+                     ids: np.ndarray | None) -> None:
+    """Write x/y/masks from arrays or files, validating rows, NaN and label ids."""
+    n = meta.num_nodes
+    if nodes.x is not None:
+        _check_rows(nodes.x, n, Path("<features>"))
+        _check_finite(nodes.x, Path("<features>"), 0)
+        np.save(tmp / "x.npy", np.asarray(nodes.x, dtype=np.float32))
+        meta.num_features = int(nodes.x.shape[1])
+    elif nodes.features_path is not None:
+        meta.num_features = copy_features(nodes.features_path, tmp / "x.npy", n)
+    y = nodes.y
+    if y is None and nodes.labels_path is not None:
+        y = read_labels(nodes.labels_path, n, ids)
+    if y is not None:
+        y = np.asarray(y, dtype=np.int64)
+        _check_rows(y, n, nodes.labels_path or Path("<labels>"))
+        np.save(tmp / "y.npy", y)
+        meta.num_classes = int(y.max()) + 1 if y.size else 0
+    masks = dict(nodes.masks)
+    if nodes.split is not None:
+        if y is None:
+            raise ShardError("--split: expected labels (--labels or a labelled input), got none")
+        masks = random_split(y, nodes.split, nodes.split_seed)
+    for k, v in masks.items():
+        _check_rows(v, n, Path(f"<{k}>"))
+        np.save(tmp / f"{k}.npy", np.asarray(v, dtype=bool))
+
+
+def _check_rows(a: np.ndarray, n: int, path: Path) -> None:
+    if a.shape[0] != n:
+        raise input_error(path, f"expected {n} rows (one per node), got {a.shape[0]}")
+
+
+def _check_finite(a: np.ndarray, path: Path, row0: int) -> None:
+    bad = ~np.isfinite(a)
+    if bad.any():
+        r, c = np.argwhere(bad)[0][:2] if a.ndim > 1 else (np.flatnonzero(bad)[0], 0)
+        raise input_error(path, f"non-finite feature value {a[r] if a.ndim == 1 else a[r, c]} "
+                          f"(expected finite floats)", f"row {row0 + int(r)} column {int(c)}")
+
+
+def copy_features(src: Path, dst: Path, n: int, chunk_rows: int = 1 << 16) -> int:
+    """Copy an (n, f) ``.npy`` feature matrix to float32 in chunks, rejecting NaN/inf."""
+    if not src.exists():
+        raise input_error(src, "no such file")
+    if src.suffix != ".npy":
+        raise input_error(src, f"expected a .npy feature matrix, got {src.suffix or 'no extension'}")
+    try:
+        arr = np.load(src, mmap_mode="r")
+    except ValueError as exc:
+        raise input_error(src, f"not a readable .npy file ({exc})") from None
+    if arr.ndim != 2:
+        raise input_error(src, f"expected a 2-D (nodes, features) array, got shape {arr.shape}")
+    if arr.dtype.kind not in "fiub":
+        raise input_error(src, f"expected a numeric feature array, got dtype {arr.dtype}")
+    _check_rows(arr, n, src)
+    out = np.lib.format.open_memmap(dst, mode="w+", dtype=np.float32, shape=arr.shape)
+    step = max(1, min(chunk_rows, (1 << 24) // max(1, arr.shape[1])))
+    for lo in range(0, n, step):
+        block = np.asarray(arr[lo:lo + step], dtype=np.float32)
+        _check_finite(block, src, lo)
+        out[lo:lo + step] = block
+    out.flush()
+    del out
+    return int(arr.shape[1])
+
+
+def read_labels(path: Path, n: int, ids: np.ndarray | None) -> np.ndarray:
+    """Labels from a ``.npy`` (one per node, new-id order) or a CSV ``id,label`` file.
+
+    CSV ids are original node ids (mapped through the relabelling); nodes without a line get -1.
+    """
+    if not path.exists():
+        raise input_error(path, "no such file")
+    if path.suffix == ".npy":
+        y = np.load(path)
+        if y.ndim != 1 or y.dtype.kind not in "iu":
+            raise input_error(path, f"expected a 1-D integer label array, got {y.dtype} {y.shape}")
+        _check_rows(y, n, path)
+        return y.astype(np.int64)
+    from shardgnn.io.readers import TextSource
+
+    src = TextSource(path, "csv")
+    y = np.full(n, -1, dtype=np.int64)
+    for ch in src.chunks():
+        gid, lab = ch.edges[:, 0], ch.edges[:, 1]
+        if ids is not None:
+            pos = np.searchsorted(ids, gid)
+            ok = (pos < ids.shape[0]) & (ids[np.minimum(pos, ids.shape[0] - 1)] == gid)
+        else:
+            pos, ok = gid, gid < n
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise input_error(path, f"label for node id {int(gid[i])}, which is not a node of "
+                              "the graph", ch.where(i))
+        y[pos] = lab
+    missing = int((y < 0).sum())
+    if missing:
+        log.get().warning("%s: %d nodes have no label (stored as -1)", path, missing)
+    return y
+
+
+def random_split(y: np.ndarray, fractions: tuple[float, float, float],
+                 seed: int) -> dict[str, np.ndarray]:
+    """Random train/val/test masks over the labelled nodes (y >= 0)."""
+    tr, va, te = fractions
+    if min(fractions) < 0 or tr + va + te > 1 + 1e-9:
+        raise ShardError(f"--split: expected non-negative fractions summing to <= 1, got {fractions}")
+    lab = np.flatnonzero(y >= 0)
+    perm = np.random.default_rng(seed).permutation(lab)
+    k = lab.shape[0]
+    a, b = int(round(tr * k)), int(round((tr + va) * k))
+    c = min(k, b + int(round(te * k)))
+    masks = {}
+    for name, part in (("train_mask", perm[:a]), ("val_mask", perm[a:b]), ("test_mask", perm[b:c])):
+        msk = np.zeros(y.shape[0], dtype=bool)
+        msk[part] = True
+        masks[name] = msk
+    return masks
+
+
+def run_on_root(comm: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn`` on rank 0 only; every rank raises the same ShardError if it failed.
+
+    Collective over comm (``comm`` may be None for a plain process).
+    """
+    if comm is None or comm.size == 1:
+        return fn(*args)
+    res, err = None, ""
+    if comm.rank == 0:
+        try:
+            res = fn(*args)
+        except ShardError as exc:
+            err = str(exc)
+    comm.agree(not err, err)
+    return comm.bcast_obj(res)

@@ -1,0 +1,509 @@
+"""Chunked edge sources for `shardgnn convert`: text/CSV, Matrix Market, .npy/.npz, arrays, R-MAT.
+
+Every source yields :class:`EdgeChunk` objects of bounded size and can be iterated more than
+once (convert makes two passes). Parse errors are :class:`ShardError` naming the file and the
+line (text) or byte offset (binary). Rank-local: nothing here communicates.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator
+
+import numpy as np
+from numba import njit
+
+from shardgnn.errors import ShardError, input_error
+
+#: File name endings understood by ``convert`` and the format each maps to.
+EXTENSIONS = {
+    ".txt": "snap", ".edges": "snap", ".tsv": "snap", ".el": "snap",
+    ".csv": "csv", ".mtx": "mtx", ".npy": "npy", ".npz": "npz", ".toml": "toml",
+}
+TEXT_FORMATS = ("snap", "csv", "mtx")
+DEFAULT_CHUNK_EDGES = 1 << 22
+
+
+@dataclass
+class EdgeChunk:
+    """A bounded slice of a source: int64 (k, 2) edges, optional int32 types, and locations."""
+
+    edges: np.ndarray
+    types: np.ndarray | None
+    path: Path
+    lines: np.ndarray | None = None
+    row0: int = 0
+    byte0: int = 0
+    row_bytes: int = 0
+
+    def where(self, i: int) -> str:
+        """Location of edge ``i`` of this chunk, for error messages."""
+        if self.lines is not None:
+            return f"line {int(self.lines[i])}"
+        if self.row_bytes:
+            return f"byte {self.byte0 + (self.row0 + i) * self.row_bytes}"
+        return f"edge {self.row0 + i}"
+
+
+class EdgeSource:
+    """Base class: a re-iterable sequence of :class:`EdgeChunk`."""
+
+    path: Path = Path("")
+    declared_nodes: int | None = None
+    has_types: bool = False
+    symmetric: bool = False
+    name: str = ""
+
+    def chunks(self) -> Iterator[EdgeChunk]:
+        raise NotImplementedError
+
+
+# ----------------------------------------------------------------------------- text parsing
+@njit(cache=True)
+def _is_sep(c: int) -> bool:
+    return c == 32 or c == 9 or c == 44 or c == 13 or c == 59
+
+
+@njit(cache=True)
+def _parse_block(buf, nparse, ncols, out, lines, line0):  # pragma: no cover - numba
+    """Parse complete text lines of integers.
+
+    Returns (rows, last_line, ncols, err, err_line, err_val). err: 0 ok, 1 column count,
+    2 negative id, 3 non-integer, 4 integer too large, 5 fewer than 2 columns.
+    """
+    n = buf.shape[0]
+    i = 0
+    row = 0
+    line = line0
+    while i < n:
+        line += 1
+        while i < n and (buf[i] == 32 or buf[i] == 9):
+            i += 1
+        if i >= n:
+            break
+        c = buf[i]
+        if c == 35 or c == 37 or c == 10 or c == 13:
+            while i < n and buf[i] != 10:
+                i += 1
+            i += 1
+            continue
+        col = 0
+        while True:
+            if col < nparse:
+                if buf[i] == 45:
+                    if i + 1 < n and 48 <= buf[i + 1] <= 57:
+                        return row, line, ncols, 2, line, col
+                    return row, line, ncols, 3, line, col
+                if buf[i] == 43:
+                    i += 1
+                v = 0
+                nd = 0
+                while i < n and 48 <= buf[i] <= 57:
+                    v = v * 10 + (buf[i] - 48)
+                    nd += 1
+                    i += 1
+                if nd == 0 or (i < n and not _is_sep(buf[i]) and buf[i] != 10):
+                    return row, line, ncols, 3, line, col
+                if nd > 18:
+                    return row, line, ncols, 4, line, col
+                out[row, col] = v
+            else:
+                while i < n and not _is_sep(buf[i]) and buf[i] != 10:
+                    i += 1
+            col += 1
+            while i < n and _is_sep(buf[i]):
+                i += 1
+            if i >= n or buf[i] == 10:
+                break
+        i += 1
+        if ncols == 0:
+            if col < 2:
+                return row, line, ncols, 5, line, col
+            ncols = col
+        elif col != ncols:
+            return row, line, ncols, 1, line, col
+        lines[row] = line
+        row += 1
+    return row, line, ncols, 0, 0, 0
+
+
+def _open_bytes(path: Path) -> IO[bytes]:
+    """Open a file for binary reading, transparently gunzipping gzip data."""
+    fh = open(path, "rb")
+    magic = fh.read(2)
+    fh.seek(0)
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+    return fh
+
+
+def detect_format(path: Path) -> str:
+    """Format name from the file name (``.gz`` stripped), or a one-line ShardError."""
+    name = path.name.lower()
+    if path.is_dir():
+        return "planetoid"
+    if name.endswith(".gz"):
+        name = name[:-3]
+    for ext, fmt in EXTENSIONS.items():
+        if name.endswith(ext):
+            return fmt
+    if "ind." in name and Path(str(path) + ".graph").exists():
+        return "planetoid"
+    known = ", ".join(sorted(EXTENSIONS)) + " (text ones also .gz), a Planetoid folder"
+    raise input_error(path, f"unknown file extension (expected one of {known}; "
+                      "or name the format with --format)")
+
+
+class TextSource(EdgeSource):
+    """Whitespace/tab/comma separated integer edge lists (SNAP), CSV with a header, and MTX bodies.
+
+    Lines starting with ``#`` or ``%`` are comments; CRLF is accepted. Every data line must have
+    the column count of the first data line; the first two columns are ids, an optional third
+    integer column is the edge type (``edge_types``); further columns are ignored.
+    """
+
+    def __init__(self, path: str | os.PathLike, fmt: str = "snap", edge_types: bool = False,
+                 chunk_edges: int = DEFAULT_CHUNK_EDGES, chunk_bytes: int | None = None) -> None:
+        self.path = Path(path)
+        self.fmt = fmt
+        self.has_types = edge_types
+        self.chunk_bytes = int(chunk_bytes or max(64, min(chunk_edges * 16, 1 << 24)))
+        self.header: list[str] = []
+        self.name = self.path.name.split(".")[0]
+        self.one_based = False
+        self._skip_lines = 0
+        _check_readable(self.path)
+        if fmt == "mtx":
+            self._read_mtx_header()
+        elif fmt == "csv":
+            self._detect_header()
+
+    # -- headers
+    def _first_data_line(self) -> tuple[int, bytes] | None:
+        """(line number, raw bytes) of the first non-blank, non-comment line."""
+        with _open_bytes(self.path) as fh:
+            for no, raw in enumerate(fh, 1):
+                s = raw.strip()
+                if s and not s.startswith((b"#", b"%")):
+                    return no, raw
+        return None
+
+    def _detect_header(self) -> None:
+        first = self._first_data_line()
+        if first is None:
+            return
+        no, raw = first
+        toks = [t for t in raw.decode("utf-8", "replace").replace("\t", ",").replace(";", ",")
+                .replace(" ", ",").strip().split(",") if t]
+        if not all(t.lstrip("+").isdigit() for t in toks[:2]):
+            self.header = toks
+            self._skip_lines = no
+
+    def _read_mtx_header(self) -> None:
+        with _open_bytes(self.path) as fh:
+            first = fh.readline()
+            if not first:
+                raise input_error(self.path, "empty file (expected a Matrix Market header)", "line 1")
+            banner = first.decode("ascii", "replace").strip().lower().split()
+            if len(banner) < 5 or banner[0] != "%%matrixmarket" or banner[1] != "matrix":
+                raise input_error(self.path, "expected a '%%MatrixMarket matrix coordinate ...' "
+                                  f"header, got {first[:60]!r}", "line 1")
+            if banner[2] != "coordinate":
+                raise input_error(self.path, f"expected a coordinate (sparse) matrix, got "
+                                  f"{banner[2]!r}", "line 1")
+            self.symmetric = banner[4] in ("symmetric", "skew-symmetric", "hermitian")
+            no = 1
+            for raw in fh:
+                no += 1
+                s = raw.strip()
+                if not s or s.startswith(b"%"):
+                    continue
+                parts = s.split()
+                try:
+                    rows, cols, nnz = (int(p) for p in parts[:3])
+                except ValueError:
+                    raise input_error(self.path, f"expected a size line 'rows cols nnz', got "
+                                      f"{s[:60]!r}", f"line {no}") from None
+                self.declared_nodes = max(rows, cols)
+                self.nnz = nnz
+                self._skip_lines = no
+                self.one_based = True
+                return
+        raise input_error(self.path, "Matrix Market file has no size line", f"line {no}")
+
+    # -- chunks
+    def _raw_blocks(self) -> Iterator[tuple[bytes, int]]:
+        """Yield (bytes of whole lines, number of lines before them)."""
+        with _open_bytes(self.path) as fh:
+            line0 = 0
+            if self._skip_lines:
+                for _ in range(self._skip_lines):
+                    fh.readline()
+                line0 = self._skip_lines
+            carry = b""
+            while True:
+                data = fh.read(self.chunk_bytes)
+                if not data:
+                    if carry:
+                        yield carry, line0
+                    return
+                data = carry + data
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    carry = data
+                    continue
+                block, carry = data[: cut + 1], data[cut + 1:]
+                yield block, line0
+                line0 += block.count(b"\n")
+
+    def chunks(self) -> Iterator[EdgeChunk]:
+        nparse = 3 if self.has_types else 2
+        ncols = 0
+        seen = 0
+        for block, line0 in self._raw_blocks():
+            buf = np.frombuffer(block, dtype=np.uint8)
+            cap = block.count(b"\n") + 1
+            out = np.empty((cap, nparse), dtype=np.int64)
+            lines = np.empty(cap, dtype=np.int64)
+            rows, _, ncols, err, eline, eval_ = _parse_block(buf, nparse, ncols, out, lines, line0)
+            if err:
+                self._raise(err, eline, eval_, ncols, block, line0)
+            if rows and self.has_types and ncols < 3:
+                raise input_error(self.path, f"--edge-types: expected a third integer column "
+                                  f"(edge type), got {ncols} columns", f"line {int(lines[0])}")
+            e = out[:rows, :2]
+            if self.one_based:
+                bad = np.flatnonzero((e < 1).any(axis=1))
+                if bad.size:
+                    raise input_error(self.path, "expected 1-based indices >= 1 in a Matrix "
+                                      "Market file, got 0", f"line {int(lines[bad[0]])}")
+                e = e - 1
+            seen += rows
+            types = out[:rows, 2].astype(np.int32) if self.has_types else None
+            if types is not None and rows and int(out[:rows, 2].max()) > np.iinfo(np.int32).max:
+                i = int(np.argmax(out[:rows, 2]))
+                raise input_error(self.path, "edge type does not fit int32", f"line {int(lines[i])}")
+            yield EdgeChunk(e, types, self.path, lines=lines[:rows].copy())
+        if self.fmt == "mtx" and seen != self.nnz:
+            raise input_error(self.path, f"expected {self.nnz} entries from the size line, "
+                              f"got {seen} (truncated file?)", f"line {self._skip_lines}")
+
+    def _raise(self, err: int, line: int, val: int, ncols: int, block: bytes, line0: int) -> None:
+        text = block.split(b"\n")[line - line0 - 1][:80].decode("utf-8", "replace").rstrip("\r")
+        if err == 1:
+            msg = (f"expected {ncols} columns like the first data line, got {val} "
+                   f"columns: {text!r}")
+        elif err == 2:
+            msg = f"negative node id in column {val + 1} (expected ids >= 0): {text!r}"
+        elif err == 3:
+            what = "edge type" if val == 2 else "node id"
+            msg = f"expected an integer {what} in column {val + 1}, got {text!r}"
+        elif err == 4:
+            msg = f"integer in column {val + 1} is too large (expected < 10^18): {text!r}"
+        else:
+            msg = f"expected at least 2 columns (src dst), got {val}: {text!r}"
+        raise input_error(self.path, msg, f"line {line}")
+
+
+def _check_readable(path: Path) -> None:
+    if not path.exists():
+        raise input_error(path, "no such file")
+    if path.is_dir():
+        raise input_error(path, "expected a file, got a directory")
+    if path.stat().st_size == 0:
+        raise input_error(path, "empty file (expected edges)", "byte 0")
+
+
+# ----------------------------------------------------------------------------- binary arrays
+def _read_npy_header(fh: IO[bytes], path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran_order, dtype, header length in bytes) of an .npy stream."""
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+    except (ValueError, OSError) as exc:
+        raise input_error(path, f"not a valid .npy array ({exc})", "byte 0") from None
+    return shape, fortran, np.dtype(dtype), fh.tell()
+
+
+def _check_int_dtype(dt: np.dtype, path: Path, what: str) -> None:
+    if dt.kind not in "iu":
+        raise input_error(path, f"expected an integer {what} array, got dtype {dt}")
+
+
+class NpySource(EdgeSource):
+    """An (m, 2) integer ``.npy`` edge array, read in chunks through a memory map."""
+
+    def __init__(self, path: str | os.PathLike, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> None:
+        self.path = Path(path)
+        self.name = self.path.stem
+        self.chunk = int(chunk_edges)
+        _check_readable(self.path)
+        with open(self.path, "rb") as fh:
+            shape, fortran, dt, off = _read_npy_header(fh, self.path)
+        _check_int_dtype(dt, self.path, "edge")
+        if len(shape) != 2 or shape[1] not in (2, 3):
+            raise input_error(self.path, f"expected an (m, 2) edge array, got shape {shape}")
+        self.m, self.cols, self.dtype, self.offset = shape[0], shape[1], dt, off
+        self.fortran = fortran
+        need = self.m * self.cols * dt.itemsize
+        have = self.path.stat().st_size - off
+        if have != need:
+            row = self.cols * dt.itemsize
+            raise input_error(self.path, f"truncated binary: data holds {have} bytes, expected "
+                              f"{need} for shape {shape} {dt} (size not a multiple of the "
+                              f"{row}-byte edge size)" if have % row else
+                              f"truncated binary: data holds {have} bytes, expected {need} for "
+                              f"shape {shape} {dt}", f"byte {off + have - have % row}")
+
+    def chunks(self) -> Iterator[EdgeChunk]:
+        if self.m == 0:
+            return
+        mm = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset,
+                       shape=(self.m, self.cols), order="F" if self.fortran else "C")
+        row_bytes = self.cols * self.dtype.itemsize
+        for lo in range(0, self.m, self.chunk):
+            e = np.array(mm[lo:lo + self.chunk, :2], dtype=np.int64)
+            _check_nonneg(e, self.path, lambda i, lo=lo: f"byte {self.offset + (lo + i) * row_bytes}")
+            yield EdgeChunk(e, None, self.path, row0=lo, byte0=self.offset, row_bytes=row_bytes)
+        del mm
+
+
+def _check_nonneg(e: np.ndarray, path: Path, where) -> None:
+    if e.size and e.min() < 0:
+        i = int(np.flatnonzero((e < 0).any(axis=1))[0])
+        raise input_error(path, f"negative node id {int(e[i].min())} (expected ids >= 0)", where(i))
+
+
+class NpzSource(EdgeSource):
+    """An ``.npz`` archive with ``edges`` (m, 2) or ``row`` and ``col`` (m,) integer arrays.
+
+    Members are streamed from the (possibly compressed) zip in chunks; nothing is loaded whole.
+    """
+
+    def __init__(self, path: str | os.PathLike, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> None:
+        self.path = Path(path)
+        self.name = self.path.stem
+        self.chunk = int(chunk_edges)
+        _check_readable(self.path)
+        try:
+            with zipfile.ZipFile(self.path) as zf:
+                names = set(zf.namelist())
+                self.infos = {n: zf.getinfo(n) for n in names}
+        except zipfile.BadZipFile as exc:
+            raise input_error(self.path, f"not a valid .npz archive ({exc})") from None
+        if "edges.npy" in names:
+            self.members = ["edges.npy"]
+        elif {"row.npy", "col.npy"} <= names:
+            self.members = ["row.npy", "col.npy"]
+        else:
+            got = sorted(n[:-4] for n in names)
+            raise input_error(self.path, f"expected arrays 'edges' or 'row' and 'col', got {got}")
+        self.shapes = []
+        for mname in self.members:
+            with zipfile.ZipFile(self.path) as zf, zf.open(mname) as fh:
+                shape, fortran, dt, off = _read_npy_header(fh, self.path)
+            _check_int_dtype(dt, self.path, mname[:-4])
+            if fortran and len(shape) > 1:
+                raise input_error(self.path, f"{mname}: expected a C-ordered array")
+            need = int(np.prod(shape)) * dt.itemsize
+            have = self.infos[mname].file_size - off
+            if have != need:
+                raise input_error(self.path, f"{mname}: truncated binary: holds {have} bytes, "
+                                  f"expected {need} for shape {shape} {dt}", f"byte {off + have}")
+            self.shapes.append((shape, dt, off))
+        if self.members == ["edges.npy"]:
+            shape = self.shapes[0][0]
+            if len(shape) != 2 or shape[1] != 2:
+                raise input_error(self.path, f"expected 'edges' of shape (m, 2), got {shape}")
+            self.m = shape[0]
+        else:
+            (rs, _, _), (cs, _, _) = self.shapes
+            if len(rs) != 1 or rs != cs:
+                raise input_error(self.path, f"expected 'row' and 'col' of equal 1-D shape, "
+                                  f"got {rs} and {cs}")
+            self.m = rs[0]
+
+    def chunks(self) -> Iterator[EdgeChunk]:
+        with zipfile.ZipFile(self.path) as zf:
+            fhs = [zf.open(mname) for mname in self.members]
+            try:
+                for fh, (_, _, off) in zip(fhs, self.shapes):
+                    fh.read(off)
+                width = 2 if len(self.members) == 1 else 1
+                for lo in range(0, self.m, self.chunk):
+                    k = min(self.chunk, self.m - lo)
+                    cols = []
+                    for fh, (_, dt, _) in zip(fhs, self.shapes):
+                        raw = _read_exact(fh, k * width * dt.itemsize)
+                        cols.append(np.frombuffer(raw, dtype=dt).astype(np.int64).reshape(k, width))
+                    e = np.concatenate(cols, axis=1) if width == 1 else cols[0]
+                    _check_nonneg(e, self.path, lambda i, lo=lo: f"edge {lo + i}")
+                    yield EdgeChunk(e, None, self.path, row0=lo)
+            finally:
+                for fh in fhs:
+                    fh.close()
+
+
+def _read_exact(fh: IO[bytes], n: int) -> bytes:
+    buf = io.BytesIO()
+    while buf.tell() < n:
+        part = fh.read(n - buf.tell())
+        if not part:
+            break
+        buf.write(part)
+    return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------- in-memory / generated
+class ArraySource(EdgeSource):
+    """Edges already in memory (Planetoid graphs, tests), served in chunks."""
+
+    def __init__(self, edges: np.ndarray, path: str | os.PathLike = "<array>",
+                 declared_nodes: int | None = None, types: np.ndarray | None = None,
+                 chunk_edges: int = DEFAULT_CHUNK_EDGES, name: str = "") -> None:
+        self.edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        self.types = None if types is None else np.asarray(types, dtype=np.int32)
+        self.has_types = self.types is not None
+        self.path = Path(path)
+        self.declared_nodes = declared_nodes
+        self.chunk = int(chunk_edges)
+        self.name = name
+        _check_nonneg(self.edges, self.path, lambda i: f"edge {i}")
+
+    def chunks(self) -> Iterator[EdgeChunk]:
+        for lo in range(0, self.edges.shape[0], self.chunk):
+            t = None if self.types is None else self.types[lo:lo + self.chunk]
+            yield EdgeChunk(self.edges[lo:lo + self.chunk], t, self.path, row0=lo)
+
+
+class RMATSource(EdgeSource):
+    """R-MAT edges generated on the fly (no file): ``shardgnn generate rmat --canonical``."""
+
+    def __init__(self, scale: int, num_edges: int, seed: int = 0,
+                 abc: tuple[float, float, float] = (0.57, 0.19, 0.19), permute: bool = True,
+                 chunk_edges: int = DEFAULT_CHUNK_EDGES) -> None:
+        from shardgnn.graph.generators import _check_rmat, rmat_permutation
+
+        _check_rmat(scale, num_edges, abc)
+        self.scale, self.m, self.seed, self.abc = scale, int(num_edges), seed, abc
+        self.permute = permute
+        self.chunk = int(chunk_edges)
+        self.declared_nodes = 1 << scale
+        self.path = Path(f"<rmat scale={scale} edges={num_edges} seed={seed}>")
+        self.name = f"rmat-{scale}"
+        self._perm = rmat_permutation(scale, seed) if permute else None
+
+    def chunks(self) -> Iterator[EdgeChunk]:
+        from shardgnn.graph.generators import rmat_edges
+
+        for lo in range(0, self.m, self.chunk):
+            e = rmat_edges(self.scale, self.m, self.seed, lo, lo + self.chunk, self.abc,
+                           self._perm, self.permute)
+            yield EdgeChunk(e, None, self.path, row0=lo)
