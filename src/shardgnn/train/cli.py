@@ -1,17 +1,93 @@
-"""Placeholder CLI hooks (replaced by the module's implementation)."""
+"""CLI hooks of `shardgnn train --engine averaging`: options, config, one call to the loop."""
 from __future__ import annotations
 
+import argparse
+import math
+import sys
 from typing import Any
 
 from shardgnn.errors import ShardError
 
 ALGORITHMS: tuple[str, ...] = ()
-ENGINES: tuple[str, ...] = ()
+ENGINES: tuple[str, ...] = ("averaging",)
+
+
+def _fanouts(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_arguments(parser: Any) -> None:
-    """Add this family's own options (none yet)."""
+    """Add the averaging engine's own options (the shared ones live in cli/train.py)."""
+    g = parser.add_argument_group("averaging engine (DATA = partition directory)")
+    g.add_argument("--model", default="gcn",
+                   help="gcn, sage (GraphSAGE, mean), gat (multi-head), sgc, or package.module:Name "
+                   "for a user torch.nn.Module with forward(x, edge_index), built as Name("
+                   "in_channels=, hidden_channels=, out_channels=, num_layers=, dropout=) or, "
+                   "failing that, Name(in_channels, out_channels) (default: gcn)")
+    g.add_argument("--heads", type=int, default=4, help="attention heads per GAT layer (default: 4)")
+    g.add_argument("--sync", choices=("avg", "grad"), default="avg",
+                   help="avg: weighted model averaging every --sync-every epochs (CATGNN); grad: "
+                   "all-reduce gradients every mini-batch (baseline) (default: avg)")
+    g.add_argument("--sync-every", type=int, default=1, metavar="K",
+                   help="epochs between model averages; the last epoch always averages (default: 1)")
+    g.add_argument("--average-optimizer", action="store_true",
+                   help="also average the Adam moments at each sync (default: optimiser state "
+                   "stays local, as in CATGNN)")
+    g.add_argument("--mode", choices=("full", "minibatch"), default="full",
+                   help="full: one step per epoch on the whole partition; minibatch: neighbour-"
+                   "sampled batches of --batch-size targets (default: full)")
+    g.add_argument("--fanouts", type=_fanouts, default=None,
+                   help="neighbours sampled per layer, first hop first, -1 = all, e.g. 25,10 "
+                   "(default: 25 then 10 for every further layer)")
+    g.add_argument("--batch-size", type=int, default=512,
+                   help="target vertices per mini-batch (default: 512)")
+    g.add_argument("--eval", choices=("full", "local", "none"), default="full",
+                   help="full: exact full-graph forward on rank 0 over the source dataset named in "
+                   "meta.json; local: owned vertices on each partition (approximate beyond one "
+                   "layer); none (default: full)")
+    g.add_argument("--eval-every", type=int, default=1,
+                   help="evaluate every N epochs, at synchronised epochs only (default: 1)")
+    g.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="write a checkpoint every N epochs; 0 = never (default: 0)")
+    g.add_argument("--checkpoint", default=None, metavar="FILE",
+                   help="checkpoint HDF5 file (default: OUT.ckpt.h5)")
+    g.add_argument("--resume", default=None, metavar="FILE",
+                   help="continue from this checkpoint (same options; same curve as without "
+                   "interruption)")
 
 
-def run(comm: Any, args: Any) -> int:
-    raise ShardError("this stage is not built yet")
+def config_from_args(args: argparse.Namespace) -> Any:
+    """Build the validated :class:`AveragingConfig` from parsed arguments."""
+    from shardgnn.train.engine import AveragingConfig
+
+    fanouts = args.fanouts
+    if fanouts is None:
+        fanouts = [25] + [10] * (args.layers - 1)
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        raise ShardError(f"--lr: expected > 0, got {args.lr}")
+    cfg = AveragingConfig(
+        data=args.data, out=args.out, model=args.model, hidden=args.hidden, layers=args.layers,
+        heads=args.heads, dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay,
+        epochs=args.epochs, seed=args.seed, sync=args.sync, sync_every=args.sync_every,
+        average_optimizer=args.average_optimizer, mode=args.mode, fanouts=list(fanouts),
+        batch_size=args.batch_size, eval=args.eval, eval_every=args.eval_every,
+        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
+    cfg.validate()
+    return cfg
+
+
+def run(comm: Any, args: argparse.Namespace) -> int:
+    """Run partition-parallel training. Collective over comm."""
+    from shardgnn.train.loop import main
+
+    cfg = config_from_args(args)
+    s = main(comm, cfg, command=" ".join(sys.argv))
+    if comm.rank == 0:
+        print(f"averaging: {s['parts']} partitions on {s['ranks']} ranks, {s['epochs']} epochs; "
+              f"best val {s['best_val_acc']:.4f} at epoch {s['best_epoch']}, test "
+              f"{s['test_acc']:.4f}; sync {s['total_sync_time']:.3f}s, "
+              f"{s['total_sync_bytes_per_rank'] / 1e6:.2f} MB/rank; wrote {cfg.out}")
+    return 0

@@ -1,0 +1,139 @@
+"""Training checkpoints in HDF5: per-partition model, optimiser and RNG states, plus the history.
+
+Rank-local: the engine gathers every partition's state to rank 0, which calls
+:func:`write_checkpoint`; every rank reads the file with :func:`read_checkpoint` on resume.
+
+Layout::
+
+    /                    attrs: format, epoch, config (JSON), parts
+    /part-NNNNN/model/<state-dict key>            arrays
+    /part-NNNNN/optim/<param index>/<state key>   arrays; attr param_groups (JSON) on optim
+    /part-NNNNN/rng/torch                         uint8 torch CPU generator state
+    /part-NNNNN/rng   attr numpy                  numpy bit-generator state (JSON)
+    /history/<series>                             per-epoch metrics so far; attrs best_*
+    /history/best_model/<state-dict key>          the best-validation model so far
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardgnn.errors import input_error
+
+FORMAT = "shardgnn-checkpoint"
+
+
+def _tensor_dict(sd: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in sd.items()}
+
+
+def partition_state(model: torch.nn.Module, opt: torch.optim.Optimizer, torch_rng: torch.Tensor,
+                    np_rng: np.random.Generator) -> dict[str, Any]:
+    """A picklable snapshot of one partition's training state (numpy arrays and JSON)."""
+    osd = opt.state_dict()
+    optim = {str(i): {k: (v.detach().cpu().numpy().copy() if torch.is_tensor(v) else np.asarray(v))
+                      for k, v in st.items()} for i, st in osd["state"].items()}
+    return {"model": _tensor_dict(model.state_dict()), "optim": optim,
+            "param_groups": json.dumps(osd["param_groups"]),
+            "torch_rng": torch_rng.numpy().copy(),
+            "numpy_rng": json.dumps(np_rng.bit_generator.state)}
+
+
+def restore_partition(state: dict[str, Any], model: torch.nn.Module,
+                      opt: torch.optim.Optimizer) -> tuple[torch.Tensor, np.random.Generator]:
+    """Load a snapshot into ``model``/``opt``; returns (torch RNG state, numpy generator)."""
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state["model"].items()})
+    osd = {"state": {int(i): {k: torch.from_numpy(np.array(v)) for k, v in st.items()}
+                     for i, st in state["optim"].items()},
+           "param_groups": json.loads(state["param_groups"])}
+    opt.load_state_dict(osd)
+    rng = np.random.default_rng()
+    rng.bit_generator.state = json.loads(state["numpy_rng"])
+    return torch.from_numpy(np.array(state["torch_rng"], dtype=np.uint8)), rng
+
+
+def _write_dict(g: Any, d: dict[str, Any]) -> None:
+    for k, v in d.items():
+        if isinstance(v, dict):
+            _write_dict(g.require_group(k), v)
+        else:
+            g.create_dataset(k, data=np.asarray(v))
+
+
+def _read_dict(g: Any) -> dict[str, Any]:
+    import h5py
+
+    return {k: (_read_dict(v) if isinstance(v, h5py.Group) else v[()]) for k, v in g.items()}
+
+
+def write_checkpoint(path: str | os.PathLike, epoch: int, config: dict[str, Any],
+                     parts: dict[int, dict[str, Any]], history: dict[str, Any]) -> None:
+    """Write a checkpoint atomically (temp name, then rename). Rank-local (rank 0 calls it)."""
+    import h5py
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
+    with h5py.File(tmp, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["epoch"] = int(epoch)
+        f.attrs["parts"] = len(parts)
+        f.attrs["config"] = json.dumps(config, sort_keys=True, default=str)
+        for i, st in sorted(parts.items()):
+            g = f.create_group(f"part-{i:05d}")
+            _write_dict(g.create_group("model"), st["model"])
+            og = g.create_group("optim")
+            _write_dict(og, st["optim"])
+            og.attrs["param_groups"] = st["param_groups"]
+            rg = g.create_group("rng")
+            rg.create_dataset("torch", data=st["torch_rng"])
+            rg.attrs["numpy"] = st["numpy_rng"]
+        h = f.create_group("history")
+        for k, v in history.items():
+            if k == "best_model":
+                _write_dict(h.create_group("best_model"), v or {})
+            elif isinstance(v, (list, np.ndarray)):
+                h.create_dataset(k, data=np.asarray(v, dtype=np.float64))
+            else:
+                h.attrs[k] = v
+    os.replace(tmp, p)
+
+
+def read_checkpoint(path: str | os.PathLike, parts: list[int]) -> dict[str, Any]:
+    """Read the epoch, config, history and the states of partitions ``parts``. Rank-local."""
+    import h5py
+
+    p = Path(path)
+    if not p.exists():
+        raise input_error(p, "no such checkpoint file")
+    try:
+        f = h5py.File(p, "r")
+    except OSError as exc:
+        raise input_error(p, f"not an HDF5 checkpoint ({exc})") from None
+    with f:
+        if f.attrs.get("format") != FORMAT:
+            raise input_error(p, f"expected format {FORMAT!r}, got {f.attrs.get('format')!r}")
+        out: dict[str, Any] = {"epoch": int(f.attrs["epoch"]),
+                               "config": json.loads(f.attrs["config"]),
+                               "num_parts": int(f.attrs["parts"]), "parts": {}}
+        for i in parts:
+            name = f"part-{i:05d}"
+            if name not in f:
+                raise input_error(p, f"expected a state for partition {i}, got none")
+            g = f[name]
+            out["parts"][i] = {"model": _read_dict(g["model"]), "optim": _read_dict(g["optim"]),
+                               "param_groups": g["optim"].attrs["param_groups"],
+                               "torch_rng": g["rng"]["torch"][()],
+                               "numpy_rng": g["rng"].attrs["numpy"]}
+        h = f["history"]
+        hist: dict[str, Any] = {k: np.asarray(v[()]).tolist() for k, v in h.items()
+                                if k != "best_model"}
+        hist.update({k: (v.item() if isinstance(v, np.generic) else v) for k, v in h.attrs.items()})
+        hist["best_model"] = _read_dict(h["best_model"]) if "best_model" in h else {}
+        out["history"] = hist
+    return out

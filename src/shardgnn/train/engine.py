@@ -1,0 +1,313 @@
+"""Partition-parallel training with model averaging (CATGNN) or per-batch gradient averaging.
+
+Each rank trains the partitions :func:`~shardgnn.train.averaging.assign_partitions` gives it
+(cyclic when there are more partitions than ranks), one local model per partition, on the
+partition's owned training vertices; replicas only supply neighbourhoods. With ``sync="avg"``
+every ``sync_every`` epochs (and after the last epoch) all p local models are replaced by their
+average weighted by owned training vertices; optimiser state stays local unless
+``average_optimizer``. With ``sync="grad"`` one model per rank takes one step per mini-batch
+after an all-reduce of the gradients. Evaluation is exact: a full-graph forward on rank 0 over
+the canonical dataset the store was cut from. :func:`main` is collective over comm.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from shardgnn import log
+from shardgnn.errors import ShardError, input_error
+from shardgnn.sampling.neighbor import UniformNeighborSampler
+from shardgnn.train import averaging, checkpoint, models
+from shardgnn.train.partitions import LocalGraph, check_no_hole, load_partition, read_store_meta
+
+#: Config fields a resumed run must share with the checkpoint.
+RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",
+               "sync", "sync_every", "average_optimizer", "mode", "fanouts", "batch_size", "parts")
+SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "sync_time", "sync_wait",
+          "sync_bytes", "epoch_time", "sample_time")
+
+
+@dataclass
+class AveragingConfig:
+    """Resolved configuration of one averaging run (see ``docs/training.md``)."""
+
+    data: str
+    out: str
+    model: str = "gcn"
+    hidden: int = 16
+    layers: int = 2
+    heads: int = 4
+    dropout: float = 0.5
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    epochs: int = 200
+    seed: int = 0
+    sync: str = "avg"
+    sync_every: int = 1
+    average_optimizer: bool = False
+    mode: str = "full"
+    fanouts: list[int] = field(default_factory=list)
+    batch_size: int = 512
+    eval: str = "full"
+    eval_every: int = 1
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    resume: str | None = None
+    parts: int = 0
+
+    def validate(self) -> None:
+        """Raise ShardError on a bad option (identical on every rank)."""
+        checks = [(self.epochs >= 0, "--epochs", ">= 0", self.epochs),
+                  (self.hidden >= 1, "--hidden", ">= 1", self.hidden),
+                  (self.layers >= 1, "--layers", ">= 1", self.layers),
+                  (self.heads >= 1, "--heads", ">= 1", self.heads),
+                  (0.0 <= self.dropout < 1.0, "--dropout", "in [0, 1)", self.dropout),
+                  (self.sync in ("avg", "grad"), "--sync", "avg or grad", self.sync),
+                  (self.sync_every >= 1, "--sync-every", ">= 1", self.sync_every),
+                  (self.mode in ("full", "minibatch"), "--mode", "full or minibatch", self.mode),
+                  (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
+                  (self.eval in ("full", "local", "none"), "--eval", "full, local or none",
+                   self.eval),
+                  (self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every),
+                  (self.checkpoint_every >= 0, "--checkpoint-every", ">= 0",
+                   self.checkpoint_every)]
+        for ok, opt, want, got in checks:
+            if not ok:
+                raise ShardError(f"{opt}: expected {want}, got {got}")
+        if self.mode == "minibatch":
+            if len(self.fanouts) != self.layers:
+                raise ShardError(f"--fanouts: expected one fanout per layer ({self.layers}), got "
+                                 f"{self.fanouts}")
+            if any(f < 1 and f != -1 for f in self.fanouts):
+                raise ShardError(f"--fanouts: expected values >= 1 or -1, got {self.fanouts}")
+
+
+@dataclass
+class _Worker:
+    """One partition's training state on this rank."""
+
+    graph: LocalGraph
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    torch_rng: torch.Tensor
+    np_rng: np.random.Generator
+    x: torch.Tensor
+    y: torch.Tensor
+    train_ids: np.ndarray
+    edge_index: torch.Tensor | None = None
+    sampler: UniformNeighborSampler | None = None
+
+
+def _seeds(seed: int, part: int) -> tuple[torch.Tensor, np.random.Generator]:
+    """Per-partition torch RNG state and numpy generator, derived from (seed, partition)."""
+    ss = np.random.SeedSequence([int(seed), int(part)])
+    torch_seed, np_seed = ss.generate_state(2, dtype=np.uint64)
+    g = torch.Generator().manual_seed(int(torch_seed) & ((1 << 63) - 1))
+    return g.get_state(), np.random.default_rng(int(np_seed))
+
+
+def _load(comm: Any, cfg: AveragingConfig) -> tuple[dict[str, Any], list[int], list[LocalGraph]]:
+    """Read the store meta and this rank's partitions (errors agreed on all ranks)."""
+    meta: dict[str, Any] = {}
+    err = ""
+    try:
+        meta = read_store_meta(cfg.data)
+        check_no_hole(meta, Path(cfg.data))
+    except ShardError as exc:
+        err = str(exc)
+    comm.agree(not err, err)
+    mine = averaging.assign_partitions(int(meta["parts"]), comm.size, comm.rank)
+    graphs = comm.run_agreed(lambda: [load_partition(cfg.data, i, int(meta["num_features"]))
+                                      for i in mine])
+    return meta, mine, graphs
+
+
+def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[LocalGraph]
+                  ) -> list[_Worker]:
+    torch.manual_seed(cfg.seed)
+    base = models.build(cfg.model, int(meta["num_features"]), cfg.hidden,
+                        int(meta["num_classes"]), cfg.layers, cfg.dropout, cfg.heads)
+    shared_opt = None
+    if cfg.sync == "grad":
+        shared_opt = torch.optim.Adam(base.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    out = []
+    for g in graphs:
+        model = base if cfg.sync == "grad" else copy.deepcopy(base)
+        opt = shared_opt or torch.optim.Adam(model.parameters(), lr=cfg.lr,
+                                             weight_decay=cfg.weight_decay)
+        trng, nrng = _seeds(cfg.seed, g.index)
+        w = _Worker(graph=g, model=model, opt=opt, torch_rng=trng, np_rng=nrng,
+                    x=torch.from_numpy(g.x), y=torch.from_numpy(g.y), train_ids=g.train_ids)
+        if cfg.mode == "full":
+            w.edge_index = torch.from_numpy(g.edge_index())
+        else:
+            w.sampler = UniformNeighborSampler(g.indptr, g.indices, cfg.fanouts)
+        out.append(w)
+    return out
+
+
+def _batches(w: _Worker, cfg: AveragingConfig) -> list[np.ndarray]:
+    """This epoch's target batches of a worker (shuffled with its own generator in minibatch)."""
+    if w.train_ids.size == 0:
+        return []
+    if cfg.mode == "full":
+        return [w.train_ids]
+    perm = w.np_rng.permutation(w.train_ids)
+    return [perm[i:i + cfg.batch_size] for i in range(0, perm.size, cfg.batch_size)]
+
+
+class _Stats:
+    """Per-epoch counters of one rank."""
+
+    def __init__(self) -> None:
+        self.loss_sum = 0.0
+        self.count = 0
+        self.sample_time = 0.0
+        self.sampled_edges = 0
+        self.sync_time = 0.0
+        self.sync_wait = 0.0
+        self.sync_bytes = 0
+
+    def wait(self, comm: Any) -> None:
+        """Barrier before a synchronisation, so that sync_time excludes load imbalance."""
+        t0 = time.perf_counter()
+        comm.barrier()
+        self.sync_wait += time.perf_counter() - t0
+
+
+def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
+    """Summed cross-entropy of one batch's targets (forward on the full or sampled graph)."""
+    if w.sampler is None:
+        out = w.model(w.x, w.edge_index)[torch.from_numpy(batch)]
+    else:
+        t0 = time.perf_counter()
+        sub = w.sampler.sample(batch, w.np_rng)
+        st.sample_time += time.perf_counter() - t0
+        st.sampled_edges += sub.num_edges
+        nodes = torch.from_numpy(sub.nodes)
+        out = w.model(w.x[nodes], torch.from_numpy(sub.edge_index))[: sub.num_seeds]
+    loss = F.cross_entropy(out, w.y[torch.from_numpy(batch)], reduction="sum")
+    st.loss_sum += float(loss.detach())
+    st.count += int(batch.size)
+    return loss
+
+
+def _epoch_avg(w: _Worker, cfg: AveragingConfig, st: _Stats) -> None:
+    """One local epoch of one partition's model (mean loss per batch, one Adam step each)."""
+    torch.set_rng_state(w.torch_rng)
+    w.model.train()
+    for batch in _batches(w, cfg):
+        w.opt.zero_grad()
+        loss = _batch_loss(w, batch, st)
+        (loss / batch.size).backward()
+        w.opt.step()
+    w.torch_rng = torch.get_rng_state()
+
+
+def _epoch_grad(comm: Any, workers: list[_Worker], cfg: AveragingConfig, st: _Stats) -> None:
+    """One epoch with gradient averaging every step. Collective over comm.
+
+    Every rank takes ``max`` over ranks of its largest batch count steps; a rank (or partition)
+    out of batches joins each remaining all-reduce with zero gradients and weight 0.
+    """
+    plans = [_batches(w, cfg) for w in workers]
+    steps = int(comm.allreduce_scalar(max([len(b) for b in plans] + [0]), "max"))
+    model, opt = workers[0].model, workers[0].opt
+    model.train()
+    for s in range(steps):
+        opt.zero_grad()
+        for w, plan in zip(workers, plans):
+            if s < len(plan):
+                torch.set_rng_state(w.torch_rng)
+                _batch_loss(w, plan[s], st).backward()
+                w.torch_rng = torch.get_rng_state()
+        st.wait(comm)
+        b0, t0 = comm.bytes["allreduce"], time.perf_counter()
+        averaging.allreduce_grads(comm, model, sum(len(p[s]) for p in plans if s < len(p)))
+        st.sync_time += time.perf_counter() - t0
+        st.sync_bytes += comm.bytes["allreduce"] - b0
+        opt.step()
+
+
+def _sync_avg(comm: Any, workers: list[_Worker], weights: list[float], cfg: AveragingConfig,
+              st: _Stats) -> None:
+    """Weighted model average (and optimiser average when asked). Collective over comm."""
+    st.wait(comm)
+    b0, t0 = comm.bytes["allreduce"], time.perf_counter()
+    averaging.average_models(comm, [w.model for w in workers], weights)
+    if cfg.average_optimizer:
+        averaging.average_optimizers(comm, [w.opt for w in workers], weights)
+    st.sync_time += time.perf_counter() - t0
+    st.sync_bytes += comm.bytes["allreduce"] - b0
+
+
+class _EvalGraph:
+    """The whole canonical dataset on rank 0, for exact full-graph evaluation."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        from shardgnn.io.canonical import edge_memmap, load_node_array, read_meta
+
+        d = meta.get("dataset")
+        if not d:
+            raise ShardError("meta.json: expected key 'dataset' (the source dataset) for --eval "
+                             "full, got none; use --eval local")
+        gm = read_meta(d)
+        e = np.asarray(edge_memmap(d, gm), dtype=np.int64)
+        if not gm.directed:
+            e = np.concatenate([e, e[:, ::-1]])
+        self.edge_index = torch.from_numpy(np.ascontiguousarray(e.T))
+        arrays = {k: load_node_array(d, k, gm, mmap=False) for k in
+                  ("x", "y", "train_mask", "val_mask", "test_mask")}
+        for k in ("x", "y"):
+            if arrays[k] is None:
+                raise input_error(Path(d) / f"{k}.npy", "missing; needed for --eval full")
+        self.x = torch.from_numpy(np.asarray(arrays["x"], dtype=np.float32))
+        self.y = torch.from_numpy(np.asarray(arrays["y"], dtype=np.int64))
+        self.masks = {k: torch.from_numpy(np.asarray(arrays[f"{k}_mask"], dtype=bool))
+                      if arrays[f"{k}_mask"] is not None else torch.zeros(gm.num_nodes, dtype=bool)
+                      for k in ("train", "val", "test")}
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        """Accuracy (= micro-F1 for single-label classes) on the train/val/test masks."""
+        model.eval()
+        with torch.no_grad():
+            pred = model(self.x, self.edge_index).argmax(dim=1)
+        out = {}
+        for k, m in self.masks.items():
+            n = int(m.sum())
+            out[f"{k}_acc"] = float((pred[m] == self.y[m]).sum()) / n if n else float("nan")
+        return out
+
+
+def _evaluate_local(comm: Any, workers: list[_Worker]) -> dict[str, float]:
+    """Accuracy over owned vertices of every partition, on the partitions' local graphs.
+
+    Approximate for models deeper than one layer (replicas lack their own neighbourhoods).
+    Collective over comm.
+    """
+    correct = {"train": 0, "val": 0, "test": 0}
+    total = {"train": 0, "val": 0, "test": 0}
+    for w in workers:
+        g = w.graph
+        w.model.eval()
+        with torch.no_grad():
+            ei = w.edge_index if w.edge_index is not None else torch.from_numpy(g.edge_index())
+            pred = w.model(w.x, ei).argmax(dim=1).numpy()
+        for k in correct:
+            m = getattr(g, f"{k}_mask").copy()
+            m[g.num_owned:] = False
+            correct[k] += int((pred[m] == g.y[m]).sum())
+            total[k] += int(m.sum())
+    out = {}
+    for k in correct:
+        c = comm.allreduce_scalar(correct[k])
+        t = comm.allreduce_scalar(total[k])
+        out[f"{k}_acc"] = c / t if t else float("nan")
+    return out

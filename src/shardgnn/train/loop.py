@@ -1,0 +1,189 @@
+"""The epoch loop of partition-parallel training: train, synchronise, evaluate, checkpoint, record.
+
+:func:`main` is collective over comm; it returns the run's summary (identical on every rank
+except the evaluation figures, which rank 0 computes) and writes the results HDF5 (``/train``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from shardgnn import log
+from shardgnn.comm import peak_rss_bytes
+from shardgnn.errors import ShardError
+from shardgnn.io.results import ResultWriter
+from shardgnn.train import averaging, checkpoint
+from shardgnn.train.engine import (RESUME_KEYS, SERIES, AveragingConfig, _EvalGraph, _epoch_avg,
+                                   _epoch_grad, _evaluate_local, _load, _make_workers, _Stats,
+                                   _sync_avg, _Worker)
+
+
+def _new_history() -> dict[str, Any]:
+    h: dict[str, Any] = {k: [] for k in SERIES}
+    h.update(best_val_acc=-1.0, best_epoch=0, best_test_acc=float("nan"),
+             best_train_acc=float("nan"), best_model={})
+    return h
+
+
+def _eval_graph(comm: Any, cfg: AveragingConfig, meta: dict[str, Any]) -> _EvalGraph | None:
+    """Load the canonical dataset on rank 0 when evaluating on the full graph. Collective."""
+    if cfg.eval != "full":
+        return None
+    g, err = None, ""
+    if comm.rank == 0:
+        try:
+            g = _EvalGraph(meta)
+        except ShardError as exc:
+            err = str(exc)
+    comm.agree(not err, err)
+    return g
+
+
+def _resume(comm: Any, cfg: AveragingConfig, workers: list[_Worker], mine: list[int]
+            ) -> tuple[int, dict[str, Any]]:
+    """Load a checkpoint into the workers; returns (first epoch to run, history). Collective."""
+    ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, mine)
+    mine_cfg = json.loads(json.dumps(asdict(cfg), default=str))
+    bad = [k for k in RESUME_KEYS if ck["config"].get(k) != mine_cfg.get(k)]
+    if bad:
+        k = bad[0]
+        raise ShardError(f"{cfg.resume}: checkpoint has {k}={ck['config'].get(k)!r}, this run "
+                         f"{mine_cfg.get(k)!r}; expected the same {', '.join(bad)}")
+    for w in workers:
+        w.torch_rng, w.np_rng = checkpoint.restore_partition(ck["parts"][w.graph.index],
+                                                             w.model, w.opt)
+    return ck["epoch"] + 1, ck["history"]
+
+
+def _save(comm: Any, cfg: AveragingConfig, path: str, epoch: int, workers: list[_Worker],
+          history: dict[str, Any]) -> None:
+    """Gather every partition's state to rank 0 and write the checkpoint. Collective."""
+    states = {w.graph.index: checkpoint.partition_state(w.model, w.opt, w.torch_rng, w.np_rng)
+              for w in workers}
+    gathered = comm.gather_obj(states)
+    if comm.rank == 0:
+        allp: dict[int, Any] = {}
+        for d in gathered:
+            allp.update(d)
+        checkpoint.write_checkpoint(path, epoch, asdict(cfg), allp, history)
+    comm.barrier()
+
+
+def _record(history: dict[str, Any], epoch: int, metrics: dict[str, float],
+            model_state: Any) -> None:
+    """Append one epoch; keep the best-validation model (rank 0's copy)."""
+    for k in SERIES:
+        history[k].append(float(metrics.get(k, float("nan"))))
+    val = metrics.get("val_acc", float("nan"))
+    if not math.isnan(val) and val > history["best_val_acc"]:
+        history.update(best_val_acc=val, best_epoch=epoch,
+                       best_test_acc=metrics.get("test_acc", float("nan")),
+                       best_train_acc=metrics.get("train_acc", float("nan")),
+                       best_model={k: v.detach().numpy().copy() for k, v in model_state.items()})
+
+
+def _run_epoch(comm: Any, cfg: AveragingConfig, workers: list[_Worker], weights: list[float],
+               epoch: int, evalg: _EvalGraph | None) -> dict[str, float]:
+    """Train one epoch (+ sync, + evaluation when due); returns the epoch's metrics. Collective."""
+    st = _Stats()
+    t0 = time.perf_counter()
+    synced = True
+    if cfg.sync == "grad":
+        _epoch_grad(comm, workers, cfg, st)
+    else:
+        for w in workers:
+            _epoch_avg(w, cfg, st)
+        synced = epoch % cfg.sync_every == 0 or epoch == cfg.epochs
+        if synced:
+            _sync_avg(comm, workers, weights, cfg, st)
+    m: dict[str, float] = {"epoch": epoch, "epoch_time": time.perf_counter() - t0}
+    loss_sum = comm.allreduce_scalar(st.loss_sum)
+    count = comm.allreduce_scalar(st.count)
+    m["loss"] = loss_sum / count if count else float("nan")
+    m["sync_time"] = comm.allreduce_scalar(st.sync_time, "max")
+    m["sync_wait"] = comm.allreduce_scalar(st.sync_wait, "max")
+    m["sync_bytes"] = float(st.sync_bytes)
+    m["sample_time"] = comm.allreduce_scalar(st.sample_time, "max")
+    m["sampled_edges"] = comm.allreduce_scalar(st.sampled_edges)
+    due = synced and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs)
+    if due and cfg.eval == "local":
+        m.update(_evaluate_local(comm, workers))
+    elif due and evalg is not None:
+        m.update(evalg.evaluate(workers[0].model))
+    return m
+
+
+def main(comm: Any, cfg: AveragingConfig, command: str = "") -> dict[str, Any]:
+    """Train on the partition store ``cfg.data``; write ``cfg.out``. Collective over comm."""
+    cfg.validate()
+    meta, mine, graphs = _load(comm, cfg)
+    cfg.parts = int(meta["parts"])
+    pairs = comm.allgather_obj([(g.index, int(g.train_ids.size)) for g in graphs])
+    counts = np.zeros(cfg.parts, dtype=np.int64)
+    for lst in pairs:
+        for i, n in lst:
+            counts[i] = n
+    alpha = comm.run_agreed(averaging.averaging_weights, counts)
+    weights = [float(alpha[g.index]) for g in graphs]
+    workers = comm.run_agreed(_make_workers, cfg, meta, graphs)
+    evalg = _eval_graph(comm, cfg, meta)
+    start, history = 1, _new_history()
+    if cfg.resume:
+        start, history = _resume(comm, cfg, workers, mine)
+    ckpt = cfg.checkpoint or (cfg.out + ".ckpt.h5")
+    logger = log.get()
+    logger.info("averaging: %d partitions on %d ranks (rank 0 trains %s), model %s, sync %s "
+                "every %d, mode %s", cfg.parts, comm.size, mine, cfg.model, cfg.sync,
+                cfg.sync_every, cfg.mode)
+    sampled_edges = 0.0
+    with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
+        for epoch in range(start, cfg.epochs + 1):
+            m = _run_epoch(comm, cfg, workers, weights, epoch, evalg)
+            sampled_edges += m.pop("sampled_edges")
+            _record(history, epoch, m, workers[0].model.state_dict())
+            if "val_acc" in m:
+                logger.info("epoch %d loss %.4f train %.4f val %.4f test %.4f (%.3fs, sync %.4fs)",
+                            epoch, m["loss"], m.get("train_acc", float("nan")), m["val_acc"],
+                            m["test_acc"], m["epoch_time"], m["sync_time"])
+            if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
+                _save(comm, cfg, ckpt, epoch, workers, history)
+        summary = _summary(comm, cfg, history, counts, alpha, mine, sampled_edges)
+        _write(rw, comm, history, summary)
+    return summary
+
+
+def _summary(comm: Any, cfg: AveragingConfig, history: dict[str, Any], counts: np.ndarray,
+             alpha: np.ndarray, mine: list[int], sampled_edges: float) -> dict[str, Any]:
+    def last(k: str) -> float:
+        vals = [v for v in history[k] if not math.isnan(v)]
+        return vals[-1] if vals else float("nan")
+
+    sample_time = float(np.nansum(history["sample_time"]))
+    return {"epochs": cfg.epochs, "parts": cfg.parts, "ranks": comm.size,
+            "best_epoch": int(history["best_epoch"]), "best_val_acc": history["best_val_acc"],
+            "test_acc": history["best_test_acc"], "train_acc_at_best": history["best_train_acc"],
+            "final_val_acc": last("val_acc"), "final_test_acc": last("test_acc"),
+            "final_loss": last("loss"),
+            "total_sync_time": float(np.nansum(history["sync_time"])),
+            "total_sync_wait": float(np.nansum(history["sync_wait"])),
+            "total_sync_bytes_per_rank": float(np.nansum(history["sync_bytes"])),
+            "total_epoch_time": float(np.nansum(history["epoch_time"])),
+            "sample_time": sample_time, "sampled_edges": sampled_edges,
+            "sampled_edges_per_s": sampled_edges / sample_time if sample_time > 0 else 0.0,
+            "train_counts": counts.tolist(), "weights": alpha.tolist(),
+            "assignment": comm.allgather_obj(mine)}
+
+
+def _write(rw: ResultWriter, comm: Any, history: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Per-epoch series, summary attributes, best model and per-rank memory. Collective."""
+    for k in SERIES:
+        rw.dataset(f"train/{k}", np.asarray(history[k], dtype=np.float64))
+    rw.attrs("train", summary)
+    for k, v in (history.get("best_model") or {}).items():
+        rw.dataset(f"train/best_model/{k}", np.asarray(v))
+    rw.per_rank("train/peak_rss", peak_rss_bytes())
