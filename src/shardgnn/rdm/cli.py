@@ -1,17 +1,63 @@
-"""Placeholder CLI hooks (replaced by the module's implementation)."""
+"""`shardgnn train --engine rdm|cagnet1d`: options of the full-batch RDM engine; parses, calls main."""
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
-from shardgnn.errors import ShardError
+ENGINES: tuple[str, ...] = ("rdm", "cagnet1d")
 
-ALGORITHMS: tuple[str, ...] = ()
-ENGINES: tuple[str, ...] = ()
+ORDER_HELP = """\
+SpMM/GEMM order (rdm, cagnet1d). 2L letters, case-insensitive, S = SpMM first
+(A^T H, then W), D = GEMM first (H W, then A^T): the first L letters are the
+forward pass of layers 1..L, the last L letters the backward pass of layers
+L..1 in the order it runs. E.g. L=2 DSDS = forward layer1 D, layer2 S; backward
+layer2 D, layer1 S. FWD:BWD is accepted too (DS:DS). 'alt' (default): forward
+D,S,D,..., each backward letter the opposite of its forward letter (DSDS at L=2;
+SS..S for cagnet1d). 'auto': time the perfmodel's Pareto candidates for a few
+epochs and keep the fastest; 'model': take the predicted-fastest order. (The
+authors' code uses the same letter positions for L=2: fwd1, fwd2, bwd2, bwd1.)"""
 
 
 def add_arguments(parser: Any) -> None:
-    """Add this family's own options (none yet)."""
+    """Add the RDM engine's own options (the shared ones live in cli/train.py)."""
+    g = parser.add_argument_group("rdm / cagnet1d engines (DATA = converted dataset)")
+    g.add_argument("--order", default="alt", metavar="ORDER", help=ORDER_HELP)
+    g.add_argument("--memo", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep A^T H from an SpMM-first forward layer to form that layer's weight "
+                   "gradient without another SpMM (default: on)")
+    g.add_argument("--replicas", type=int, default=0, metavar="R",
+                   help="copies of A (rdm): R must divide P; R = P (default) replicates A on "
+                   "every rank, R < P forms P/R row panels of R ranks each and redistributes "
+                   "inside a panel's rank group (1.5D); cagnet1d always uses R = 1")
+    g.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True,
+                   help="learnable bias in every GCN layer (default: on)")
+    g.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="floating-point type of features, weights and A (default: float32)")
+    g.add_argument("--backend", choices=("torch", "scipy", "cuda", "cupy"), default="torch",
+                   help="kernels: torch (CPU, torch sparse CSR SpMM; default), scipy (CPU, scipy "
+                   "CSR SpMM), cuda (torch on the GPU), cupy (torch tensors, cuSPARSE via CuPy)")
+    g.add_argument("--partition", default=None, metavar="DIR",
+                   help="partition store (meta.json + part-*.h5): renumber vertices so each "
+                   "partition is a contiguous range; row panels follow partition boundaries")
+    g.add_argument("--chunk", type=int, default=1 << 20,
+                   help="edges read per chunk while streaming the edge file (default: 1048576)")
+    g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,
+                   help="GraphSAINT mode (rdm, R = P): train on sampled subgraphs drawn "
+                   "identically on every rank from the shared seed; node, edge or random-walk sampler")
+    g.add_argument("--saint-budget", type=int, default=0, metavar="B",
+                   help="sampler budget: nodes drawn (node), edges drawn (edge) or walk roots (rw); "
+                   "default: N/10 nodes, N/20 edges, N/40 roots")
+    g.add_argument("--saint-walk-length", type=int, default=2, metavar="H",
+                   help="random-walk length for --saint rw (default: 2)")
+    g.add_argument("--saint-steps", type=int, default=0, metavar="S",
+                   help="subgraphs (optimiser steps) per epoch; default: N / expected subgraph size")
+    g.add_argument("--saint-presample", type=int, default=20, metavar="K",
+                   help="subgraphs drawn before training to estimate GraphSAINT's node/edge "
+                   "normalisation (default: 20)")
 
 
 def run(comm: Any, args: Any) -> int:
-    raise ShardError("this stage is not built yet")
+    """Run training. Collective over comm."""
+    from shardgnn.rdm.main import config_from_args, main
+
+    return main(comm, config_from_args(args))

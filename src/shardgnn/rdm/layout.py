@@ -141,14 +141,19 @@ def resplit_counts(grid: Grid, width: int, rank: int, src: str) -> tuple[np.ndar
     raise ValueError(f"expected src row or col, got {src!r}")
 
 
-def resplit_bytes(grid: Grid, width: int, itemsize: int) -> np.ndarray:
-    """Bytes each rank sends to other ranks in one redistribution of an N x ``width`` matrix
-    (either direction; the counter ``alltoallv`` books exactly this). Shape (P,)."""
+def resplit_bytes(grid: Grid, width: int, itemsize: int, src: str = "row") -> np.ndarray:
+    """Bytes each rank sends to other ranks in one ``src`` -> other redistribution of an
+    N x ``width`` matrix (what the ``alltoallv`` counter books). Shape (P,).
+
+    Row -> col: rank (i, j) sends n_ij * (f - c_j) elements; col -> row: (m_i - n_ij) * c_j,
+    with m_i the panel's rows, n_ij = block j of m_i in R blocks, c_j = block j of f in R blocks.
+    Both directions move the same total.
+    """
     out = np.zeros(grid.size, dtype=np.int64)
     if grid.replicas == 1:
         return out
     for r in range(grid.size):
-        send, _ = resplit_counts(grid, width, r, "row")
+        send, _ = resplit_counts(grid, width, r, src)
         j = r % grid.replicas
         out[r] = (int(send.sum()) - int(send[j])) * itemsize
     return out

@@ -234,8 +234,8 @@ def backward(ops: Ops, order: Order, memo: bool, logits: str) -> None:
 class SymbolicOps:
     """Executor that tracks layouts and widths only and records every operation.
 
-    ``events`` holds tuples: ``("redistribute", name, width)``, ``("redistribute_mask", name,
-    width)``, ``("spmm", width)``, ``("gemm", k, n)`` (an N x k times k x n product),
+    ``events`` holds tuples: ``("redistribute", name, width, to_layout)``,
+    ``("redistribute_mask", name, width, to_layout)``, ``("spmm", width)``, ``("gemm", k, n)`` (an N x k times k x n product),
     ``("wgrad", k, n)``.
     """
 
@@ -261,11 +261,11 @@ class SymbolicOps:
     def redistribute(self, name: str, to: str) -> None:
         if not self.has(name, OTHER[to]):
             raise RuntimeError(f"schedule bug: {name} not available in {OTHER[to]}")
-        self.events.append(("redistribute", name, self.width_of[name]))
+        self.events.append(("redistribute", name, self.width_of[name], to))
         self._put(name, to, self.width_of[name])
 
     def redistribute_mask(self, layer: int, to: str) -> None:
-        self.events.append(("redistribute_mask", f"P{layer}", self.widths[layer]))
+        self.events.append(("redistribute_mask", f"P{layer}", self.widths[layer], to))
         self._put(f"P{layer}", to, self.widths[layer])
 
     def spmm(self, out: str, inp: str) -> None:
@@ -351,9 +351,9 @@ def epoch_bytes(widths: list[int], order: Order, num_nodes: int, size: int, repl
             continue
         for ev in dry_run(widths, order, memo, train):
             if ev[0] == "redistribute":
-                out["redistribute" + suffix] += resplit_bytes(grid, ev[2], itemsize)
+                out["redistribute" + suffix] += resplit_bytes(grid, ev[2], itemsize, OTHER[ev[3]])
             elif ev[0] == "redistribute_mask":
-                out["redistribute_mask"] += resplit_bytes(grid, ev[2], 1)
+                out["redistribute_mask"] += resplit_bytes(grid, ev[2], 1, OTHER[ev[3]])
             elif ev[0] == "spmm":
                 out["bcast" + suffix] += bcast_bytes(grid, ev[1], itemsize)
     out["allreduce_grad"] += num_params(widths, bias) * itemsize

@@ -1,0 +1,298 @@
+"""Set up and run RDM / CAGNET-1D training: config, graph build, epoch loop, results HDF5.
+
+``main(comm, cfg)`` is what ``shardgnn train --engine rdm|cagnet1d`` calls; ``build(comm, cfg)``
+returns a ready :class:`~shardgnn.rdm.engine.Trainer` (for tests, benchmarks and
+``--order auto``). Collective over comm.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardgnn import log
+from shardgnn.errors import ShardError
+from shardgnn.io.canonical import read_meta
+from shardgnn.io.results import ResultWriter
+from shardgnn.rdm.backend import Backend
+from shardgnn.rdm.engine import BYTE_KINDS, TIME_KINDS, GraphState, Trainer
+from shardgnn.rdm.graph import NodeData, Renumbering, load_panel, read_partition
+from shardgnn.rdm.layout import Grid, panels_from_parts
+from shardgnn.rdm.schedule import Order, cagnet_order, parse_order
+
+
+@dataclass
+class RDMConfig:
+    """Resolved configuration of one RDM / CAGNET-1D run."""
+
+    data: str
+    engine: str = "rdm"
+    epochs: int = 200
+    hidden: int = 16
+    layers: int = 2
+    dropout: float = 0.5
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    seed: int = 0
+    out: str | None = None
+    order: str = "alt"
+    memo: bool = True
+    replicas: int = 0
+    bias: bool = True
+    dtype: str = "float32"
+    backend: str = "torch"
+    partition: str | None = None
+    chunk: int = 1 << 20
+    eval_every: int = 1
+    saint: str | None = None
+    saint_budget: int = 0
+    saint_walk_length: int = 2
+    saint_steps: int = 0
+    saint_presample: int = 20
+
+
+def default_order(layers: int) -> Order:
+    """``alt``: forward D, S, D, …; each backward letter the opposite of its forward letter
+    (DSDS at L = 2, the paper's order 10)."""
+    fwd = tuple("D" if l % 2 == 0 else "S" for l in range(layers))
+    return Order(fwd, tuple("S" if c == "D" else "D" for c in fwd))
+
+
+def resolve_order(text: str, layers: int, engine: str) -> Order | None:
+    """A fixed order, or None for ``auto``/``model`` (chosen later)."""
+    t = str(text).strip().lower()
+    if t in ("auto", "model"):
+        return None
+    if t == "alt":
+        return cagnet_order(layers) if engine == "cagnet1d" else default_order(layers)
+    return parse_order(text, layers)
+
+
+def validate(cfg: RDMConfig, size: int) -> None:
+    """Check the configuration identically on every rank (raises ShardError)."""
+    if cfg.engine not in ("rdm", "cagnet1d"):
+        raise ShardError(f"--engine: expected rdm or cagnet1d, got {cfg.engine!r}")
+    if not 1 <= cfg.layers <= 8:
+        raise ShardError(f"--layers: expected 1..8, got {cfg.layers}")
+    if cfg.hidden < 1:
+        raise ShardError(f"--hidden: expected >= 1, got {cfg.hidden}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ShardError(f"--dropout: expected 0 <= p < 1, got {cfg.dropout}")
+    if cfg.epochs < 0:
+        raise ShardError(f"--epochs: expected >= 0, got {cfg.epochs}")
+    if cfg.engine == "cagnet1d" and cfg.replicas not in (0, 1):
+        raise ShardError(f"--replicas: the cagnet1d engine uses R = 1 (A in row blocks), got {cfg.replicas}")
+    r = cfg.replicas or size
+    if r < 1 or size % r:
+        raise ShardError(f"--replicas: expected R dividing the number of ranks P={size}, got {r}")
+    if cfg.saint is not None:
+        if cfg.saint not in ("node", "edge", "rw"):
+            raise ShardError(f"--saint: expected node, edge or rw, got {cfg.saint!r}")
+        if (cfg.replicas or size) != size or cfg.engine != "rdm":
+            raise ShardError("--saint: expected --engine rdm with A replicated (--replicas P); "
+                             f"got engine {cfg.engine} with R={cfg.replicas}")
+    resolve_order(cfg.order, cfg.layers, cfg.engine)
+
+
+@dataclass
+class Built:
+    trainer: Trainer
+    graph: GraphState
+    info: dict[str, Any]
+    node_data: NodeData
+    panel: Any
+
+
+def build(comm: Any, cfg: RDMConfig) -> Built:
+    """Load this rank's share of the graph and make a Trainer. Collective over comm."""
+    comm.run_agreed(validate, cfg, comm.size)
+    meta = comm.run_agreed(read_meta, cfg.data)
+    nd = comm.run_agreed(NodeData, cfg.data, meta)
+    be = comm.run_agreed(Backend, cfg.backend, cfg.dtype)
+    P = comm.size
+    R = 1 if cfg.engine == "cagnet1d" else (cfg.replicas or P)
+    renum: Renumbering | None = None
+    bounds: tuple[int, ...] = ()
+    if cfg.partition:
+        renum = comm.run_agreed(read_partition, cfg.partition, meta.num_nodes)
+        bounds = comm.run_agreed(panels_from_parts, renum.part_sizes, P // R)
+        nd = NodeData(cfg.data, meta, renum)
+    grid = Grid(meta.num_nodes, P, R, bounds)
+    i, j = grid.position(comm.rank)
+    row_comm = comm.split(i, j)
+    col_comm = comm.split(j, i)
+    t0 = time.perf_counter()
+    b0 = dict(comm.bytes)
+    panel, stats = load_panel(comm, cfg.data, grid, renum, cfg.chunk)
+    setup_bytes = {k: comm.bytes[k] - b0.get(k, 0) for k in comm.bytes}
+    graph = make_graph_state(grid, panel, nd, be, comm.rank)
+    f0 = nd.num_features
+    widths = [f0] + [cfg.hidden] * (cfg.layers - 1) + [nd.num_classes]
+    order = resolve_order(cfg.order, cfg.layers, cfg.engine) or default_order(cfg.layers)
+    tr = Trainer(comm, row_comm, col_comm, graph, widths, be, order, memo=cfg.memo, bias=cfg.bias,
+                 dropout=cfg.dropout, lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
+    info = {"setup_seconds": time.perf_counter() - t0, "setup_bytes": setup_bytes,
+            "panel_rows": stats["panel_rows"], "panel_nnz": stats["panel_nnz"],
+            "edges_streamed": stats["edges_streamed"], "widths": widths, "replicas": R,
+            "panels": grid.panels, "panel_bounds": list(grid.panel_bounds)}
+    return Built(tr, graph, info, nd, panel)
+
+
+def make_graph_state(grid: Grid, panel: Any, nd: NodeData, be: Backend, rank: int) -> GraphState:
+    """Backend handles of the panel's column blocks and this rank's node data."""
+    blocks = [panel] if grid.panels == 1 else panel.column_blocks(np.asarray(grid.panel_bounds))
+    a_blocks = [be.sparse(b) for b in blocks]
+    f = nd.num_features
+    rr = grid.row_range(rank)
+
+    def x_tile(layout: str) -> np.ndarray:
+        if layout == "row":
+            return nd.features(rr, (0, f))
+        return nd.features(grid.panel_range(rank), grid.col_range(f, rank))
+
+    labels = nd.labels(rr)
+    masks = {k: nd.mask(k, rr) for k in nd.masks}
+    totals = nd.mask_counts()
+    n_train = max(totals.get("train", 0), 1)
+    loss_w = masks["train"].astype(np.float64) / n_train
+    labels = np.clip(labels, 0, nd.num_classes - 1)
+    return GraphState(grid, a_blocks, x_tile, labels, loss_w, masks, totals, nnz=panel.nnz)
+
+
+def _choose_order(comm: Any, cfg: RDMConfig, built: Built, writer: ResultWriter | None) -> None:
+    try:
+        from shardgnn.rdm import autoorder  # written by the perfmodel work
+    except ImportError:
+        raise ShardError(f"--order {cfg.order}: automatic order selection is not available "
+                         "(shardgnn.rdm.autoorder missing); give an order such as DSDS") from None
+    res = autoorder.choose_order(comm, cfg, lambda: built.trainer, mode=cfg.order.lower(),
+                                 writer=writer)
+    order = res[0] if isinstance(res, tuple) else res
+    built.trainer.set_order(order)
+
+
+def main(comm: Any, cfg: RDMConfig) -> int:
+    """Train and write the results file. Collective over comm."""
+    built = build(comm, cfg)
+    tr = built.trainer
+    out = cfg.out
+    writer_cfg = {**asdict(cfg), "world_size": comm.size}
+    with ResultWriter(comm, out, writer_cfg) as w:
+        if resolve_order(cfg.order, cfg.layers, cfg.engine) is None:
+            _choose_order(comm, cfg, built, w)
+        if cfg.saint:
+            from shardgnn.rdm.saint import run_saint
+
+            rec = run_saint(comm, cfg, built)
+        else:
+            rec = run_full_batch(comm, cfg, built)
+        write_train(comm, w, cfg, built, rec)
+    return 0
+
+
+def run_full_batch(comm: Any, cfg: RDMConfig, built: Built) -> dict[str, Any]:
+    """The epoch loop of full-batch training. Collective over comm."""
+    tr, g = built.trainer, built.graph
+    return epoch_loop(comm, cfg, tr, g, lambda epoch: [tr.train_step()])
+
+
+def epoch_loop(comm: Any, cfg: RDMConfig, tr: Trainer, g: GraphState, steps_of_epoch) -> dict[str, Any]:
+    """Run ``cfg.epochs`` epochs; ``steps_of_epoch(e)`` runs the epoch's steps and returns their
+    records. Evaluates every ``cfg.eval_every`` epochs (0: never); one metrics all-reduce per
+    epoch. Returns per-epoch arrays (rank-local times/bytes)."""
+    E = cfg.epochs
+    rec: dict[str, Any] = {"loss": np.full(E, np.nan), "train_acc": np.full(E, np.nan),
+                           "val_acc": np.full(E, np.nan), "test_acc": np.full(E, np.nan),
+                           "epoch_time": np.zeros(E), "eval_time": np.zeros(E),
+                           "times": np.zeros((E, len(TIME_KINDS))),
+                           "bytes": np.zeros((E, len(BYTE_KINDS)), dtype=np.int64)}
+    totals = g.mask_totals
+    lg = log.get()
+    for e in range(E):
+        steps = steps_of_epoch(e)
+        t_epoch = sum(s["time"] for s in steps)
+        loss_local = sum(s["loss_local"] for s in steps) / max(len(steps), 1)
+        byt: dict[str, int] = {}
+        tms = np.zeros(len(TIME_KINDS))
+        for s in steps:
+            for k, v in s["bytes"].items():
+                byt[k] = byt.get(k, 0) + v
+            tms += np.array([s["times"][k] for k in TIME_KINDS])
+        do_eval = cfg.eval_every > 0 and ((e + 1) % cfg.eval_every == 0 or e == E - 1)
+        counts = np.zeros(3)
+        t0 = time.perf_counter()
+        if do_eval:
+            counts, evb = tr.evaluate(g)
+            for k, v in evb.items():
+                byt[k] = byt.get(k, 0) + v
+        rec["eval_time"][e] = time.perf_counter() - t0
+        metrics, mb = tr.reduce_metrics(loss_local, counts)
+        byt["allreduce_metrics"] = byt.get("allreduce_metrics", 0) + mb
+        rec["loss"][e] = metrics[0]
+        if do_eval:
+            for q, k in enumerate(("train", "val", "test")):
+                if totals.get(k):
+                    rec[f"{k}_acc"][e] = metrics[1 + q] / totals[k]
+        rec["epoch_time"][e] = t_epoch
+        rec["times"][e] = tms
+        rec["bytes"][e] = [byt.get(k, 0) for k in BYTE_KINDS]
+        lg.info("epoch %4d  loss %.4f  train %.4f  val %.4f  test %.4f  %.3fs  order %s",
+                e + 1, rec["loss"][e], rec["train_acc"][e], rec["val_acc"][e], rec["test_acc"][e],
+                t_epoch, tr.order)
+    return rec
+
+
+def write_train(comm: Any, w: ResultWriter, cfg: RDMConfig, built: Built, rec: dict[str, Any]) -> None:
+    """Gather per-rank times/bytes and write ``/train``. Collective over comm."""
+    E = cfg.epochs
+    times = comm.gatherv(np.ascontiguousarray(rec["times"][None]))       # (P, E, K)
+    byts = comm.gatherv(np.ascontiguousarray(rec["bytes"][None]))        # (P, E, B)
+    et = comm.gatherv(np.ascontiguousarray(rec["epoch_time"][None]))     # (P, E)
+    panel = comm.gatherv(np.array([[built.info["panel_rows"], built.info["panel_nnz"]]], dtype=np.int64))
+    spmm_t = comm.gatherv(np.ascontiguousarray(rec["times"][None, :, 0]))
+    setup = comm.gather_obj(built.info["setup_bytes"])
+    if comm.rank != 0:
+        return
+    w.dataset("train/epoch", np.arange(1, E + 1))
+    for k in ("loss", "train_acc", "val_acc", "test_acc", "eval_time"):
+        w.dataset(f"train/{k}", rec[k])
+    w.dataset("train/epoch_time", et.max(axis=0))
+    w.dataset("train/epoch_time_per_rank", et.T)
+    for q, k in enumerate(TIME_KINDS):
+        w.dataset(f"train/time_{k}", times[:, :, q].mean(axis=0))
+    for q, k in enumerate(BYTE_KINDS):
+        w.dataset(f"train/bytes_{k}", byts[:, :, q].sum(axis=0))
+        w.dataset(f"train/bytes_{k}_per_rank", byts[:, :, q].T)
+    w.dataset("train/panel_rows", panel[:, 0])
+    w.dataset("train/panel_nnz", panel[:, 1])
+    w.dataset("train/spmm_time_per_rank", spmm_t.T)
+    tr = built.trainer
+    w.attrs("train", {"order": str(tr.order), "widths": list(tr.widths), "replicas": built.info["replicas"],
+                      "panels": built.info["panels"], "panel_bounds": built.info["panel_bounds"],
+                      "memo": cfg.memo, "spmm_kernel": tr.be.name, "dtype": cfg.dtype,
+                      "setup_bytes": {k: int(sum(s.get(k, 0) for s in setup)) for k in setup[0]},
+                      "setup_seconds": built.info["setup_seconds"],
+                      "bytes_convention": "per-rank counters summed over ranks; alltoallv counts "
+                                          "bytes sent to other ranks, bcast/allreduce count the "
+                                          "buffer on every rank"})
+
+
+def config_from_args(args: Any) -> RDMConfig:
+    """Build an RDMConfig from parsed ``shardgnn train`` arguments."""
+    eval_every = int(getattr(args, "eval_every", 1))
+    if getattr(args, "eval", "full") == "none":
+        eval_every = 0
+    return RDMConfig(data=str(args.data), engine=args.engine.lower(), epochs=args.epochs,
+                     hidden=args.hidden, layers=args.layers, dropout=args.dropout, lr=args.lr,
+                     weight_decay=args.weight_decay, seed=args.seed, out=args.out,
+                     order=args.order, memo=args.memo, replicas=args.replicas or 0, bias=args.bias,
+                     dtype=args.dtype, backend=args.backend, partition=args.partition,
+                     chunk=args.chunk, eval_every=eval_every, saint=args.saint,
+                     saint_budget=args.saint_budget, saint_walk_length=args.saint_walk_length,
+                     saint_steps=args.saint_steps, saint_presample=args.saint_presample)
+
+
+__all__ = ["RDMConfig", "build", "main", "config_from_args", "default_order", "Path"]
