@@ -105,7 +105,7 @@ def merge_runs(runs: list[tuple[Path, Path | None, int]], dedupe: bool,
     """
     if not runs:
         return
-    block = max(1024, memory_keys // max(1, len(runs)))
+    block = max(1, memory_keys // max(1, len(runs)))
     readers = [_RunReader(k, p, c, block) for k, p, c in runs]
     with_pay = runs[0][1] is not None
     try:
