@@ -255,19 +255,32 @@ def expand(comm: Any, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult
                            seconds=time.perf_counter() - t0, trace=trace)
 
 
+def edge_cap(total_pairs: int, p: int, balance: float) -> int:
+    """DNE's hard cap in edges: floor(balance |E| / p), at least ceil(|E| / p). Pure."""
+    return max(-(-int(total_pairs) // p), int(np.floor(balance * total_pairs / p)))
+
+
 def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
                     total_pairs: int, trace: list[dict[str, Any]]) -> int:
     """The DNE / AdaDNE iterations; returns their count. Collective over comm."""
     p = cfg.parts
     capped = cfg.algo == "dne"
-    cap2 = 2.0 * cfg.balance * total_pairs / p if capped else np.inf
+    cap2 = float(2 * edge_cap(total_pairs, p, cfg.balance)) if capped else np.inf
     exp = _Expander(cfg, comm.rank, comm.size, st.score.size)
     best = np.full(loc.npairs, -1, dtype=np.int64)
     mark = np.zeros(loc.npairs, dtype=bool)
-    it = 0
+    it = stalled = 0
     logger = log.get()
     while int(st.esize2.sum()) < 2 * total_pairs:
         open_ = st.esize2 < cap2
+        if stalled >= 3:
+            target = int(np.argmin(np.where(open_, st.esize2, np.iinfo(np.int64).max)))
+            logger.warning("%s: no progress for 3 iterations; remaining edges go to partition %d",
+                           cfg.algo, target)
+            _leftover(comm, loc, st, target)
+            trace.append({"iteration": it, "stall_leftover_to": target})
+            break
+        before = int(st.esize2.sum())
         if capped and int(open_.sum()) <= 1:
             target = int(np.flatnonzero(open_)[0]) if open_.any() else int(np.argmin(st.esize2))
             _leftover(comm, loc, st, target)
@@ -281,7 +294,7 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
         req = _route_requests(comm, exp.requests(st, lam, open_), cfg.salt)
         room = None
         if capped:
-            room = np.maximum(0, np.floor((cap2 - st.esize2) / 2.0)).astype(np.int64)
+            room = ((cap2 - st.esize2) // 2).clip(0).astype(np.int64)
         pairs, parts = kernels.one_hop_propose(loc.lids(req[:, 0]), req[:, 1], loc.indptr,
                                                loc.adj, loc.assign, st.esize2, best)
         keep = _quota_cut(comm, parts, room)
@@ -293,10 +306,11 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
         pairs2, parts2 = kernels.two_hop_propose(jl, loc.indptr, loc.adj, loc.assign, loc.pa,
                                                  loc.pb, st.member, st.esize2, cap2, p, mark)
         if capped:
-            room = np.maximum(0, np.floor((cap2 - st.esize2) / 2.0)).astype(np.int64)
+            room = ((cap2 - st.esize2) // 2).clip(0).astype(np.int64)
         keep2 = _quota_cut(comm, parts2, room)
         _commit(comm, loc, st, pairs2[keep2], parts2[keep2])
         it += 1
+        stalled = stalled + 1 if int(st.esize2.sum()) == before else 0
         if it % 50 == 0:
             logger.info("%s: iteration %d, %.1f%% of edges allocated", cfg.algo, it,
                         50.0 * st.esize2.sum() / max(total_pairs, 1))

@@ -100,7 +100,7 @@ def build_partition(src: np.ndarray, dst: np.ndarray, etype: np.ndarray,
 def membership_bytes(member_rows: np.ndarray, p: int) -> np.ndarray:
     """(k, W) uint64 membership rows as (k, ceil(p/8)) uint8, bit j%8 of byte j//8. Pure."""
     rows = np.ascontiguousarray(member_rows.astype("<u8"))
-    return np.ascontiguousarray(rows.view(np.uint8).reshape(rows.shape[0], -1)[:, :(p + 7) // 8])
+    return np.ascontiguousarray(rows.view(np.uint8).reshape(rows.shape[0], rows.shape[1] * 8)[:, :(p + 7) // 8])
 
 
 def _save(path: Path, arr: np.ndarray) -> None:
