@@ -7,6 +7,7 @@ masks: train = ``range(len(y))``, val = ``range(len(y), len(y) + 500)``, test = 
 from __future__ import annotations
 
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def planetoid_prefix(src: Path) -> tuple[Path, str]:
 
 def _load_pickle(path: Path):
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb") as fh, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # old scipy.sparse.csr pickles
             return pickle.load(fh, encoding="latin1")
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
         raise input_error(path, f"not a readable Planetoid pickle ({type(exc).__name__}: {exc})") from None
