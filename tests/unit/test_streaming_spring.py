@@ -1,0 +1,168 @@
+"""Streaming partitioners on one rank: SPRING against a plain-Python Algorithm 1, hand-built graphs
+with known answers, the full-neighbourhood invariant for every algorithm, hops, seeds, bad inputs."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "mpi" / "scripts"))
+sys.path.insert(0, str(ROOT / "run" / "bench"))
+os.environ["SHARDGNN_PROGRESS"] = "0"
+
+import streaming_data as sd  # noqa: E402
+from streaming_oracle import check_store, spring_oracle  # noqa: E402
+
+from shardgnn.errors import ShardError  # noqa: E402
+from shardgnn.io.canonical import write_dataset  # noqa: E402
+from shardgnn.partition.streaming.baselines import BaselineParams  # noqa: E402
+from shardgnn.partition.streaming.pipeline import (ALGORITHMS, AutoParts, PartitionConfig,  # noqa: E402
+                                                   auto_parts, main)
+
+
+@pytest.fixture(scope="module")
+def comm():
+    from shardgnn.comm import world
+
+    return world()
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory, datasets):
+    edges, n = sd.normalise(sd.raw_pairs("cora"))
+    rng = np.random.default_rng(0)
+    x = rng.random((n, 5)).astype(np.float32)
+    y = rng.integers(0, 3, n)
+    masks = {"train_mask": rng.random(n) < 0.5, "val_mask": rng.random(n) < 0.2,
+             "test_mask": rng.random(n) < 0.3}
+    d = tmp_path_factory.mktemp("cora")
+    write_dataset(d, edges, n, x=x, y=y, masks=masks)
+    return d, edges, n, x
+
+
+def small(tmp_path: Path, edges, n: int, name: str = "g") -> Path:
+    d = tmp_path / name
+    write_dataset(d, np.asarray(edges, dtype=np.int64).reshape(-1, 2), n)
+    return d
+
+
+def run(comm, d, tmp_path, algo="spring", p=2, name="out", **kw):
+    cfg = PartitionConfig(dataset=str(d), algo=algo, parts=p, out=str(tmp_path / name), **kw)
+    return main(comm, cfg), tmp_path / name
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_spring_equals_algorithm1_oracle(comm, cora, tmp_path, p):
+    d, edges, n, x = cora
+    m, out = run(comm, d, tmp_path, p=p)
+    owner, _ = check_store(out, edges, n, x=x)
+    assert np.array_equal(owner, spring_oracle(edges, n, p))
+    assert m["vertex_balance_owned"] <= 1.10
+
+
+def test_two_cliques_joined_by_a_bridge(comm, tmp_path):
+    k5 = [(i, j) for i in range(5) for j in range(i + 1, 5)]
+    edges = k5 + [(i + 5, j + 5) for i, j in k5] + [(4, 5)]
+    m, out = run(comm, small(tmp_path, edges, 10), tmp_path, p=2)
+    owner, _ = check_store(out, np.asarray(edges), 10)
+    assert len(set(owner[:5])) == 1 and len(set(owner[5:])) == 1 and owner[0] != owner[9]
+    assert m["rf"] == pytest.approx(12 / 10)
+    assert m["owned_per_partition"] == [5, 5]
+
+
+def test_star_path_isolated_and_gaps(comm, tmp_path):
+    star = [(0, i) for i in range(1, 10)]
+    m, out = run(comm, small(tmp_path, star, 10, "star"), tmp_path, p=2, name="s")
+    owner, _ = check_store(out, np.asarray(star), 10)
+    hub = owner[0]
+    # the hub's partition holds every vertex (its full neighbourhood)
+    assert m["vertices_per_partition"][hub] == 10
+    path = [(i, i + 1) for i in range(19)]
+    m, out = run(comm, small(tmp_path, path, 20, "path"), tmp_path, p=4, name="p")
+    owner, _ = check_store(out, np.asarray(path), 20)
+    assert m["vertex_balance_owned"] <= 1.2
+    # ids 0..29 with edges among a few scattered ids: everything else isolated
+    gaps = [(3, 17), (17, 29), (3, 29), (8, 9)]
+    for algo in ALGORITHMS:
+        m, out = run(comm, small(tmp_path, gaps, 30, "gaps"), tmp_path, algo=algo, p=3, name=algo)
+        owner, _ = check_store(out, np.asarray(gaps), 30)
+        assert sorted(m["owned_per_partition"]) == [10, 10, 10] or algo in ("hash", "dbh")
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_full_neighbourhood_every_algorithm(comm, cora, tmp_path, algo):
+    d, edges, n, x = cora
+    m, out = run(comm, d, tmp_path, algo=algo, p=5)
+    check_store(out, edges, n, x=x)
+    assert m["rf"] >= 1.0
+
+
+def test_twops_port_flag_changes_constants(comm, cora, tmp_path):
+    d, edges, n, _ = cora
+    a, _ = run(comm, d, tmp_path, algo="2ps-l", p=4, name="a")
+    b, out = run(comm, d, tmp_path, algo="2ps-l", p=4, name="b", base=BaselineParams(twops_port=True))
+    check_store(out, edges, n)
+    assert a["tau_vol"] == pytest.approx(2 * len(edges) / 4)
+    assert b["tau_vol"] == pytest.approx(0.1 * 2 * len(edges) / 4)
+
+
+@pytest.mark.parametrize("hops", [0, 2, 3])
+def test_hops(comm, cora, tmp_path, hops):
+    d, edges, n, _ = cora
+    m, out = run(comm, d, tmp_path, p=4, hops=hops)
+    owner, meta = check_store(out, edges, n, hops=hops)
+    assert meta["hops"] == hops
+    one, _ = run(comm, d, tmp_path, p=4, name="one")
+    if hops == 0:
+        # every edge stored exactly once; owned vertices lose their cross neighbours
+        assert sum(m["edges_per_partition"]) == len(edges)
+        assert m["rf"] < one["rf"]
+    else:
+        assert m["rf"] > one["rf"]
+
+
+def test_same_seed_same_partitions(comm, cora, tmp_path):
+    d, edges, n, _ = cora
+    for algo in ("hash", "dbh", "spring"):
+        a, oa = run(comm, d, tmp_path, algo=algo, p=4, name=f"{algo}a", seed=3)
+        b, ob = run(comm, d, tmp_path, algo=algo, p=4, name=f"{algo}b", seed=3, chunk=1000)
+        assert np.array_equal(check_store(oa, edges, n)[0], check_store(ob, edges, n)[0])
+    c, oc = run(comm, d, tmp_path, algo="hash", p=4, name="hashc", seed=4)
+    assert not np.array_equal(check_store(oc, edges, n)[0], check_store(tmp_path / "hasha", edges, n)[0])
+
+
+def test_refine_lowers_rf_and_keeps_balance(comm, cora, tmp_path):
+    d, edges, n, _ = cora
+    a, _ = run(comm, d, tmp_path, p=8, name="a")
+    b, out = run(comm, d, tmp_path, p=8, name="b", refine=4)
+    check_store(out, edges, n)
+    assert b["rf"] < a["rf"]
+    assert b["vertex_balance_owned"] <= 1.05 + 1e-9
+
+
+def test_bad_inputs(comm, cora, tmp_path):
+    d, *_ = cora
+    for kw, msg in (({"parts": 0}, "p >= 1"), ({"parts": 10**6}, "p <= |V|"),
+                    ({"algo": "nope:Nope"}, "cannot import"), ({"hops": 4}, "--hops"),
+                    ({"parts": "auto"}, "--devices")):
+        args = {"algo": "spring", "parts": 2, **kw}
+        cfg = PartitionConfig(dataset=str(d), out=str(tmp_path / "bad"), **args)
+        with pytest.raises(ShardError, match=msg.replace("|", r"\|")):
+            main(comm, cfg)
+    with pytest.raises(ShardError, match="no such dataset"):
+        main(comm, PartitionConfig(dataset=str(tmp_path / "missing"), algo="spring", parts=2,
+                                   out=str(tmp_path / "bad")))
+    assert not (tmp_path / "bad").exists()
+
+
+def test_auto_parts_rule():
+    gib = 1024 ** 3
+    # 16 GiB devices keep 2/3 for compute: 5.33 GiB of room each
+    assert auto_parts(10 * gib, AutoParts(devices=4, device_mem=16)) == 4
+    assert auto_parts(30 * gib, AutoParts(devices=4, device_mem=16)) == 8
+    assert auto_parts(30 * gib, AutoParts(devices=4, device_mem=16, reserve=4)) == 4
+    assert auto_parts(100 * gib, AutoParts(devices=2, device_mem=16, reserve=8)) == 14
