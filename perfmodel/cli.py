@@ -216,7 +216,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     costs = {c.order: c for c in enumerate_costs(prob.widths, spec.rules)}
     rows = predict_all(prob, profile, list(costs), spec)
-    cag = predict_cagnet(prob, profile, spec.bias)
+    cag = predict_cagnet(prob, profile, spec)
     recs = []
     for r in rows:
         o = r["order"]

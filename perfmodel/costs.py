@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from perfmodel.orders import Order, all_orders
+from perfmodel.engine_schedule import engine_schedule
 from perfmodel.schedule import Rules, check_widths, schedule
 
 
@@ -25,6 +26,7 @@ class OrderCost:
     gemm_units: int
     redistributions: int
     spmms: int
+    mask_units: int = 0
     pareto: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -32,21 +34,31 @@ class OrderCost:
         d.update(comm_units=self.comm_units, sparse_units=self.sparse_units,
                  gemm_units=self.gemm_units, redistributions=self.redistributions,
                  spmms=self.spmms, pareto=self.pareto)
+        if self.mask_units:
+            d["mask_units"] = self.mask_units
         tid = self.order.table4_id()
         if tid is not None:
             d["table4_id"] = tid
         return d
 
 
-def order_cost(order: Order, widths: Sequence[int], rules: Rules | None = None) -> OrderCost:
-    """Paper-unit costs of one order."""
-    ops = schedule(order, widths, rules)
+def order_cost(order: Order, widths: Sequence[int], rules: Rules | None = None,
+               engine: bool = False) -> OrderCost:
+    """Paper-unit costs of one order under the paper's rules, or (``engine``) under the
+    engine's layout-tracking schedule (training step only; uint8 mask redistributions are
+    counted in ``mask_units``, not in ``comm_units``)."""
+    if engine:
+        memo = rules.memo if rules is not None else True
+        ops = engine_schedule(order, list(widths), memo=memo, evaluate=False)
+    else:
+        ops = schedule(order, widths, rules)
     comm = sum(o.width for o in ops if o.kind == "redist")
+    masks = sum(o.width for o in ops if o.kind == "redist_mask")
     sparse = sum(o.width for o in ops if o.kind == "spmm")
     gemm = sum(o.k * o.n for o in ops if o.kind == "gemm")
     return OrderCost(order, comm, sparse, gemm,
                      sum(1 for o in ops if o.kind == "redist"),
-                     sum(1 for o in ops if o.kind == "spmm"))
+                     sum(1 for o in ops if o.kind == "spmm"), mask_units=masks)
 
 
 def mark_pareto(costs: list[OrderCost]) -> list[OrderCost]:
@@ -64,15 +76,16 @@ def mark_pareto(costs: list[OrderCost]) -> list[OrderCost]:
 
 
 def enumerate_costs(widths: Sequence[int], rules: Rules | None = None,
-                    orders: Iterable[Order] | None = None) -> list[OrderCost]:
+                    orders: Iterable[Order] | None = None, engine: bool = False) -> list[OrderCost]:
     """Costs of every order (2^(2L)) for f_0..f_L, Pareto flags set."""
     f = check_widths(widths)
     chosen = list(orders) if orders is not None else list(all_orders(len(f) - 1))
-    return mark_pareto([order_cost(o, f, rules) for o in chosen])
+    return mark_pareto([order_cost(o, f, rules, engine) for o in chosen])
 
 
-def pareto_orders(widths: Sequence[int], rules: Rules | None = None) -> list[Order]:
+def pareto_orders(widths: Sequence[int], rules: Rules | None = None,
+                  engine: bool = False) -> list[Order]:
     """The Pareto-optimal orders, sorted by (comm_units, sparse_units, string)."""
-    front = [c for c in enumerate_costs(widths, rules) if c.pareto]
+    front = [c for c in enumerate_costs(widths, rules, engine=engine) if c.pareto]
     front.sort(key=lambda c: (c.comm_units, c.sparse_units, c.order.string()))
     return [c.order for c in front]

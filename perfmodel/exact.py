@@ -1,8 +1,12 @@
 """Every collective and kernel call of one RDM training epoch, with exact bytes per rank. Pure.
 
-Built from :func:`perfmodel.schedule.schedule` (the paper's rules) plus the engine's
-bookkeeping collectives (weight-gradient and loss all-reduces), laid out on the P = Q·R_A grid
-of :mod:`perfmodel.layout`. Byte counting follows ``shardgnn.comm.Communicator``:
+Built from the engine's schedule (:mod:`perfmodel.engine_schedule`; or the paper's rules,
+:mod:`perfmodel.schedule`) plus the engine's bookkeeping collectives (one fused all-reduce of
+every weight and bias gradient, one all-reduce of 4 float64 metrics), laid out on the
+P = Q·R_A grid of :mod:`perfmodel.layout`. The engine's epoch = one training step + one
+evaluation forward pass + the metrics all-reduce. Byte counting follows
+``shardgnn.comm.Communicator`` (the engine books them under the names of
+``EngineSpec.op_names``):
 
 * Alltoallv: bytes a rank sends to *other* ranks (counted under the engine's op name);
 * Allreduce: the buffer's ``nbytes`` on every rank;
@@ -20,6 +24,7 @@ import numpy as np
 from perfmodel.errors import PerfModelError
 from perfmodel.layout import Grid, check_grid
 from perfmodel.orders import Order
+from perfmodel.engine_schedule import engine_schedule
 from perfmodel.schedule import Op, Rules, check_widths, schedule
 
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
@@ -45,27 +50,40 @@ class EngineSpec:
 
     Attributes
     ----------
+    schedule
+        ``engine``: the engine's layout-tracking schedule (:mod:`perfmodel.engine_schedule`);
+        ``paper``: the paper's per-layer rules (:mod:`perfmodel.schedule`).
+    memo
+        keep AᵀH^{l-1} of an ``S`` forward layer for the weight gradient.
+    evaluate
+        the epoch ends with one evaluation forward pass (engine schedule only).
     bias
         each layer has a bias vector of f_l, all-reduced with its weight gradient.
     grad_allreduce
-        ``per_layer``: one all-reduce per layer (W, then bias); ``fused``: one buffer per epoch.
-    loss_allreduce_bytes
-        bytes of the all-reduces that form the global loss / normaliser each epoch.
-    extra_allreduce_bytes
-        any other per-epoch all-reduce bytes (metrics), in total.
+        ``fused``: one buffer of every gradient per epoch; ``per_layer``: one per layer.
+    metrics_allreduce_bytes
+        bytes of the per-epoch all-reduce of the loss and accuracy counts.
     op_names
-        the Communicator op name each kind of traffic is booked under.
+        Communicator op name per (kind, phase), ``kind`` alone as fallback.
     rules
-        the schedule switches (memoisation, G^0).
+        switches of the paper schedule (``schedule="paper"`` only).
     """
 
-    bias: bool = False
-    grad_allreduce: str = "per_layer"
-    loss_allreduce_bytes: int = 16
-    extra_allreduce_bytes: int = 0
+    schedule: str = "engine"
+    memo: bool = True
+    evaluate: bool = True
+    bias: bool = True
+    grad_allreduce: str = "fused"
+    metrics_allreduce_bytes: int = 32
     op_names: dict[str, str] = field(default_factory=lambda: {
-        "redist": "redistribute", "bcast": "bcast", "allreduce": "allreduce"})
+        "redist": "redistribute", "redist_mask": "redistribute_mask", "bcast": "bcast",
+        "allreduce": "allreduce", "redist/eval": "redistribute_eval",
+        "bcast/eval": "bcast_eval", "allreduce/metrics": "allreduce_metrics",
+        "allreduce/grads": "allreduce_grad"})
     rules: Rules = field(default_factory=Rules)
+
+    def op_name(self, kind: str, phase: str = "") -> str:
+        return self.op_names.get(f"{kind}/{phase}", self.op_names.get(kind, kind))
 
 
 @dataclass
@@ -79,6 +97,7 @@ class Event:
 
     kind: str
     what: str
+    phase: str = ""
     bytes: np.ndarray | None = None
     calls: int = 0
     width: int = 0
@@ -88,6 +107,7 @@ class Event:
     n: int = 0
     flops: float = 0.0
     elems: float = 0.0
+    elem_size: int = 0
 
 
 @dataclass
@@ -119,29 +139,35 @@ class Problem:
         return Grid(self.nodes, self.ranks, int(self.replicas))
 
 
+def epoch_schedule(order: Order, prob: Problem, spec: EngineSpec) -> list[Op]:
+    """The Op list of one epoch under ``spec.schedule``."""
+    if spec.schedule == "engine":
+        return engine_schedule(order, prob.widths, spec.memo, spec.evaluate)
+    if spec.schedule == "paper":
+        return schedule(order, prob.widths, Rules(memo=spec.memo,
+                                                  input_grad=spec.rules.input_grad))
+    raise PerfModelError(f"schedule: expected engine or paper, got {spec.schedule!r}")
+
+
 def epoch_events(order: Order, prob: Problem, spec: EngineSpec | None = None) -> list[Event]:
     """Every collective and kernel call of one epoch of ``order``, in execution order."""
     spec = spec or EngineSpec()
     grid = prob.grid
     P, d = prob.ranks, prob.dsize
     zero = np.zeros(P, dtype=np.int64)
-    rows = grid.row_counts()
-    rmax = int(rows.max())
+    rmax = int(grid.row_counts().max())
     nnz_panel = prob.nnz / grid.panels
     events: list[Event] = []
-    for op in schedule(order, prob.widths, spec.rules):
+    for op in epoch_schedule(order, prob, spec):
         events.extend(_op_events(op, grid, prob, d, rmax, nnz_panel, spec))
-    # loss normaliser / value
-    if spec.loss_allreduce_bytes:
-        events.append(Event("allreduce", "loss", bytes=zero + (spec.loss_allreduce_bytes
-                                                                 if P > 1 else 0), calls=1))
-    if spec.extra_allreduce_bytes:
-        events.append(Event("allreduce", "metrics", bytes=zero + (spec.extra_allreduce_bytes
-                                                                    if P > 1 else 0), calls=1))
+    if spec.metrics_allreduce_bytes:
+        events.append(Event("allreduce", "metrics", phase="metrics", calls=1,
+                            bytes=zero + (spec.metrics_allreduce_bytes if P > 1 else 0)))
     if spec.grad_allreduce == "fused":
-        total = sum(e.bytes[0] for e in events if e.what.endswith(".dW"))
+        grads = [e for e in events if e.what.endswith(".dW")]
+        total = sum(e.bytes for e in grads) if grads else zero
         events = [e for e in events if not e.what.endswith(".dW")]
-        events.append(Event("allreduce", "grads", bytes=zero + total, calls=1))
+        events.append(Event("allreduce", "grads", phase="grads", bytes=zero + total, calls=1))
     return events
 
 
@@ -149,23 +175,35 @@ def _op_events(op: Op, grid: Grid, prob: Problem, d: int, rmax: int, nnz_panel: 
                spec: EngineSpec) -> list[Event]:
     P = prob.ranks
     zero = np.zeros(P, dtype=np.int64)
-    if op.kind == "redist":
-        b = grid.redist_elems(op.width, op.src) * d if P > 1 else zero
-        return [Event("redist", op.what, bytes=b, calls=1, width=op.width)]
+    if op.kind in ("redist", "redist_mask"):
+        if grid.replicas == 1:  # row and col layouts coincide: the engine moves nothing
+            return []
+        size = 1 if op.kind == "redist_mask" else d
+        b = grid.redist_elems(op.width, op.src) * size if P > 1 else zero
+        return [Event(op.kind, op.what, phase=op.phase, bytes=b, calls=1, width=op.width,
+                      elem_size=size)]
     if op.kind == "spmm":
         out: list[Event] = []
         if grid.panels > 1:
-            out.append(Event("bcast", op.what, bytes=grid.spmm_bcast_elems(op.width) * d,
-                             calls=grid.spmm_bcast_calls(), width=op.width))
+            out.append(Event("bcast", op.what, phase=op.phase, width=op.width,
+                             bytes=grid.spmm_bcast_elems(op.width) * d,
+                             calls=grid.spmm_bcast_calls()))
         wloc = int(grid.col_counts(op.width).max())
         out.append(Event("spmm", op.what, width=wloc, nnz_width=nnz_panel * wloc))
         return out
     if op.kind == "gemm":
         return [Event("gemm", op.what, rows=rmax, k=op.k, n=op.n,
                       flops=2.0 * rmax * op.k * op.n)]
+    if op.kind in ("mask", "elementwise"):
+        rows = int(grid.row_counts().max()) if op.src == "row" else \
+            int((grid.rows_of_panel_of_rank() * grid.col_counts(op.width)).max())
+        elems = rows * op.width if op.src == "row" else rows
+        return [Event(op.kind, op.what, phase=op.phase, width=op.width,
+                      elems=float(elems) * max(op.k, 1))]
     if op.kind == "wgrad":
         elems = op.k * op.n + (op.n if spec.bias else 0)
-        return [Event("allreduce", op.what, bytes=zero + (elems * d if P > 1 else 0), calls=1)]
+        return [Event("allreduce", op.what, phase="grads", calls=1,
+                      bytes=zero + (elems * d if P > 1 else 0))]
     raise AssertionError(op.kind)
 
 
@@ -176,7 +214,7 @@ def bytes_by_kind(events: Sequence[Event], spec: EngineSpec | None = None) -> di
     for e in events:
         if e.bytes is None:
             continue
-        name = spec.op_names.get(e.kind, e.kind)
+        name = spec.op_name(e.kind, e.phase)
         out[name] = out.get(name, 0) + e.bytes
     return out
 

@@ -61,6 +61,7 @@ class Profile:
     gemm_widths: list[float]
     gemm_rate: list[list[float]]
     elementwise_rate: float
+    mask_rate: float = 0.0
     redistribute: LinearCost | None = None
     description: str = ""
     path: str = ""
@@ -158,6 +159,8 @@ def load_profile(name: str | os.PathLike) -> Profile:
             gemm_widths=[float(x) for x in gemm["widths"]],
             gemm_rate=[[float(x) for x in row] for row in gemm["rate"]],
             elementwise_rate=float(raw["elementwise"]["rate"]),
+            mask_rate=float(raw["elementwise"].get("mask_rate", 0.0))
+            or float(raw["elementwise"]["rate"]) / 4,
             redistribute=(_linear(raw["redistribute"], f"{p}:[redistribute]")
                           if "redistribute" in raw else None),
             description=str(m.get("description", "")), path=str(p), raw=raw)

@@ -79,8 +79,8 @@ def scale_table(widths: Sequence[int], nodes: int, nnz: int, ranks: Sequence[int
             row["rdm"].append({"replicas": R, "order": str(best), "seconds": t["total"],
                                "bytes": moved, "bytes_counted": counted})
         prob = Problem(list(widths), nodes, nnz, P, P, dtype)
-        c = predict_cagnet(prob, profile, spec.bias)
-        moved, counted = volume(cagnet_events(prob, spec.bias), P)
+        c = predict_cagnet(prob, profile, spec)
+        moved, counted = volume(cagnet_events(prob, spec), P)
         row["cagnet1d"] = {"seconds": c["total"], "bytes": moved, "bytes_counted": counted}
         rows.append(row)
     return {"profile": profile.path, "features": list(widths), "nodes": nodes, "nnz": nnz,

@@ -9,12 +9,14 @@ slowest rank's time for that step (the collectives synchronise the ranks):
   bytes when the profile has it, else ``[alltoallv]`` plus two local copies of the block at the
   elementwise rate;
 * all-reduce / broadcast: ``latency + bytes / bandwidth`` per call;
-* other: the per-element work (bias, ReLU, dropout, their backward, softmax-cross-entropy)
-  ``elementwise.passes`` times over every N/P × f_l activation, at ``[elementwise] rate``.
+* other: the per-element sweeps the engine schedule lists (bias, ReLU·dropout, mask
+  gradients, softmax cross-entropy, Adam over the parameters) at ``[elementwise] rate`` and the
+  dropout masks it draws (the input tile of every layout H^0 is read in, every hidden
+  activation) at ``[elementwise] mask_rate``.
 
-CAGNET-1D (row-split H, A in row blocks): every SpMM of width f broadcasts each rank's
-(N/P)×f block to all ranks (P broadcasts) and multiplies the rank's row block of A; forward
-widths f_{l-1}, backward widths f_l.
+CAGNET-1D (row-split H, A in row blocks) is the engine's order S…S:S…S with R_A = 1: every SpMM
+of width f broadcasts each rank's (N/P)×f block to all ranks (P broadcasts) and multiplies the
+rank's row block of A; no redistribution.
 """
 from __future__ import annotations
 
@@ -23,18 +25,19 @@ from typing import Any, Sequence
 import numpy as np
 
 from perfmodel.exact import EngineSpec, Event, Problem, epoch_events
-from perfmodel.layout import block_sizes
 from perfmodel.orders import Order
 from perfmodel.profile import Profile
 
 PARTS = ("spmm", "gemm", "redistribute", "allreduce", "bcast", "other")
 
 
-def _elementwise_elems(prob: Problem, rows: int) -> float:
+#: Sweeps of the optimiser over the parameters per step (Adam: decay, two moments, update).
+ADAM_PASSES = 10
+
+
+def _params(prob: Problem, bias: bool) -> int:
     f = prob.widths
-    # forward: input dropout + per layer bias/ReLU/dropout; loss: softmax + its gradient;
-    # backward: masks of every hidden layer.
-    return float(rows) * (f[0] + 3 * sum(f[1:-1]) + 4 * f[-1] + 2 * sum(f[1:-1]))
+    return sum(f[l - 1] * f[l] + (f[l] if bias else 0) for l in range(1, len(f)))
 
 
 def event_time(e: Event, prob: Profile, ranks: int, rows_max: int) -> tuple[str, float]:
@@ -43,13 +46,17 @@ def event_time(e: Event, prob: Profile, ranks: int, rows_max: int) -> tuple[str,
         return "spmm", prob.spmm_time(e.nnz_width, e.width)
     if e.kind == "gemm":
         return "gemm", prob.gemm_time(e.flops, e.k, e.n)
+    if e.kind == "elementwise":
+        return "other", prob.elementwise_time(e.elems)
+    if e.kind == "mask":
+        return "other", e.elems / prob.mask_rate
     b = 0.0 if e.bytes is None or ranks <= 1 else float(np.max(e.bytes))
-    if e.kind == "redist":
+    if e.kind in ("redist", "redist_mask"):
         if ranks <= 1:
             return "redistribute", 0.0
         if prob.redistribute is not None:
             return "redistribute", prob.collective("redistribute", ranks).time(b)
-        copies = prob.elementwise_time(2.0 * rows_max * e.width)
+        copies = prob.elementwise_time(2.0 * rows_max * e.width * max(e.elem_size, 1) / 4)
         return "redistribute", prob.collective("alltoallv", ranks).time(b) + copies
     if e.kind in ("allreduce", "bcast"):
         if ranks <= 1:
@@ -61,57 +68,44 @@ def event_time(e: Event, prob: Profile, ranks: int, rows_max: int) -> tuple[str,
 
 
 def predict_rdm(order: Order, prob: Problem, profile: Profile,
-                spec: EngineSpec | None = None) -> dict[str, Any]:
-    """Predicted seconds per epoch of ``order``: ``{"total": s, "spmm": s, …}``."""
+                spec: EngineSpec | None = None, evaluate: bool = False) -> dict[str, Any]:
+    """Predicted seconds of one training step of ``order`` — what the engine reports as
+    ``epoch_time`` — as ``{"total": s, "spmm": s, …}``; with ``evaluate`` the evaluation
+    forward pass and metrics all-reduce are included."""
+    spec = spec or EngineSpec()
     events = epoch_events(order, prob, spec)
+    if not evaluate:
+        events = [e for e in events if e.phase not in ("eval", "metrics")]
     rows_max = int(prob.grid.row_counts().max())
     out = dict.fromkeys(PARTS, 0.0)
     for e in events:
         part, t = event_time(e, profile, prob.ranks, rows_max)
         out[part] += t
-    out["other"] += profile.elementwise_time(_elementwise_elems(prob, rows_max))
+    out["other"] += profile.elementwise_time(ADAM_PASSES * _params(prob, spec.bias))
     out["total"] = sum(out[p] for p in PARTS)
     return out
 
 
-def cagnet_events(prob: Problem, bias: bool = False) -> list[Event]:
-    """Steps of one CAGNET-1D epoch (row-split H, A in P row blocks)."""
-    P, d = prob.ranks, prob.dsize
-    rows = block_sizes(prob.nodes, P)
-    rmax = int(rows.max())
-    f = prob.widths
-    ev: list[Event] = []
-
-    def spmm(width: int, what: str) -> None:
-        if P > 1:
-            ev.append(Event("bcast", what, bytes=np.full(P, prob.nodes * width * d,
-                                                          dtype=np.int64), calls=P, width=width))
-        ev.append(Event("spmm", what, width=width, nnz_width=prob.nnz / P * width))
-
-    for l in range(1, len(f)):
-        spmm(f[l - 1], f"fwd{l}.AtH")
-        ev.append(Event("gemm", f"fwd{l}.Z", rows=rmax, k=f[l - 1], n=f[l],
-                        flops=2.0 * rmax * f[l - 1] * f[l]))
-    for l in range(len(f) - 1, 0, -1):
-        spmm(f[l], f"bwd{l}.AG")
-        for k, n in ((f[l - 1], f[l]), (f[l], f[l - 1])):
-            ev.append(Event("gemm", f"bwd{l}", rows=rmax, k=k, n=n, flops=2.0 * rmax * k * n))
-        el = f[l - 1] * f[l] + (f[l] if bias else 0)
-        ev.append(Event("allreduce", f"bwd{l}.dW", bytes=np.full(P, el * d if P > 1 else 0,
-                                                                  dtype=np.int64), calls=1))
-    return ev
+def cagnet_order(layers: int) -> Order:
+    """CAGNET's order: SpMM first everywhere."""
+    return Order("S" * layers, "S" * layers)
 
 
-def predict_cagnet(prob: Problem, profile: Profile, bias: bool = False) -> dict[str, Any]:
-    """Predicted seconds per epoch of CAGNET-1D on ``prob`` (R_A ignored)."""
-    rows_max = int(block_sizes(prob.nodes, prob.ranks).max())
-    out = dict.fromkeys(PARTS, 0.0)
-    for e in cagnet_events(prob, bias):
-        part, t = event_time(e, profile, prob.ranks, rows_max)
-        out[part] += t
-    out["other"] += profile.elementwise_time(_elementwise_elems(prob, rows_max))
-    out["total"] = sum(out[p] for p in PARTS)
-    return out
+def cagnet_problem(prob: Problem) -> Problem:
+    """The same problem on CAGNET-1D's grid (R_A = 1: P row panels, A in row blocks)."""
+    return Problem(list(prob.widths), prob.nodes, prob.nnz, prob.ranks, 1, prob.dtype)
+
+
+def cagnet_events(prob: Problem, spec: EngineSpec | None = None) -> list[Event]:
+    """Steps of one CAGNET-1D epoch: the engine runs it as order S…S:S…S with R_A = 1, so every
+    SpMM of width f broadcasts each rank's (N/P)×f block to all ranks (P broadcasts)."""
+    return epoch_events(cagnet_order(prob.layers), cagnet_problem(prob), spec)
+
+
+def predict_cagnet(prob: Problem, profile: Profile,
+                   spec: EngineSpec | None = None) -> dict[str, Any]:
+    """Predicted seconds per epoch of CAGNET-1D on ``prob`` (its R_A is ignored)."""
+    return predict_rdm(cagnet_order(prob.layers), cagnet_problem(prob), profile, spec)
 
 
 def predict_all(prob: Problem, profile: Profile, orders: Sequence[Order],

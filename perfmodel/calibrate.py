@@ -1,0 +1,191 @@
+"""`shardgnn-perfmodel calibrate`: measure collectives and kernels of this machine into a profile.
+
+Run under ``mpiexec -n P``. Collective over the world communicator: every rank measures at the
+same time (so memory-bandwidth contention between ranks is included), each figure is the median
+over repetitions of the slowest rank. Imports shardgnn (communicator, the RDM engine's backend
+and redistribution) and torch lazily — the rest of perfmodel never does.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from perfmodel.errors import PerfModelError
+from perfmodel.profile import write_profile
+
+SIZES = [2**k for k in range(10, 26, 1)]  # 1 KiB .. 32 MiB per rank
+
+
+def _median_max(comm: Any, fn: Callable[[], None], repeats: int, warmup: int = 1) -> float:
+    """Median over ``repeats`` of the slowest rank's time of ``fn`` (barrier before each)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        comm.barrier()
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        times.append(comm.allreduce_scalar(dt, "max"))
+    return float(np.median(times))
+
+
+def fit_line(x: list[float], t: list[float]) -> tuple[float, float]:
+    """Least-squares ``t = a + x / b`` with a >= 0 and b > 0; returns (latency a, bandwidth b).
+
+    Weighted by 1/t so small messages (latency) and large ones (bandwidth) both count.
+    """
+    xs, ts = np.asarray(x, float), np.asarray(t, float)
+    w = 1.0 / np.maximum(ts, 1e-9)
+    A = np.stack([np.ones_like(xs), xs], axis=1) * w[:, None]
+    coef, *_ = np.linalg.lstsq(A, ts * w, rcond=None)
+    a, slope = float(coef[0]), float(coef[1])
+    if slope <= 0:
+        slope = float(np.max(ts) / max(np.max(xs), 1.0))
+    if a < 0:
+        a = 0.0
+        slope = float(np.sum(w * w * xs * ts) / np.sum(w * w * xs * xs))
+    return a, 1.0 / slope
+
+
+def _collectives(comm: Any, repeats: int, dtype: np.dtype) -> dict[str, dict[str, Any]]:
+    P = comm.size
+    out: dict[str, dict[str, Any]] = {}
+    item = dtype.itemsize
+    rec: dict[str, tuple[list[float], list[float]]] = {"alltoallv": ([], []),
+                                                        "allreduce": ([], []), "bcast": ([], [])}
+    for nbytes in SIZES:
+        n = max(nbytes // item, P)
+        per = n // P
+        buf = np.ones(per * P, dtype=dtype)
+        counts = np.full(P, per, dtype=np.int64)
+        recv = np.empty_like(buf)
+        t = _median_max(comm, lambda: comm.alltoallv(buf, counts, recv, counts,
+                                                      op_name="calibrate"), repeats)
+        rec["alltoallv"][0].append(per * (P - 1) * item)
+        rec["alltoallv"][1].append(t)
+        red = np.ones(n, dtype=dtype)
+        t = _median_max(comm, lambda: comm.allreduce(red), repeats)
+        rec["allreduce"][0].append(n * item)
+        rec["allreduce"][1].append(t)
+        t = _median_max(comm, lambda: comm.bcast(red, root=0), repeats)
+        rec["bcast"][0].append(n * item)
+        rec["bcast"][1].append(t)
+    for k, (x, t) in rec.items():
+        a, b = fit_line(x, t)
+        out[k] = {"latency_s": a, "bandwidth_Bps": b, "sizes": [int(v) for v in x],
+                  "seconds": [float(v) for v in t]}
+    return out
+
+
+def _redistribute(comm: Any, repeats: int, dtype: np.dtype, rows: int) -> dict[str, Any] | None:
+    """The engine's full layout change (row -> col and back) against bytes sent per rank."""
+    if comm.size == 1:
+        return None
+    try:
+        from perfmodel.engine_probe import redistribute_timer
+    except ImportError:
+        return None
+    x, t = [], []
+    for width in (4, 16, 64, 128, 256):
+        fn, nbytes = redistribute_timer(comm, rows, width, str(dtype))
+        x.append(nbytes)
+        t.append(_median_max(comm, fn, repeats) / 2.0)  # fn does there and back
+    a, b = fit_line(x, t)
+    return {"latency_s": a, "bandwidth_Bps": b, "sizes": [int(v) for v in x],
+            "seconds": [float(v) for v in t], "rows": rows}
+
+
+def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
+             dtype: np.dtype) -> dict[str, dict[str, Any]]:
+    import torch
+
+    from shardgnn.graph.csr import gcn_normalised
+    from shardgnn.rdm.backend import Backend
+
+    be = Backend("torch", str(dtype))
+    rng = np.random.default_rng(args.seed)
+    n = int(args.graph_nodes)
+    m = n * int(args.graph_degree) // 2
+    edges = rng.integers(0, n, size=(m, 2), dtype=np.int64)
+    a = be.sparse(gcn_normalised(edges, n))
+    nnz = int(a.values().shape[0]) if hasattr(a, "values") else int(a.nnz)
+    spmm_rate = []
+    for w in widths:
+        x = be.tensor(rng.standard_normal((n, w)))
+        t = _median_max(comm, lambda: be.spmm(a, x), args.repeats)
+        spmm_rate.append(nnz * w / t)
+    rows = int(args.gemm_rows)
+    gemm_rate = []
+    for k in widths:
+        hk = be.tensor(rng.standard_normal((rows, k)))
+        line = []
+        for nn in widths:
+            wk = be.tensor(rng.standard_normal((k, nn)))
+            t = _median_max(comm, lambda: torch.mm(hk, wk), args.repeats)
+            line.append(2.0 * rows * k * nn / t)
+        gemm_rate.append(line)
+    big = be.tensor(rng.standard_normal((rows, 128)))
+    mask = be.tensor((rng.random((rows, 128)) > 0.5).astype(np.float32))
+
+    def elementwise() -> None:
+        y = torch.relu(big)
+        y.mul_(mask)
+        y.add_(1.0)
+
+    t = _median_max(comm, elementwise, args.repeats)
+    return {
+        "spmm": {"widths": widths, "rate": spmm_rate, "nodes": n, "nnz": nnz,
+                 "kernel": "shardgnn.rdm.backend.Backend('torch').spmm (torch sparse CSR)"},
+        "gemm": {"widths": widths, "rate": gemm_rate, "rows": rows, "kernel": "torch.mm"},
+        "elementwise": {"rate": 3.0 * rows * 128 / t,
+                        "what": "relu + mask multiply + add over rows x 128 (3 passes)"},
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    """Measure and write the profile. Collective over the world communicator."""
+    from shardgnn.comm import world
+
+    widths = [int(x) for x in str(args.widths).split(",") if x]
+    if not widths or min(widths) <= 0:
+        raise PerfModelError(f"widths: expected positive integers, got {args.widths!r}")
+    if args.dtype not in ("float32", "float64"):
+        raise PerfModelError(f"dtype: expected float32 or float64, got {args.dtype!r}")
+    if args.repeats < 1 or args.graph_nodes < 2 or args.gemm_rows < 1:
+        raise PerfModelError("calibrate: expected --repeats >= 1, --graph-nodes >= 2, "
+                             "--gemm-rows >= 1")
+    out = Path(args.out)
+    if out.is_dir():
+        raise PerfModelError(f"{out}: expected a profile file name, got a directory")
+    comm = world()
+    dtype = np.dtype(args.dtype)
+    t0 = time.time()
+    coll = _collectives(comm, args.repeats, dtype) if comm.size > 1 else {
+        k: {"latency_s": 0.0, "bandwidth_Bps": 1e30} for k in ("alltoallv", "allreduce", "bcast")}
+    redist = _redistribute(comm, args.repeats, dtype, int(args.gemm_rows))
+    kern = _kernels(comm, args, widths, dtype)
+    if comm.rank == 0:
+        import torch
+
+        data: dict[str, dict[str, Any]] = {
+            "machine": {"name": args.name or out.stem, "description": args.description,
+                        "host": socket.gethostname(), "ranks": comm.size,
+                        "dtype": str(dtype), "threads_per_rank": torch.get_num_threads(),
+                        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "calibrate_seconds": round(time.time() - t0, 1)},
+            **coll}
+        if redist is not None:
+            data["redistribute"] = redist
+        data.update(kern)
+        write_profile(out, data, header=f"shardgnn-perfmodel machine profile, measured with "
+                      f"`mpiexec -n {comm.size} shardgnn-perfmodel calibrate` "
+                      f"(medians of the slowest rank).")
+        print(f"wrote {out} (P = {comm.size}, {time.time() - t0:.0f} s)")
+    comm.barrier()
+    return 0
