@@ -1,0 +1,63 @@
+"""A user streaming partitioner registered by class: used in-process and from the CLI."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "mpi" / "scripts"))
+os.environ["SHARDGNN_PROGRESS"] = "0"
+
+from streaming_oracle import check_store  # noqa: E402
+
+from shardgnn.errors import ShardError  # noqa: E402
+from shardgnn.io.canonical import write_dataset  # noqa: E402
+from shardgnn.partition.streaming.baselines import StreamingPartitioner  # noqa: E402
+from shardgnn.partition.streaming.pipeline import PartitionConfig, main  # noqa: E402
+
+
+class SourceModulo(StreamingPartitioner):
+    """Edge (u, v) goes to partition min(u, v) mod p."""
+
+    def assign(self, edges: np.ndarray) -> np.ndarray:
+        return edges.min(axis=1) % self.num_parts
+
+
+class Broken:
+    """Returns ids out of range."""
+
+    def __init__(self, num_parts, num_nodes, degrees, seed):
+        self.p = num_parts
+
+    def assign(self, edges):
+        return np.full(len(edges), self.p)
+
+
+def test_user_class_by_name(tmp_path):
+    from shardgnn.comm import world
+
+    comm = world()
+    rng = np.random.default_rng(1)
+    e = rng.integers(0, 40, (120, 2))
+    e = e[e[:, 0] != e[:, 1]]
+    e = np.unique(np.sort(e, axis=1), axis=0)
+    write_dataset(tmp_path / "g", e, 40)
+    m = main(comm, PartitionConfig(dataset=str(tmp_path / "g"), algo="test_streaming_user:SourceModulo",
+                                   parts=3, out=str(tmp_path / "o")))
+    owner, meta = check_store(tmp_path / "o", e, 40)
+    assert meta["algorithm"] == "test_streaming_user:SourceModulo"
+    # owner = partition holding most of a vertex's edges
+    cnt = np.zeros((40, 3), int)
+    for u, v in e:
+        cnt[u, min(u, v) % 3] += 1
+        cnt[v, min(u, v) % 3] += 1
+    has = cnt.sum(1) > 0
+    assert np.array_equal(owner[has], cnt.argmax(1)[has])
+    assert m["rf"] >= 1
+    with pytest.raises(ShardError, match="expected partition ids in"):
+        main(comm, PartitionConfig(dataset=str(tmp_path / "g"), algo="test_streaming_user:Broken",
+                                   parts=3, out=str(tmp_path / "b")))
