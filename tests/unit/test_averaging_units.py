@@ -1,0 +1,157 @@
+"""Averaging weights, cyclic assignment, exact weighted averages, models, checkpoints (no MPI)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.errors import ShardError
+from shardgnn.train import averaging, checkpoint, models
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mpi" / "scripts"))
+
+
+class OneRank:
+    """A stand-in communicator of size 1 (all-reduce is the identity)."""
+
+    rank, size = 0, 1
+
+    def __init__(self):
+        self.bytes = {"allreduce": 0}
+
+    def allreduce(self, buf, op="sum"):
+        self.bytes["allreduce"] += buf.numel() * 4
+        return buf
+
+
+@pytest.mark.parametrize("counts", [[1, 1], [3, 0, 5], [140], [7, 11, 13, 17, 19], [0, 0, 2]])
+def test_weights_sum_to_one(counts):
+    w = averaging.averaging_weights(counts)
+    assert w.sum() == pytest.approx(1.0, abs=1e-15)
+    assert np.allclose(w, np.asarray(counts) / sum(counts))
+
+
+def test_weights_need_a_training_vertex():
+    with pytest.raises(ShardError, match="at least one owned training vertex"):
+        averaging.averaging_weights([0, 0])
+
+
+@pytest.mark.parametrize("parts", range(1, 10))
+def test_cyclic_assignment_covers_each_partition_once(parts):
+    for size in range(1, parts + 1):
+        got = [averaging.assign_partitions(parts, size, r) for r in range(size)]
+        flat = sorted(i for g in got for i in g)
+        assert flat == list(range(parts))
+        assert {len(g) for g in got} <= {parts // size, -(-parts // size)}
+        assert all(g == list(range(r, parts, size)) for r, g in enumerate(got))
+
+
+def test_fewer_partitions_than_ranks_is_an_error():
+    with pytest.raises(ShardError, match="2 partitions but the job has 4 ranks"):
+        averaging.assign_partitions(2, 4, 0)
+
+
+def test_hand_computed_average_two_local_models():
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        for p in a.parameters():
+            p.fill_(1.0)
+        for p in b.parameters():
+            p.fill_(3.0)
+    w = averaging.averaging_weights([1, 3])  # 0.25, 0.75 -> 0.25*1 + 0.75*3 = 2.5 exactly
+    comm = OneRank()
+    averaging.average_models(comm, [a, b], list(w))
+    for m in (a, b):
+        for p in m.parameters():
+            assert torch.equal(p, torch.full_like(p, 2.5))
+    assert comm.bytes["allreduce"] == 4 * (3 * 2 + 2)
+
+
+def test_average_optimizer_state_and_missing_state():
+    m1, m2 = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    o1 = torch.optim.Adam(m1.parameters())
+    o2 = torch.optim.Adam(m2.parameters())
+    m1(torch.ones(1, 2)).sum().backward()
+    o1.step()  # o2 never stepped: zero state is created before averaging
+    averaging.average_optimizers(OneRank(), [o1, o2], [0.5, 0.5])
+    for p1, p2 in zip(m1.parameters(), m2.parameters()):
+        assert torch.equal(o1.state[p1]["exp_avg"], o2.state[p2]["exp_avg"])
+        assert float(o2.state[p2]["step"]) == 0.5
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage", "gat", "sgc"])
+@pytest.mark.parametrize("layers", [2, 3])
+def test_builtin_models_forward(name, layers):
+    torch.manual_seed(0)
+    m = models.build(name, 5, 8, 3, layers, 0.5, heads=2)
+    x = torch.randn(6, 5)
+    ei = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
+    assert m(x, ei).shape == (6, 3)
+
+
+def test_user_model_by_import_path(tmp_path, monkeypatch):
+    (tmp_path / "umods.py").write_text(
+        "import torch\n"
+        "class Full(torch.nn.Module):\n"
+        "    def __init__(self, in_channels, hidden_channels, out_channels, num_layers, dropout):\n"
+        "        super().__init__(); self.lin = torch.nn.Linear(in_channels, out_channels)\n"
+        "    def forward(self, x, edge_index): return self.lin(x)\n"
+        "class Two(torch.nn.Module):\n"
+        "    def __init__(self, a, b):\n"
+        "        super().__init__(); self.lin = torch.nn.Linear(a, b)\n"
+        "    def forward(self, x, edge_index): return self.lin(x)\n"
+        "def notmodule(**kw): return 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert models.build("umods:Full", 4, 8, 2, 2, 0.1)(torch.ones(3, 4), None).shape == (3, 2)
+    assert models.build("umods:Two", 4, 8, 2, 2, 0.1)(torch.ones(3, 4), None).shape == (3, 2)
+    with pytest.raises(ShardError, match="expected a torch.nn.Module"):
+        models.build("umods:notmodule", 4, 8, 2, 2, 0.1)
+    with pytest.raises(ShardError, match="cannot import"):
+        models.build("no_such_pkg_xyz:M", 4, 8, 2, 2, 0.1)
+    with pytest.raises(ShardError, match="unknown model"):
+        models.build("gin", 4, 8, 2, 2, 0.1)
+
+
+def test_checkpoint_roundtrip(tmp_path):
+    torch.manual_seed(0)
+    m = models.build("gat", 4, 4, 2, 2, 0.5, heads=2)
+    o = torch.optim.Adam(m.parameters(), lr=0.01)
+    m(torch.randn(5, 4), torch.tensor([[0, 1], [1, 2]])).sum().backward()
+    o.step()
+    rng = np.random.default_rng(3)
+    rng.random()
+    saved = torch.get_rng_state().clone()
+    st = checkpoint.partition_state(m, o, saved, rng)
+    checkpoint.write_checkpoint(tmp_path / "c.h5", 7, {"a": 1}, {0: st},
+                                {"loss": [1.0, 0.5], "best_val_acc": 0.5, "best_model": {}})
+    ck = checkpoint.read_checkpoint(tmp_path / "c.h5", [0])
+    assert ck["epoch"] == 7 and ck["history"]["loss"] == [1.0, 0.5]
+    m2 = models.build("gat", 4, 4, 2, 2, 0.5, heads=2)
+    o2 = torch.optim.Adam(m2.parameters(), lr=0.01)
+    trng, nrng = checkpoint.restore_partition(ck["parts"][0], m2, o2)
+    for a, b in zip(m.state_dict().values(), m2.state_dict().values()):
+        assert torch.equal(a, b)
+    assert torch.equal(trng, saved)
+    assert nrng.random() == rng.random()
+    with pytest.raises(ShardError, match="expected a state for partition 1"):
+        checkpoint.read_checkpoint(tmp_path / "c.h5", [1])
+
+
+def test_store_reader_matches_dataset(tmp_path):
+    import averaging_data
+    from shardgnn.train.partitions import load_partition, read_store_meta
+
+    d = averaging_data.sbm_dataset(tmp_path / "d", n=60)
+    averaging_data.store(d, tmp_path / "s", 3)
+    meta = read_store_meta(tmp_path / "s")
+    y = np.load(d / "y.npy")
+    owned = []
+    for i in range(3):
+        g = load_partition(tmp_path / "s", i, meta["num_features"])
+        assert np.array_equal(g.y, y[g.gid])
+        assert not g.train_mask[g.num_owned:].any()
+        owned.append(g.gid[:g.num_owned])
+    assert sorted(np.concatenate(owned).tolist()) == list(range(60))
+    with pytest.raises(ShardError, match="meta.json"):
+        read_store_meta(tmp_path / "d")
