@@ -60,52 +60,74 @@ class Partition:
         return self.gid[: self.num_owned]
 
 
-def local_csr(gid: np.ndarray, edges: np.ndarray, directed: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Local CSR over ``gid`` of the given global edges (both directions unless ``directed``;
-    a directed edge (u, v) appears in row v, i.e. rows list in-neighbours)."""
-    n_loc = gid.shape[0]
-    order = np.argsort(gid, kind="stable")
-    sorted_gid = gid[order]
+class SpillSink:
+    """Per-partition append-only edge files (int64 pairs) for the partitions this rank writes."""
 
-    def lid(g: np.ndarray) -> np.ndarray:
-        return order[np.searchsorted(sorted_gid, g)]
+    def __init__(self, directory: str | os.PathLike, parts: list[int]) -> None:
+        self.dir = Path(directory)
+        self.paths = {i: self.dir / f".spill-{i:05d}.bin" for i in parts}
+        self.counts = {i: 0 for i in parts}
+        self._fh: dict[int, Any] = {i: open(self.paths[i], "wb") for i in parts}
 
-    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    lu, lv = lid(e[:, 0]), lid(e[:, 1])
+    def __call__(self, i: int, edges: np.ndarray) -> None:
+        np.ascontiguousarray(edges, dtype=np.int64).tofile(self._fh[i])
+        self.counts[i] += int(edges.shape[0])
+
+    def close(self) -> None:
+        for fh in self._fh.values():
+            fh.close()
+
+    def chunks(self, i: int, chunk: int):
+        """Yield the spilled (k, 2) edges of partition i in chunks."""
+        with open(self.paths[i], "rb") as fh:
+            while True:
+                a = np.fromfile(fh, dtype=np.int64, count=2 * chunk)
+                if a.size == 0:
+                    return
+                yield a.reshape(-1, 2)
+
+    def remove(self, i: int) -> None:
+        self.paths[i].unlink(missing_ok=True)
+
+
+def _entries(e: np.ndarray, directed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(row, col) global ids of the CSR entries of edges (row v lists in-neighbours if directed)."""
     if directed:
-        rows, cols = lv, lu
-    else:
-        rows, cols = np.concatenate([lu, lv]), np.concatenate([lv, lu])
-    perm = np.lexsort((cols, rows))
-    indptr = np.zeros(n_loc + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=n_loc), out=indptr[1:])
-    return indptr, cols[perm].astype(np.int64)
-
-
-def _rows(arr: np.ndarray, gid: np.ndarray) -> np.ndarray:
-    """Rows ``gid`` of a (memory-mapped) array, reading them in ascending order."""
-    order = np.argsort(gid, kind="stable")
-    out = np.empty((gid.shape[0],) + arr.shape[1:], dtype=arr.dtype)
-    out[order] = arr[gid[order]]
-    return out
+        return e[:, 1], e[:, 0]
+    return np.concatenate([e[:, 0], e[:, 1]]), np.concatenate([e[:, 1], e[:, 0]])
 
 
 def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.ndarray,
-                    edges: np.ndarray, directed: bool,
-                    node_data: dict[str, np.ndarray]) -> dict[str, int]:
-    """Write partition ``index`` to ``path``. Rank-local.
+                    sink: SpillSink, directed: bool, node_data: dict[str, np.ndarray],
+                    num_nodes: int, chunk: int = 1 << 20,
+                    budget: int = 1 << 22) -> dict[str, int]:
+    """Write partition ``index`` to ``path`` from its spilled edges. Rank-local.
 
-    ``owned``: sorted global ids owned by the partition; ``edges``: its (k, 2) global edges
-    (each undirected edge once); ``node_data``: name -> (memory-mapped) full array, rows are
-    read only for the partition's vertices. Returns counts {owned, vertices, edges}.
+    Memory is O(|V|) (a global-to-local id map and degree array) plus ``budget`` CSR entries:
+    rows are written in buckets of consecutive local ids, each bucket gathered by one more
+    read of the spill file. ``owned``: sorted global ids owned by the partition; ``node_data``:
+    name -> (memory-mapped) full array, rows read only for the partition's vertices. Returns
+    counts {owned, vertices, edges}.
     """
     import h5py
 
     owned = np.asarray(owned, dtype=np.int64)
-    ends = np.unique(np.asarray(edges, dtype=np.int64).ravel())
-    replicas = np.setdiff1d(ends, owned, assume_unique=True)
-    gid = np.concatenate([owned, replicas])
-    indptr, indices = local_csr(gid, edges, directed)
+    rowdeg = np.zeros(num_nodes, np.int64)
+    mark = np.zeros(num_nodes, bool)
+    for e in sink.chunks(index, chunk):
+        rows, _ = _entries(e, directed)
+        rowdeg += np.bincount(rows, minlength=num_nodes)
+        mark[e[:, 0]] = True
+        mark[e[:, 1]] = True
+    mark[owned] = False
+    gid = np.concatenate([owned, np.flatnonzero(mark)])
+    del mark
+    lid = np.full(num_nodes, -1, np.int64)
+    lid[gid] = np.arange(gid.shape[0])
+    n_loc = gid.shape[0]
+    indptr = np.zeros(n_loc + 1, np.int64)
+    np.cumsum(rowdeg[gid], out=indptr[1:])
+    del rowdeg
     tmp = Path(f"{path}.tmp")
     with h5py.File(tmp, "w") as f:
         f.attrs["num_owned"] = int(owned.shape[0])
@@ -114,16 +136,54 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
         f.attrs["directed"] = bool(directed)
         f.create_dataset("gid", data=gid)
         f.create_dataset("indptr", data=indptr)
-        f.create_dataset("indices", data=indices)
+        ind = f.create_dataset("indices", shape=(int(indptr[-1]),), dtype=np.int64)
+        lo = 0
+        while lo < n_loc:
+            hi = int(np.searchsorted(indptr, indptr[lo] + budget, side="right")) - 1
+            hi = min(max(hi, lo + 1), n_loc)
+            _write_bucket(ind, sink, index, chunk, lid, lo, hi, indptr, directed)
+            lo = hi
         for name, arr in node_data.items():
-            rows = _rows(arr, gid)
-            if name.endswith("_mask"):
-                rows = rows.astype(bool)
-                rows[owned.shape[0]:] = False
-            f.create_dataset(name, data=rows)
+            _write_rows(f, name, arr, gid, owned.shape[0], chunk)
     os.replace(tmp, path)
-    return {"owned": int(owned.shape[0]), "vertices": int(gid.shape[0]),
-            "edges": int(np.asarray(edges).reshape(-1, 2).shape[0])}
+    return {"owned": int(owned.shape[0]), "vertices": int(n_loc), "edges": int(sink.counts[index])}
+
+
+def _write_bucket(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.ndarray, lo: int,
+                  hi: int, indptr: np.ndarray, directed: bool) -> None:
+    """Fill indices of local rows [lo, hi) with one read of the spill file."""
+    if indptr[hi] == indptr[lo]:
+        return
+    rs, cs = [], []
+    for e in sink.chunks(index, chunk):
+        rows, cols = _entries(e, directed)
+        r = lid[rows]
+        keep = (r >= lo) & (r < hi)
+        rs.append(r[keep])
+        cs.append(lid[cols[keep]])
+    r = np.concatenate(rs)
+    c = np.concatenate(cs)
+    del rs, cs
+    order = np.lexsort((c, r))
+    ind[int(indptr[lo]):int(indptr[hi])] = c[order]
+
+
+def _write_rows(f: Any, name: str, arr: np.ndarray, gid: np.ndarray, num_owned: int,
+                chunk: int) -> None:
+    """Copy rows ``gid`` of a memory-mapped array into dataset ``name``, block by block."""
+    dtype = bool if name.endswith("_mask") else arr.dtype
+    ds = f.create_dataset(name, shape=(gid.shape[0],) + arr.shape[1:], dtype=dtype)
+    step = max(1, min(chunk, (64 << 20) // max(1, int(np.prod(arr.shape[1:], dtype=np.int64))
+                                                * arr.dtype.itemsize)))
+    for lo in range(0, gid.shape[0], step):
+        g = gid[lo:lo + step]
+        order = np.argsort(g, kind="stable")
+        rows = np.empty((g.shape[0],) + arr.shape[1:], dtype=arr.dtype)
+        rows[order] = arr[g[order]]
+        if name.endswith("_mask"):
+            rows = rows.astype(bool)
+            rows[max(0, num_owned - lo):] = False
+        ds[lo:lo + g.shape[0]] = rows
 
 
 def read_meta(directory: str | os.PathLike) -> dict[str, Any]:

@@ -98,8 +98,7 @@ def hop_pass(stream: EdgeStream, comm: Any, pres: np.ndarray, timer: PassTimer,
     return out
 
 
-def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, p: int,
-              mine: dict[int, list[np.ndarray]]) -> None:
+def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, sink: Any) -> None:
     got = comm.alltoallv(recs, counts, op_name="partition_route")
     if got.shape[0] == 0:
         return
@@ -108,21 +107,20 @@ def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, p: int,
     ids, starts = np.unique(got[:, 0], return_index=True)
     bounds = list(starts[1:]) + [got.shape[0]]
     for i, lo, hi in zip(ids, starts, bounds):
-        mine[int(i)].append(got[lo:hi, 1:].copy())
+        sink(int(i), got[lo:hi, 1:])
 
 
-def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer,
+def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: Any,
                pres: np.ndarray | None = None, owner: np.ndarray | None = None,
-               seed: int = 0) -> dict[int, np.ndarray]:
+               seed: int = 0) -> None:
     """Send every edge to the rank writing each partition that holds it. Collective over comm.
 
     With ``pres`` an edge (u, v) goes to every partition holding both endpoints (the induced
     subgraph on each partition's vertices). With ``owner`` (hops = 0) an edge inside a partition
     stays there and a cross edge goes to one endpoint's partition chosen by a seeded hash.
-    Returns ``{partition: (k, 2) int64 edges}`` for the partitions this rank writes (i % P).
+    Received edges of partition i (written by rank i % P) go to ``sink(i, edges)``.
     """
     P = comm.size
-    mine: dict[int, list[np.ndarray]] = {i: [] for i in range(comm.rank, p, P)}
     t0 = time.perf_counter()
     with _progress(stream, comm, "assign edges") as bar:
         for e in lockstep(stream, comm):
@@ -140,10 +138,9 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer,
                 order = np.argsort(dest, kind="stable")
                 recs = np.column_stack([parts[order], e[order]])
                 counts = np.bincount(dest, minlength=P).astype(np.int64)
-            _exchange(comm, np.ascontiguousarray(recs), counts, p, mine)
+            _exchange(comm, np.ascontiguousarray(recs), counts, sink)
             bar.update(len(e))
     timer.add("assign", time.perf_counter() - t0, stream.hi - stream.lo)
-    return {i: (np.concatenate(v) if v else np.zeros((0, 2), np.int64)) for i, v in mine.items()}
 
 
 def refine_pass(stream: EdgeStream, comm: Any, owner: np.ndarray, p: int, rounds: int,

@@ -157,17 +157,25 @@ def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
         cap = cfg.refine_balance * meta.num_nodes / p
         info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, cfg.refine, cap,
                                                   cfg.seed, timer, cfg.refine_frac)
-    if cfg.hops == 0:
-        edges = passes.route_pass(stream, comm, p, timer, owner=owner, seed=cfg.seed)
-    else:
-        pres = passes.owner_bits(owner, p)
-        for h in range(cfg.hops):
-            pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}")
-        edges = passes.route_pass(stream, comm, p, timer, pres=pres)
-        del pres
     out = Path(cfg.out).absolute()
     tmp = _tmp_dir(comm, out)
-    stats = _write_parts_p(comm, cfg, meta, tmp, owner, edges, p, timer)
+    sink = store.SpillSink(tmp, list(range(comm.rank, p, comm.size)))
+    try:
+        if cfg.hops == 0:
+            passes.route_pass(stream, comm, p, timer, sink, owner=owner, seed=cfg.seed)
+        else:
+            pres = passes.owner_bits(owner, p)
+            for h in range(cfg.hops):
+                pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}")
+            passes.route_pass(stream, comm, p, timer, sink, pres=pres)
+            del pres
+        sink.close()
+        stats = _write_parts(comm, cfg, meta, tmp, owner, sink, p, timer)
+    except BaseException:
+        sink.close()
+        if comm.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     m = metrics.summarize([stats[i]["owned"] for i in range(p)],
                           [stats[i]["vertices"] for i in range(p)],
                           [stats[i]["edges"] for i in range(p)], meta.num_nodes)
@@ -185,17 +193,20 @@ def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
     return m
 
 
-def _write_parts_p(comm: Any, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
-                   owner: np.ndarray, edges: dict[int, np.ndarray], p: int,
-                   timer: passes.PassTimer) -> dict[int, dict[str, int]]:
+def _write_parts(comm: Any, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
+                 owner: np.ndarray, sink: store.SpillSink, p: int,
+                 timer: passes.PassTimer) -> dict[int, dict[str, int]]:
+    """Write this rank's partitions from their spill files; all ranks get every count."""
     t0 = time.perf_counter()
     node_data = {k: a for k in NODE_FILES
                  if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
     stats: dict[int, dict[str, int]] = {}
-    for i, e in edges.items():
+    for i in range(comm.rank, p, comm.size):
         owned = np.flatnonzero(owner == i)
-        stats[i] = store.write_partition(tmp / store.part_name(i), i, p, owned, e,
-                                         bool(meta.directed), node_data)
+        stats[i] = store.write_partition(tmp / store.part_name(i), i, p, owned, sink,
+                                         bool(meta.directed), node_data, meta.num_nodes,
+                                         chunk=cfg.chunk, budget=4 * cfg.chunk)
+        sink.remove(i)
     timer.add("write", time.perf_counter() - t0, 0)
     merged: dict[int, dict[str, int]] = {}
     for d in comm.allgather_obj(stats):
