@@ -39,7 +39,7 @@ SPEC_RAND = {"cases": [
 
 SPEC_CORA = {"cases": [
     {"layers": 2, "dtype": "float64", "replicas": [0, 2], "orders": "all"},
-    {"layers": 2, "dtype": "float32", "orders": ["DSDS", "SSSS", "DDSD"]},
+    {"layers": 2, "dtype": "float32", "orders": ["DSDS", "SSSS", "DDSD"], "engine": "cagnet1d"},
     {"layers": 3, "dtype": "float64", "orders": ["DSDSDS", "SDSSDD", "DDSDSS"]},
 ], "curve": {"epochs": 3, "dtype": "float32"}}
 
@@ -53,23 +53,20 @@ def _check(out, n):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_rdm_matches_reference(n, rdm_data, tmp_path):
-    results = {}
-    for name, spec in (("rand", SPEC_RAND), ("cora", SPEC_CORA)):
-        out = tmp_path / name
-        out.mkdir()
-        run_mpi(n, [SCRIPTS / "rdm_exact.py", rdm_data / name, out, json.dumps(spec)], timeout=240)
-        rep = _check(out, n)
-        assert rep["cases"] and all(c["ok"] for c in rep["cases"])
+    spec = {"rand": {"data": str(rdm_data / "rand"), **SPEC_RAND},
+            "cora": {"data": str(rdm_data / "cora"), **SPEC_CORA}}
+    run_mpi(n, [SCRIPTS / "rdm_exact.py", tmp_path, json.dumps(spec)], timeout=300)
+    reports = _check(tmp_path, n)
+    for name, rep in reports.items():
+        assert rep["cases"] and all(c["ok"] for c in rep["cases"]), name
         if n == 4:
-            assert any(c["R"] == 2 for c in rep["cases"]) and any(c["R"] == 1 for c in rep["cases"]) \
-                or name == "cora"
-        results[name] = rep["curves"]
+            assert {c["R"] for c in rep["cases"]} >= {4, 2}, name
         (tmp_path.parent / f"rdm-curve-{name}-{n}.json").write_text(json.dumps(rep["curves"]))
-    # different P: curves equal to float tolerance (compare with whatever P ran before)
+    # different P: curves equal to float tolerance (compared with every P that ran before)
     for name, tol in (("rand", 1e-10), ("cora", 1e-5)):
         for other in tmp_path.parent.glob(f"rdm-curve-{name}-*.json"):
             c = json.loads(other.read_text())
-            assert np.allclose(c, results[name], rtol=tol, atol=0), (other.name, c, results[name])
+            assert np.allclose(c, reports[name]["curves"], rtol=tol, atol=0), (other.name, c)
 
 
 def test_cli_cagnet_and_rdm_write_results(rdm_data, tmp_path):
@@ -95,13 +92,9 @@ def test_cli_cagnet_and_rdm_write_results(rdm_data, tmp_path):
             assert h["config"].attrs["engine"] == engine
 
 
-def test_bad_order_and_replicas_fail_cleanly(rdm_data, tmp_path):
-    for extra, msg in ((["--order", "SSX"], "--order"), (["--replicas", "3"], "--replicas"),
-                       (["--order", "auto"], "auto")):
-        proc = run_cli(2, ["train", rdm_data / "rand", "--epochs", "1", "--out", tmp_path / "x.h5",
-                           *extra], timeout=60, check=False)
-        if extra[1] == "auto" and proc.returncode == 0:
-            continue  # the perfmodel's autoorder module is installed
-        assert proc.returncode == 2, proc.stderr
-        assert msg in proc.stderr
-        assert not (tmp_path / "x.h5").exists()
+def test_bad_order_fails_cleanly(rdm_data, tmp_path):
+    proc = run_cli(2, ["train", rdm_data / "rand", "--epochs", "1", "--out", tmp_path / "x.h5",
+                       "--order", "SSX"], timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "--order" in proc.stderr
+    assert not (tmp_path / "x.h5").exists()

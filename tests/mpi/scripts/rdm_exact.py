@@ -2,9 +2,9 @@
 schedule's prediction, training curves (bit-identical reruns). Writes OUT/result-P.json and
 OUT/rank-R.ok or .fail.
 
-usage: rdm_exact.py DATA OUT SPEC_JSON
-SPEC_JSON: {"cases": [{"layers": 2, "dtype": "float64", "replicas": [0, 2], "orders": "all"|[..],
-            "memo": [true], "engine": "rdm"}], "curve": {"epochs": 4, "dtype": "float64"}}
+usage: rdm_exact.py OUT SPEC_JSON
+SPEC_JSON: {"NAME": {"data": DIR, "cases": [{"layers": 2, "dtype": "float64", "replicas": [0, 2], "orders": "all"|[..],
+            "memo": [true], "engine": "rdm"}], "curve": {"epochs": 4, "dtype": "float64"}}, ...}
 """
 import hashlib
 import json
@@ -20,11 +20,11 @@ from shardgnn.rdm.main import RDMConfig, build
 from shardgnn.rdm.reference import ReferenceGCN
 from shardgnn.rdm.schedule import all_orders, epoch_bytes, parse_order
 
-data, out, spec = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
+out, specs = Path(sys.argv[1]), json.loads(sys.argv[2])
 comm = world()
 rank, P = comm.rank, comm.size
 errors: list[str] = []
-report: dict = {"P": P, "cases": [], "curves": {}}
+reports: dict = {}
 TOL = {"float64": 1e-10, "float32": 1e-5}
 
 
@@ -33,7 +33,7 @@ def rel(a, b):
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)) if b.size else 0.0
 
 
-def reference_for(tr, g, dtype, p, seed):
+def reference_for(data, tr, g, dtype, p, seed):
     meta = read_meta(data)
     x = load_node_array(data, "x", meta, mmap=False)
     y = load_node_array(data, "y", meta, mmap=False)
@@ -48,7 +48,7 @@ def gather_rows(t):
     return comm.gatherv(np.ascontiguousarray(t.double().numpy()))
 
 
-try:
+def run_one(data, spec, report):
     meta = read_meta(data)
     for case in spec["cases"]:
         L, dt = case["layers"], case["dtype"]
@@ -60,7 +60,7 @@ try:
                             replicas=R, engine=engine, dropout=0.5, seed=3)
             built = build(comm, cfg)
             tr, g = built.trainer, built.graph
-            ref = reference_for(tr, g, dt, 0.5, 3) if rank == 0 else None
+            ref = reference_for(data, tr, g, dt, 0.5, 3) if rank == 0 else None
             if rank == 0:
                 r_logits, r_loss, r_grad = ref.gradients(0)
             orders = all_orders(L) if case["orders"] == "all" else [parse_order(o, L) for o in case["orders"]]
@@ -101,7 +101,7 @@ try:
                             dropout=0.5, seed=5, replicas=cv.get("replicas", 0))
             built = build(comm, cfg)
             tr = built.trainer
-            ref = reference_for(tr, built.graph, cv["dtype"], 0.5, 5) if rank == 0 and rep == 0 else None
+            ref = reference_for(data, tr, built.graph, cv["dtype"], 0.5, 5) if rank == 0 and rep == 0 else None
             losses, params = [], []
             for ep in range(cv["epochs"]):
                 st = tr.train_step()
@@ -123,9 +123,16 @@ try:
         if curves[0] != curves[1]:
             errors.append(f"same seed, same P: curves differ {curves[0]} vs {curves[1]}")
         report["curves"] = curves[0]
+
+
+try:
+    for name, spec in specs.items():
+        data = spec["data"]
+        reports[name] = {"P": P, "cases": [], "curves": []}
+        run_one(data, spec, reports[name])
 except Exception:  # noqa: BLE001
     errors.append(traceback.format_exc())
 
 if rank == 0:
-    (out / f"result-{P}.json").write_text(json.dumps(report, indent=1))
+    (out / f"result-{P}.json").write_text(json.dumps(reports, indent=1))
 (out / f"rank-{rank}.{'fail' if errors else 'ok'}").write_text("\n".join(errors))
