@@ -248,3 +248,43 @@ def test_force_replaces_existing(tmp_path):
     assert cli("convert", src, "--out", out, "--force") == 0
     assert cn.read_meta(out).num_edges == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "g.txt"]
+
+
+def test_planetoid_prefix_and_format_override(tmp_path):
+    from conftest import DATASETS
+
+    out = tmp_path / "cs"
+    assert cli("convert", DATASETS / "citeseer" / "ind.citeseer", "--out", out) == 0
+    meta = cn.read_meta(out)
+    assert (meta.num_nodes, meta.num_edges, meta.self_loops_input) == (3327, 4552, 248)
+    x = np.load(out / "x.npy")
+    missing = np.flatnonzero(~np.load(out / "test_mask.npy")[2312:]) + 2312
+    assert len(missing) == 15 and not x[missing].any()   # citeseer's zero-filled test gap
+    src = tmp_path / "edges.dat"
+    src.write_text("1,2\n2,3\n")
+    assert cli("convert", src, "--out", tmp_path / "f", "--format", "csv") == 0
+    assert cn.read_meta(tmp_path / "f").num_edges == 2
+
+
+def test_id_set_and_relabeller_both_paths():
+    from shardgnn.io.convert import IdSet, Relabeller
+
+    rng = np.random.default_rng(5)
+    chunks = [rng.integers(0, 50, size=(20, 2)), rng.integers(0, 10**12, size=(20, 2)),
+              rng.integers(0, 50, size=(20, 2))]
+    ref = np.unique(np.concatenate(chunks))
+    s = IdSet(bitmap_limit=64)          # bitmap first, then the sorted-array path
+    for c in chunks:
+        s.add(c)
+    assert s.bitmap is None
+    np.testing.assert_array_equal(s.ids(), ref)
+    s = IdSet()
+    s.add(chunks[0])
+    s.add(chunks[2])
+    assert s.bitmap is not None
+    np.testing.assert_array_equal(s.ids(), np.unique(np.concatenate([chunks[0], chunks[2]])))
+    small = np.unique(chunks[0])
+    for limit in (0, None):
+        r = Relabeller(small, table_limit=limit)
+        assert (r.table is None) == (limit == 0)
+        np.testing.assert_array_equal(r(chunks[0]), np.searchsorted(small, chunks[0]))

@@ -36,10 +36,11 @@ Defaults: the graph is made undirected (each edge stored once as (min, max)), se
 dropped and duplicate edges merged; all three are counted in graph.json. Node ids that are not
 exactly 0..n-1 are relabelled by sorted original id (id_map.npy holds the original ids).
 
-Memory: streaming in two passes. It holds the sorted set of distinct node ids (8 bytes per
-node; none when the node count is declared), one chunk of --chunk-edges edges with its sort
-keys (about 50 bytes per edge) and the merge buffers (--merge-memory keys, 8 bytes each);
-never the whole edge list. Sorted runs go to a temp folder inside the output (or --tmp-dir)
+Memory: streaming in two passes. It holds the set of node ids (a presence bitmap of 1 byte per
+id up to the largest id, at most 128 MiB, or 8 bytes per node for larger ids; nothing when the
+node count is declared), the id map and relabelling table (up to ~16 bytes per node), one chunk
+of --chunk-edges edges with its sort keys (about 60 bytes per edge) and the merge buffers
+(--merge-memory keys, 8 bytes each); never the whole edge list. Sorted runs go to a temp folder inside the output (or --tmp-dir)
 and are removed at the end. Output is written to DIR.tmp-PID and renamed to DIR when complete.
 """
 

@@ -4,7 +4,7 @@ Two passes over the source, memory O(|V|) + one chunk:
 
 1. stream chunks, validate, collect the sorted set of node ids (or check them against a
    declared node count);
-2. stream again, relabel ids by rank in that set (``searchsorted``), canonicalise (undirected:
+2. stream again, relabel ids by rank in that set (lookup table), canonicalise (undirected:
    (min, max)), drop self-loops, sort and deduplicate each chunk into an int64-key run on disk;
    then an external k-way merge (:mod:`shardgnn.io.extsort`) writes ``edges.bin`` in sorted order.
 
@@ -30,6 +30,9 @@ from shardgnn.io.readers import EdgeSource
 
 #: Largest node count whose (u, v) pairs fit one int64 key u * N + v.
 MAX_NODES = 3_037_000_499
+#: Ids below this use a presence bitmap in pass 1 (1 byte per id up to the largest id, so at
+#: most 128 MiB); larger ids use a sorted id array merged chunk by chunk.
+BITMAP_LIMIT = 1 << 27
 
 
 @dataclass
@@ -88,33 +91,96 @@ def finish_output(tmp: Path, out: Path) -> None:
         os.replace(tmp, out)
 
 
+class IdSet:
+    """The set of node ids seen so far: a presence bitmap while ids are small, else sorted ids.
+
+    The bitmap (1 byte per id up to the largest id) is used while the largest id is below
+    ``bitmap_limit``; beyond that the set switches to a sorted int64 array merged chunk by
+    chunk. Both are O(|V|) for the usual dense-ish ids.
+    """
+
+    def __init__(self, bitmap_limit: int = BITMAP_LIMIT) -> None:
+        self.limit = int(bitmap_limit)
+        self.bitmap: np.ndarray | None = np.zeros(0, dtype=bool)
+        self.sorted = np.zeros(0, dtype=np.int64)
+
+    def add(self, values: np.ndarray) -> None:
+        """Add the ids of one chunk."""
+        if values.size == 0:
+            return
+        if self.bitmap is not None:
+            top = int(values.max())
+            if top < self.limit:
+                if top >= self.bitmap.shape[0]:
+                    grown = np.zeros(min(self.limit, max(top + 1, 2 * self.bitmap.shape[0])),
+                                     dtype=bool)
+                    grown[: self.bitmap.shape[0]] = self.bitmap
+                    self.bitmap = grown
+                self.bitmap[values.ravel()] = True
+                return
+            self.sorted = np.flatnonzero(self.bitmap).astype(np.int64)
+            self.bitmap = None
+        self.sorted = union_sorted(self.sorted, sorted_unique(values.ravel()))
+
+    def ids(self) -> np.ndarray:
+        """Sorted distinct ids."""
+        if self.bitmap is not None:
+            return np.flatnonzero(self.bitmap).astype(np.int64)
+        return self.sorted
+
+
+class Relabeller:
+    """Maps original ids to their rank among all ids.
+
+    A lookup table (4 bytes per id up to the largest id) when the largest id is below
+    ``4 * n + 2^20``, so at most ~16 bytes per node; otherwise binary search with the queries
+    sorted first (cache friendly).
+    """
+
+    def __init__(self, ids: np.ndarray, table_limit: int | None = None) -> None:
+        self.ids = ids
+        self.table: np.ndarray | None = None
+        limit = 4 * ids.shape[0] + (1 << 20) if table_limit is None else table_limit
+        if ids.shape[0] and int(ids[-1]) < limit:
+            dt = np.int32 if ids.shape[0] < 2**31 else np.int64
+            self.table = np.zeros(int(ids[-1]) + 1, dtype=dt)
+            self.table[ids] = np.arange(ids.shape[0], dtype=dt)
+
+    def __call__(self, e: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[e].astype(np.int64)
+        flat = e.ravel()
+        order = np.argsort(flat, kind="stable")
+        out = np.empty(flat.shape[0], dtype=np.int64)
+        out[order] = np.searchsorted(self.ids, flat[order])   # sorted queries: cache friendly
+        return out.reshape(e.shape)
+
+
 def collect_ids(src: EdgeSource, declared: int | None) -> tuple[np.ndarray | None, int, int]:
     """Pass 1: (sorted distinct ids or None when declared, edge count, max type)."""
-    ids = np.zeros(0, dtype=np.int64)
+    idset = IdSet()
     m = 0
     tmax = -1
-    with log.Progress(0, "convert pass 1 (ids)", enabled=False) as bar:
-        for ch in src.chunks():
-            e = ch.edges
-            m += e.shape[0]
-            bar.update(e.shape[0])
-            if e.shape[0] == 0:
-                continue
-            if ch.types is not None:
-                if ch.types.min() < 0:
-                    i = int(np.argmin(ch.types))
-                    raise input_error(ch.path, f"negative edge type {int(ch.types[i])} "
-                                      "(expected >= 0)", ch.where(i))
-                tmax = max(tmax, int(ch.types.max()))
-            if declared is not None:
-                if int(e.max()) >= declared:
-                    i = int(np.flatnonzero((e >= declared).any(axis=1))[0])
-                    raise input_error(ch.path, f"node id {int(e[i].max())} >= declared "
-                                      f"num_nodes {declared} (expected ids in [0, {declared}))",
-                                      ch.where(i))
-                continue
-            ids = union_sorted(ids, sorted_unique(e.ravel()))
-    return (None if declared is not None else ids), m, tmax
+    for ch in src.chunks():
+        e = ch.edges
+        m += e.shape[0]
+        if e.shape[0] == 0:
+            continue
+        if ch.types is not None:
+            if ch.types.min() < 0:
+                i = int(np.argmin(ch.types))
+                raise input_error(ch.path, f"negative edge type {int(ch.types[i])} "
+                                  "(expected >= 0)", ch.where(i))
+            tmax = max(tmax, int(ch.types.max()))
+        if declared is not None:
+            if int(e.max()) >= declared:
+                i = int(np.flatnonzero((e >= declared).any(axis=1))[0])
+                raise input_error(ch.path, f"node id {int(e[i].max())} >= declared "
+                                  f"num_nodes {declared} (expected ids in [0, {declared}))",
+                                  ch.where(i))
+            continue
+        idset.add(e)
+    return (None if declared is not None else idset.ids()), m, tmax
 
 
 def _chunk_keys(e: np.ndarray, types: np.ndarray | None, n: int, opt: ConvertOptions,
@@ -148,8 +214,10 @@ def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
                    nodes: NodeData | None = None) -> cn.GraphMeta:
     """Convert ``src`` into the canonical dataset directory ``out``. Rank-local.
 
-    Memory: the sorted node-id set (8 bytes per node, when ids are not declared) and the id
-    map, one source chunk with its keys, and the merge buffers (``merge_memory_edges`` keys).
+    Memory: the node-id set (a bitmap of 1 byte per id up to the largest id, or 8 bytes per
+    node for large ids; nothing when the node count is declared), the id map and relabelling
+    table (up to ~16 bytes per node), one source chunk with its keys, and the merge buffers
+    (``merge_memory_edges`` keys).
     """
     out = Path(out)
     tmp = prepare_output(out, opt.force)
@@ -184,6 +252,7 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
         raise ShardError(f"{src.path}: {n} nodes, expected at most {MAX_NODES} for convert")
     if relabel:
         np.save(tmp / "id_map.npy", ids)
+    relabeller = Relabeller(ids) if relabel else None  # type: ignore[arg-type]
     stats = {"self_loops_input": 0, "kept_before_dedupe": 0}
     runs_dir = Path(opt.tmp_dir) / f"shardgnn-runs-{os.getpid()}" if opt.tmp_dir else tmp / "_runs"
     writer = RunWriter(runs_dir, with_payload=src.has_types)
@@ -193,8 +262,8 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
             for ch in src.chunks():
                 e, t = ch.edges, ch.types
                 bar.update(e.shape[0])
-                if relabel:
-                    e = np.searchsorted(ids, e)  # type: ignore[arg-type]
+                if relabeller is not None:
+                    e = relabeller(e)
                 if symmetric_both:
                     off = e[:, 0] != e[:, 1]
                     e = np.concatenate([e, e[off][:, ::-1]])

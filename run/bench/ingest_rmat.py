@@ -1,0 +1,123 @@
+"""Benchmark: peak RSS and wall time of `shardgnn generate rmat` and `shardgnn convert` at scale.
+
+Generates an R-MAT graph (default 2^22 vertices, 2^26 edges) as a .npy edge array, converts it
+with the streaming converter, and, as the baseline measured in the same run, converts it with a
+plain in-memory NumPy pipeline (load everything, relabel, sort, unique). Every step runs in its
+own process under ``/usr/bin/time -v``; the figures (peak RSS, wall seconds) and the ratios go to
+``RESULTS/ingest_rmat.json``. The streaming and in-memory outputs are compared byte for byte.
+
+Run heavy: ``flock /tmp/shardgnn-heavy.lock python run/bench/ingest_rmat.py RESULTS``.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASELINE = r"""
+import sys, numpy as np
+src, out = sys.argv[1], sys.argv[2]
+e = np.load(src).astype(np.int64)
+ids = np.unique(e)
+e = np.searchsorted(ids, e)
+n = len(ids)
+u, v = np.minimum(e[:, 0], e[:, 1]), np.maximum(e[:, 0], e[:, 1])
+del e
+keep = u != v
+keys = np.unique(u[keep] * n + v[keep])
+pair = np.empty((len(keys), 2), dtype=np.int32)
+pair[:, 0] = keys // n
+pair[:, 1] = keys % n
+pair.tofile(out)
+print(n, len(keys))
+"""
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None, label: str | None = None) -> dict:
+    """Run ``cmd`` under /usr/bin/time -v; return wall seconds, peak RSS and output."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
+    return {"cmd": label or " ".join(cmd), "wall_s": round(wall, 2), "peak_rss_mb": round(rss / 1024, 1),
+            "stdout": proc.stdout.strip()[-500:]}
+
+
+def sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", help="folder for ingest_rmat.json")
+    ap.add_argument("--scale", type=int, default=22, help="2^SCALE vertices (default: 22)")
+    ap.add_argument("--log2-edges", type=int, default=26, help="2^K raw edges (default: 26)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", default=None, help="scratch folder (default: a temp folder)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the in-memory baseline")
+    ap.add_argument("--repeats", type=int, default=1, help="convert runs (median reported)")
+    args = ap.parse_args()
+    res_dir = Path(args.results)
+    res_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work or tempfile.mkdtemp(prefix="shardgnn-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, SHARDGNN_PROGRESS="0")
+    exe = [sys.executable, "-m", "shardgnn"]
+    npy = work / "rmat.npy"
+    m = 1 << args.log2_edges
+    out: dict = {"scale": args.scale, "raw_edges": m, "seed": args.seed,
+                 "host_cpus": os.cpu_count(), "note": "shared 2-core machine; timings noisy"}
+    try:
+        out["generate"] = timed(exe + ["generate", "rmat", "--scale", str(args.scale), "--edges",
+                                       str(m), "--seed", str(args.seed), "--out", str(npy),
+                                       "--force"], env)
+        runs = []
+        for i in range(args.repeats):
+            d = work / f"conv{i}"
+            runs.append(timed(exe + ["convert", str(npy), "--out", str(d), "--force"], env))
+        out["convert_runs"] = runs
+        walls = sorted(r["wall_s"] for r in runs)
+        out["convert"] = {"wall_s_median": walls[len(walls) // 2],
+                          "peak_rss_mb_max": max(r["peak_rss_mb"] for r in runs)}
+        meta = json.loads((work / "conv0" / "graph.json").read_text())
+        out["dataset"] = {k: meta[k] for k in ("num_nodes", "num_edges", "self_loops_input",
+                                                "duplicates_input", "relabelled")}
+        out["input_bytes"] = npy.stat().st_size
+        out["edges_bin_bytes"] = (work / "conv0" / "edges.bin").stat().st_size
+        if not args.no_baseline:
+            base_out = work / "baseline.bin"
+            out["baseline_in_memory"] = timed([sys.executable, "-c", BASELINE, str(npy),
+                                               str(base_out)], env,
+                                              label="python -c BASELINE (in-memory numpy)")
+            out["identical_to_baseline"] = sha(base_out) == sha(work / "conv0" / "edges.bin")
+            b = out["baseline_in_memory"]
+            out["ratios"] = {"rss_convert_over_baseline": round(
+                out["convert"]["peak_rss_mb_max"] / b["peak_rss_mb"], 3),
+                "wall_convert_over_baseline": round(out["convert"]["wall_s_median"] / b["wall_s"], 3)}
+        out["target_rss_mb"] = 2048
+        out["meets_target"] = out["convert"]["peak_rss_mb_max"] < 2048 and \
+            out["generate"]["peak_rss_mb"] < 2048
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    (res_dir / "ingest_rmat.json").write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
