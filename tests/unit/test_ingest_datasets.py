@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DATASETS, ROOT
+from conftest import ROOT
 from shardgnn.cli.main import main
 from shardgnn.io import canonical as cn
 

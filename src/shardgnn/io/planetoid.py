@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardgnn.errors import ShardError, input_error
+from shardgnn.errors import input_error
 
 PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 FEATURE_PARTS = ("x", "tx", "allx")
@@ -149,4 +149,4 @@ def _adjacency_edges(graph, path: Path) -> np.ndarray:
     return e
 
 
-__all__ = ["PlanetoidData", "load_planetoid", "planetoid_prefix", "ShardError"]
+__all__ = ["PlanetoidData", "load_planetoid", "planetoid_prefix"]

@@ -17,7 +17,7 @@ from typing import IO, Iterator
 import numpy as np
 from numba import njit
 
-from shardgnn.errors import ShardError, input_error
+from shardgnn.errors import input_error
 
 #: File name endings understood by ``convert`` and the format each maps to.
 EXTENSIONS = {
