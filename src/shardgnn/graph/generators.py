@@ -85,23 +85,26 @@ def write_rmat_npy(path: str | os.PathLike, scale: int, num_edges: int, seed: in
                    permute: bool = True) -> Path:
     """Write an R-MAT edge array to ``path`` (.npy, (num_edges, 2), int32 when ids fit).
 
-    Memory: one chunk of ``chunk`` edges (about ``chunk * 40`` bytes while generating) plus the
-    permutation (8 bytes per vertex). The file is written under a temporary name and renamed.
+    The .npy header is written first, then each chunk is appended (no memory map, so the
+    written pages do not count against this process). Memory: one chunk of ``chunk`` edges
+    (about ``chunk * 40`` bytes while generating) plus the permutation (8 bytes per vertex).
+    The file is written under a temporary name and renamed.
     """
     _check_rmat(scale, num_edges, abc)
     p = Path(path)
     if p.is_dir():
         raise input_error(p, "expected an output .npy file path, got a directory")
-    dt = np.int32 if scale < 31 else np.int64
+    dt = np.dtype("<i4") if scale < 31 else np.dtype("<i8")
     tmp = p.with_name(p.name + f".tmp-{os.getpid()}.npy")
     perm = rmat_permutation(scale, seed) if permute else None
+    header = {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False,
+              "shape": (int(num_edges), 2)}
     try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dt, shape=(int(num_edges), 2))
-        for lo in range(0, int(num_edges), int(chunk)):
-            hi = min(int(num_edges), lo + int(chunk))
-            out[lo:hi] = rmat_edges(scale, num_edges, seed, lo, hi, abc, perm, permute)
-        out.flush()
-        del out
+        with open(tmp, "wb") as fh:
+            np.lib.format.write_array_header_1_0(fh, header)
+            for lo in range(0, int(num_edges), int(chunk)):
+                hi = min(int(num_edges), lo + int(chunk))
+                rmat_edges(scale, num_edges, seed, lo, hi, abc, perm, permute).astype(dt).tofile(fh)
         os.replace(tmp, p)
     finally:
         if tmp.exists():

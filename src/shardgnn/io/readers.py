@@ -338,7 +338,7 @@ def _check_int_dtype(dt: np.dtype, path: Path, what: str) -> None:
 
 
 class NpySource(EdgeSource):
-    """An (m, 2) integer ``.npy`` edge array, read in chunks through a memory map."""
+    """An (m, 2) integer ``.npy`` edge array (a third column is ignored), read in chunks."""
 
     def __init__(self, path: str | os.PathLike, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> None:
         self.path = Path(path)
@@ -363,16 +363,29 @@ class NpySource(EdgeSource):
                               f"shape {shape} {dt}", f"byte {off + have - have % row}")
 
     def chunks(self) -> Iterator[EdgeChunk]:
+        """Chunks read with plain file reads (C order) so resident memory stays one chunk."""
         if self.m == 0:
             return
-        mm = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset,
-                       shape=(self.m, self.cols), order="F" if self.fortran else "C")
         row_bytes = self.cols * self.dtype.itemsize
-        for lo in range(0, self.m, self.chunk):
-            e = np.array(mm[lo:lo + self.chunk, :2], dtype=np.int64)
+        if self.fortran:
+            mm = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset,
+                           shape=(self.m, self.cols), order="F")
+            blocks: Iterator[tuple[int, np.ndarray]] = (
+                (lo, np.array(mm[lo:lo + self.chunk, :2], dtype=np.int64))
+                for lo in range(0, self.m, self.chunk))
+        else:
+            blocks = self._c_blocks()
+        for lo, e in blocks:
             _check_nonneg(e, self.path, lambda i, lo=lo: f"byte {self.offset + (lo + i) * row_bytes}")
             yield EdgeChunk(e, None, self.path, row0=lo, byte0=self.offset, row_bytes=row_bytes)
-        del mm
+
+    def _c_blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            for lo in range(0, self.m, self.chunk):
+                k = min(self.chunk, self.m - lo)
+                raw = np.fromfile(fh, dtype=self.dtype, count=k * self.cols).reshape(k, self.cols)
+                yield lo, raw[:, :2].astype(np.int64)
 
 
 def _check_nonneg(e: np.ndarray, path: Path, where) -> None:
