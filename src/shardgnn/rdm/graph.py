@@ -171,6 +171,12 @@ class NodeData:
         blk = self._take(self.x, self._old(*rows))
         return np.asarray(blk[:, cols[0]:cols[1]], dtype=np.float64)
 
+    def features_of(self, ids: np.ndarray, cols: tuple[int, int]) -> np.ndarray:
+        """X[ids, cols] for (renumbered) vertex ids, as float64."""
+        old = ids if self.renum is None else self.renum.old_of_new[ids]
+        blk = self._take(self.x, np.asarray(old, dtype=np.int64))
+        return np.asarray(blk[:, cols[0]:cols[1]], dtype=np.float64)
+
     def labels(self, rows: tuple[int, int]) -> np.ndarray:
         return self._take(self.y, self._old(*rows)).astype(np.int64)
 
