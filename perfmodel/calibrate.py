@@ -92,7 +92,7 @@ def _redistribute(comm: Any, repeats: int, dtype: np.dtype, rows: int) -> dict[s
     except ImportError:
         return None
     x, t = [], []
-    for width in (4, 16, 64, 128, 256):
+    for width in (2, 8, 32, 64, 128, 256):
         fn, nbytes = redistribute_timer(comm, rows, width, str(dtype))
         x.append(nbytes)
         t.append(_median_max(comm, fn, repeats) / 2.0)  # fn does there and back
@@ -121,15 +121,19 @@ def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
         t = _median_max(comm, lambda: be.spmm(a, x), args.repeats)
         spmm_rate.append(nnz * w / t)
     rows = int(args.gemm_rows)
-    gemm_rate = []
+    gemm_rate, gemm_tn = [], []
     for k in widths:
         hk = be.tensor(rng.standard_normal((rows, k)))
-        line = []
+        line, line_tn = [], []
         for nn in widths:
             wk = be.tensor(rng.standard_normal((k, nn)))
-            t = _median_max(comm, lambda: torch.mm(hk, wk), args.repeats)
+            t = _median_max(comm, lambda: hk @ wk, args.repeats)
             line.append(2.0 * rows * k * nn / t)
+            hn = be.tensor(rng.standard_normal((rows, nn)))
+            t = _median_max(comm, lambda: hk.t() @ hn, args.repeats)
+            line_tn.append(2.0 * rows * k * nn / t)
         gemm_rate.append(line)
+        gemm_tn.append(line_tn)
     big = be.tensor(rng.standard_normal((rows, 128)))
     mask = be.tensor((rng.random((rows, 128)) > 0.5).astype(np.float32))
 
@@ -139,12 +143,18 @@ def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
         y.add_(1.0)
 
     t = _median_max(comm, elementwise, args.repeats)
+    from perfmodel.engine_probe import mask_timer
+
+    t_mask = _median_max(comm, mask_timer(rows, 128, str(dtype)), args.repeats)
     return {
         "spmm": {"widths": widths, "rate": spmm_rate, "nodes": n, "nnz": nnz,
                  "kernel": "shardgnn.rdm.backend.Backend('torch').spmm (torch sparse CSR)"},
-        "gemm": {"widths": widths, "rate": gemm_rate, "rows": rows, "kernel": "torch.mm"},
-        "elementwise": {"rate": 3.0 * rows * 128 / t,
-                        "what": "relu + mask multiply + add over rows x 128 (3 passes)"},
+        "gemm": {"widths": widths, "rate": gemm_rate, "rate_tn": gemm_tn, "rows": rows,
+                 "kernel": "torch: H @ W (rate[k][n]) and the weight gradient H^T @ G "
+                           "(rate_tn[k][n], reduction over the rows)"},
+        "elementwise": {"rate": 3.0 * rows * 128 / t, "mask_rate": rows * 128 / t_mask,
+                        "what": "rate: relu + mask multiply + add over rows x 128 (3 passes); "
+                                "mask_rate: the engine's dropout_mask"},
     }
 
 

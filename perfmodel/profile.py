@@ -61,6 +61,7 @@ class Profile:
     gemm_widths: list[float]
     gemm_rate: list[list[float]]
     elementwise_rate: float
+    gemm_rate_tn: list[list[float]] | None = None
     mask_rate: float = 0.0
     redistribute: LinearCost | None = None
     description: str = ""
@@ -74,11 +75,13 @@ class Profile:
             return 0.0
         return nnz_width / _interp_log(self.spmm_widths, self.spmm_rate, width)
 
-    def gemm_time(self, flops: float, k: int, n: int) -> float:
-        """Seconds for a local GEMM of ``flops`` with inner width k and output width n."""
+    def gemm_time(self, flops: float, k: int, n: int, tn: bool = False) -> float:
+        """Seconds for a local GEMM of ``flops``: rows×k times k×n, or with ``tn`` the weight
+        gradient (rows×k)ᵀ times rows×n (table ``rate_tn`` when measured)."""
         if flops <= 0:
             return 0.0
-        return flops / _interp_log2(self.gemm_widths, self.gemm_rate, k, n)
+        table = self.gemm_rate_tn if tn and self.gemm_rate_tn else self.gemm_rate
+        return flops / _interp_log2(self.gemm_widths, table, k, n)
 
     def elementwise_time(self, elems: float) -> float:
         return max(0.0, elems) / self.elementwise_rate
@@ -158,6 +161,8 @@ def load_profile(name: str | os.PathLike) -> Profile:
             spmm_rate=[float(x) for x in spmm["rate"]],
             gemm_widths=[float(x) for x in gemm["widths"]],
             gemm_rate=[[float(x) for x in row] for row in gemm["rate"]],
+            gemm_rate_tn=([[float(x) for x in row] for row in gemm["rate_tn"]]
+                          if "rate_tn" in gemm else None),
             elementwise_rate=float(raw["elementwise"]["rate"]),
             mask_rate=float(raw["elementwise"].get("mask_rate", 0.0))
             or float(raw["elementwise"]["rate"]) / 4,
@@ -169,6 +174,9 @@ def load_profile(name: str | os.PathLike) -> Profile:
                              f"`shardgnn-perfmodel calibrate`)") from None
     except (TypeError, ValueError) as exc:
         raise PerfModelError(f"{p}: bad value ({exc})") from None
+    if prof.gemm_rate_tn is not None and (len(prof.gemm_rate_tn) != len(prof.gemm_widths) or any(
+            len(r) != len(prof.gemm_widths) for r in prof.gemm_rate_tn)):
+        raise PerfModelError(f"{p}:[gemm]: expected rate_tn with the shape of rate")
     if len(prof.spmm_widths) != len(prof.spmm_rate) or not prof.spmm_rate:
         raise PerfModelError(f"{p}:[spmm]: expected equal-length non-empty widths and rate")
     g = len(prof.gemm_widths)

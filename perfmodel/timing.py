@@ -45,7 +45,7 @@ def event_time(e: Event, prob: Profile, ranks: int, rows_max: int) -> tuple[str,
     if e.kind == "spmm":
         return "spmm", prob.spmm_time(e.nnz_width, e.width)
     if e.kind == "gemm":
-        return "gemm", prob.gemm_time(e.flops, e.k, e.n)
+        return "gemm", prob.gemm_time(e.flops, e.k, e.n, tn=e.what.startswith("dW"))
     if e.kind == "elementwise":
         return "other", prob.elementwise_time(e.elems)
     if e.kind == "mask":
