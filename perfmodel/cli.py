@@ -78,12 +78,20 @@ def add_problem_args(p: argparse.ArgumentParser, ranks_list: bool = False) -> No
                        "= A on every rank; R_A < P uses P/R_A row panels)")
     g.add_argument("--dtype", default="float32", help="dense dtype: float32 (default), "
                    "float64, float16 or an element size in bytes")
-    g.add_argument("--no-memo", action="store_true", help="model an engine that does not keep "
-                   "AᵀH from an S forward layer (extra SpMM for every D backward layer)")
-    g.add_argument("--no-input-grad", action="store_true", help="do not count the unneeded "
-                   "G^0 of the layer-1 backward pass (the paper counts it)")
-    g.add_argument("--bias", action="store_true", help="layers have a bias (its gradient is "
-                   "all-reduced with W's)")
+    g.add_argument("--no-memo", action="store_true", help="model an engine run with --no-memo "
+                   "(AᵀH of an S forward layer not kept: an extra SpMM for its D backward)")
+    g.add_argument("--no-input-grad", action="store_true", help="paper schedule: do not count "
+                   "the unneeded G^0 of the layer-1 backward pass (the paper counts it; the "
+                   "engine never computes it)")
+    g.add_argument("--no-bias", action="store_true", help="the engine runs with --no-bias (no "
+                   "bias gradients in the all-reduce)")
+    g.add_argument("--no-eval", action="store_true", help="bytes per epoch without the "
+                   "evaluation forward pass (the engine's --eval none)")
+    g.add_argument("--schedule", choices=("paper", "engine"), default="paper",
+                   help="which schedule the cost units and the Pareto flag come from: the "
+                   "paper's per-layer rules (default; Table IV) or the engine's layout-tracking "
+                   "schedule (skips G^0, reuses operands already in place). Bytes and times "
+                   "always follow the engine")
 
 
 def problem_widths(args: argparse.Namespace) -> tuple[list[int], dict[str, Any]]:
@@ -118,15 +126,23 @@ def problem_widths(args: argparse.Namespace) -> tuple[list[int], dict[str, Any]]
 
 
 def spec_from_args(args: argparse.Namespace) -> EngineSpec:
-    return EngineSpec(bias=bool(getattr(args, "bias", False)),
+    """The engine's bookkeeping (bytes, time) from the options."""
+    return EngineSpec(memo=not args.no_memo, bias=not args.no_bias, evaluate=not args.no_eval,
                       rules=Rules(memo=not args.no_memo, input_grad=not args.no_input_grad))
+
+
+def unit_costs(widths: list[int], args: argparse.Namespace) -> list[Any]:
+    """Paper-unit costs and Pareto flags under the --schedule chosen."""
+    return enumerate_costs(widths, Rules(memo=not args.no_memo,
+                                         input_grad=not args.no_input_grad),
+                           engine=args.schedule == "engine")
 
 
 # ---------------------------------------------------------------------- pareto
 def cmd_pareto(args: argparse.Namespace) -> int:
     widths, sizes = problem_widths(args)
     spec = spec_from_args(args)
-    costs = enumerate_costs(widths, spec.rules)
+    costs = unit_costs(widths, args)
     P = args.ranks
     R = check_grid(P, args.replicas) if P is not None else None
     if P is None and args.replicas is not None:
@@ -158,7 +174,8 @@ def cmd_pareto(args: argparse.Namespace) -> int:
             out[k] = sizes[k]
     if P is not None:
         out.update(ranks=P, replicas=R, dtype=str(args.dtype))
-    out["memo"] = spec.rules.memo
+    out["memo"] = spec.memo
+    out["schedule"] = args.schedule
     out["orders"] = rows
     if args.json:
         print(json.dumps(out))
@@ -214,9 +231,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     prob = _problem_for_time(args)
     spec = spec_from_args(args)
-    costs = {c.order: c for c in enumerate_costs(prob.widths, spec.rules)}
-    rows = predict_all(prob, profile, list(costs), spec)
-    cag = predict_cagnet(prob, profile, spec)
+    costs = {c.order: c for c in unit_costs(prob.widths, args)}
+    rows = predict_all(prob, profile, list(costs), spec, evaluate=args.with_eval)
+    cag = predict_cagnet(prob, profile, spec, evaluate=args.with_eval)
     recs = []
     for r in rows:
         o = r["order"]
@@ -279,7 +296,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from perfmodel.plots import pareto_png
 
     widths, _ = problem_widths(args)
-    costs = enumerate_costs(widths, spec_from_args(args).rules)
+    costs = unit_costs(widths, args)
     pareto_png(costs, widths, args.png)
     print(f"wrote {args.png}")
     return 0
@@ -310,11 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_pareto)
 
     p = sub.add_parser("predict", help="predicted epoch time of every order from a profile",
-                       description="Predicted epoch time (and its parts) of every order and of "
-                       "CAGNET-1D from a machine profile; fastest first.")
+                       description="Predicted epoch time (and its parts: spmm, gemm, "
+                       "redistribute, allreduce, bcast, other) of every order and of CAGNET-1D "
+                       "from a machine profile, fastest first. The epoch time is one training "
+                       "step, as the engine reports epoch_time. The Pareto mark follows "
+                       "--schedule.")
     add_problem_args(p)
     p.add_argument("--profile", required=True, help="machine profile: a .toml path or a "
                    "bundled name in perfmodel/machines (e.g. local-2core)")
+    p.add_argument("--with-eval", action="store_true", help="add the evaluation forward pass "
+                   "and metrics all-reduce (default: one training step, the engine's "
+                   "epoch_time)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_predict)
 
@@ -371,6 +394,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PerfModelError as exc:
         print(f"shardgnn-perfmodel: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    except BrokenPipeError:  # output piped into head & co.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

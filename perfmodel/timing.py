@@ -102,18 +102,18 @@ def cagnet_events(prob: Problem, spec: EngineSpec | None = None) -> list[Event]:
     return epoch_events(cagnet_order(prob.layers), cagnet_problem(prob), spec)
 
 
-def predict_cagnet(prob: Problem, profile: Profile,
-                   spec: EngineSpec | None = None) -> dict[str, Any]:
+def predict_cagnet(prob: Problem, profile: Profile, spec: EngineSpec | None = None,
+                   evaluate: bool = False) -> dict[str, Any]:
     """Predicted seconds per epoch of CAGNET-1D on ``prob`` (its R_A is ignored)."""
-    return predict_rdm(cagnet_order(prob.layers), cagnet_problem(prob), profile, spec)
+    return predict_rdm(cagnet_order(prob.layers), cagnet_problem(prob), profile, spec, evaluate)
 
 
 def predict_all(prob: Problem, profile: Profile, orders: Sequence[Order],
-                spec: EngineSpec | None = None) -> list[dict[str, Any]]:
+                spec: EngineSpec | None = None, evaluate: bool = False) -> list[dict[str, Any]]:
     """Predictions for several orders, fastest first."""
     rows = []
     for o in orders:
-        r = predict_rdm(o, prob, profile, spec)
+        r = predict_rdm(o, prob, profile, spec, evaluate)
         r["order"] = o
         rows.append(r)
     rows.sort(key=lambda r: (r["total"], str(r["order"])))

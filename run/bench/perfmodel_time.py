@@ -1,0 +1,178 @@
+"""Benchmark: perfmodel time predictions vs the RDM engine's measured step times, and --order auto.
+
+    python run/bench/perfmodel_time.py --out work/bench/perfmodel [--nodes 100000] [--ranks 2]
+
+Generates (once) a CSBM graph, then runs ``mpiexec -n P`` workers that build one RDM Trainer and
+time every 2^(2L) order: one warm-up pass over all orders, then ``--passes`` round-robin passes
+of one training step each (round-robin so load changes from other jobs hit every order alike);
+each figure is the slowest rank's time, the median over passes is kept. In the same run:
+``--order auto`` (perfmodel Pareto candidates, three timed steps each) and ``--order model``
+(predicted-fastest from the profile) pick their orders. The driver then compares the measured
+medians with the profile's predictions: Spearman rank correlation and median absolute relative
+error over the orders, and the measured time of the auto/model choices against the best of all.
+Writes ``OUT/perfmodel_time.json`` and prints a summary.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def driver(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = Path(args.data) if args.data else out / f"csbm-{args.nodes}"
+    if not (data / "graph.json").exists():
+        from shardgnn.graph.generators import csbm
+
+        t0 = time.time()
+        csbm(args.nodes, num_classes=args.classes, avg_degree=args.degree,
+             num_features=args.features, seed=args.seed, out=data, force=True)
+        print(f"generated {data} in {time.time() - t0:.1f} s", flush=True)
+    raw = out / "perfmodel_time_raw.json"
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(args.ranks), sys.executable,
+           "-m", "mpi4py", __file__, "--worker", "--out", str(out), "--data", str(data),
+           "--hidden", str(args.hidden), "--layers", str(args.layers), "--passes",
+           str(args.passes), "--profile", args.profile, "--dtype", args.dtype]
+    env = dict(os.environ, OMP_NUM_THREADS="1", SHARDGNN_PROGRESS="0",
+               SHARDGNN_PERFMODEL_PROFILE=args.profile)
+    t0 = time.time()
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+    res = json.loads(raw.read_text())
+    res["wall_seconds"] = time.time() - t0
+    summary = analyse(res, args.profile)
+    res["summary"] = summary
+    (out / "perfmodel_time.json").write_text(json.dumps(res, indent=1))
+    print_summary(res)
+    return 0
+
+
+def analyse(res: dict, profile_name: str) -> dict:
+    from scipy.stats import spearmanr
+
+    from perfmodel.exact import EngineSpec, Problem
+    from perfmodel.orders import parse_order
+    from perfmodel.profile import load_profile
+    from perfmodel.timing import predict_rdm
+
+    prof = load_profile(profile_name)
+    p = res["problem"]
+    prob = Problem(p["widths"], p["nodes"], p["nnz"], p["ranks"], p["replicas"], p["itemsize"])
+    spec = EngineSpec(memo=p["memo"], bias=p["bias"])
+    rows = res["orders"]
+    for r in rows:
+        pr = predict_rdm(parse_order(r["order"]), prob, prof, spec)
+        r["predicted_s"] = pr["total"]
+        r["predicted_parts"] = {k: v for k, v in pr.items() if k != "total"}
+    meas = np.array([r["median_s"] for r in rows])
+    pred = np.array([r["predicted_s"] for r in rows])
+    rel = np.abs(pred - meas) / meas
+    rho = float(spearmanr(pred, meas).statistic)
+    best = float(meas.min())
+    by = {r["order"]: r["median_s"] for r in rows}
+    return {
+        "profile": prof.path, "spearman": rho, "median_abs_rel_error": float(np.median(rel)),
+        "max_abs_rel_error": float(rel.max()), "best_order": rows[int(meas.argmin())]["order"],
+        "best_s": best, "worst_s": float(meas.max()),
+        "auto_choice": res["auto"]["choice"], "auto_s": by[res["auto"]["choice"]],
+        "auto_vs_best": by[res["auto"]["choice"]] / best,
+        "model_choice": res["model"]["choice"], "model_s": by[res["model"]["choice"]],
+        "model_vs_best": by[res["model"]["choice"]] / best,
+        "default_order": res["default_order"], "default_vs_best": by[res["default_order"]] / best,
+        "targets": {"spearman>=0.8": rho >= 0.8, "median_err<=0.25": float(np.median(rel)) <= 0.25,
+                    "auto_within_10pct": by[res["auto"]["choice"]] <= 1.10 * best}}
+
+
+def print_summary(res: dict) -> None:
+    s = res["summary"]
+    p = res["problem"]
+    print(f"graph N = {p['nodes']}, nnz(Â) = {p['nnz']}, widths = {p['widths']}, P = {p['ranks']}, "
+          f"R_A = {p['replicas']}; profile {s['profile']}")
+    print(f"{'order':<8} {'measured s':>11} {'predicted s':>12} {'rel err':>8}")
+    for r in sorted(res["orders"], key=lambda r: r["median_s"]):
+        print(f"{r['order']:<8} {r['median_s']:>11.4f} {r['predicted_s']:>12.4f} "
+              f"{(r['predicted_s'] - r['median_s']) / r['median_s']:>+8.1%}")
+    print(f"Spearman rho = {s['spearman']:.3f} (target >= 0.8); median |rel err| = "
+          f"{s['median_abs_rel_error']:.1%} (target <= 25%)")
+    print(f"auto chose {s['auto_choice']} from {res['auto']['candidates']}: "
+          f"{s['auto_vs_best']:.3f} x best ({s['best_order']}) (target <= 1.10); model chose "
+          f"{s['model_choice']}: {s['model_vs_best']:.3f} x best; default {s['default_order']}: "
+          f"{s['default_vs_best']:.3f} x best")
+
+
+def worker(args: argparse.Namespace) -> int:
+    from perfmodel.orders import all_orders
+    from shardgnn.comm import world
+    from shardgnn.rdm import autoorder
+    from shardgnn.rdm.main import RDMConfig, build, default_order
+
+    comm = world()
+    cfg = RDMConfig(data=args.data, layers=args.layers, hidden=args.hidden, epochs=1,
+                    dtype=args.dtype, seed=0)
+    built = build(comm, cfg)
+    tr = built.trainer
+    prob = autoorder.problem_of(comm, tr)
+    orders = [str(o) for o in all_orders(args.layers)]
+    times: dict[str, list[float]] = {o: [] for o in orders}
+    parts: dict[str, list[dict]] = {o: [] for o in orders}
+    snap = autoorder._snapshot(tr)
+    for p in range(args.passes + 1):
+        for o in orders:
+            tr.set_order(o)
+            rec = tr.train_step()
+            t = float(comm.allreduce_scalar(float(rec["time"]), "max"))
+            if p > 0:
+                times[o].append(t)
+                parts[o].append(rec["times"])
+    autoorder._restore(tr, snap)
+    t0 = time.perf_counter()
+    auto = autoorder.choose_order(comm, cfg, lambda: tr, mode="auto")
+    t_auto = time.perf_counter() - t0
+    model = autoorder.choose_order(comm, cfg, lambda: tr, mode="model")
+    front, _ = autoorder.candidates(prob)
+    if comm.rank == 0:
+        rows = [{"order": o, "median_s": float(np.median(times[o])), "times_s": times[o],
+                 "parts_rank0": {k: float(np.median([d[k] for d in parts[o]]))
+                                 for k in parts[o][0]}} for o in orders]
+        res = {"problem": prob, "passes": args.passes, "orders": rows,
+               "auto": {"choice": auto, "candidates": [str(o) for o in front],
+                        "selection_seconds": t_auto},
+               "model": {"choice": model}, "default_order": str(default_order(args.layers)),
+               "data": args.data}
+        Path(args.out, "perfmodel_time_raw.json").write_text(json.dumps(res))
+    comm.barrier()
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="results folder")
+    ap.add_argument("--data", help="existing converted dataset (default: generate CSBM in OUT)")
+    ap.add_argument("--nodes", type=int, default=100_000, help="CSBM nodes (default 100000)")
+    ap.add_argument("--degree", type=float, default=10.0, help="CSBM average degree (default 10)")
+    ap.add_argument("--features", type=int, default=128, help="CSBM features f_0 (default 128)")
+    ap.add_argument("--classes", type=int, default=16, help="CSBM classes f_L (default 16)")
+    ap.add_argument("--hidden", type=int, default=128, help="hidden width (default 128)")
+    ap.add_argument("--layers", type=int, default=2, help="GCN layers (default 2: 16 orders)")
+    ap.add_argument("--ranks", type=int, default=2, help="MPI ranks P (default 2)")
+    ap.add_argument("--passes", type=int, default=5, help="timed round-robin passes (default 5)")
+    ap.add_argument("--profile", default="local-2core", help="machine profile (default local-2core)")
+    ap.add_argument("--dtype", default="float32", help="float32 (default) or float64")
+    ap.add_argument("--seed", type=int, default=0, help="CSBM seed (default 0)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    return worker(args) if args.worker else driver(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
