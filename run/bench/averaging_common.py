@@ -1,0 +1,145 @@
+"""Shared pieces of the averaging benchmarks: inputs, partitioning, and an in-process job runner.
+
+The drivers (``averaging_accuracy.py``, ``averaging_sync.py``) run serially: they convert or
+generate the inputs, partition them with ``mpiexec -n 2 shardgnn partition --algo spring`` (or,
+when that fails, with a seeded hash partition written by
+``shardgnn.train.partitions.write_store``, recorded as ``partitioner: "hash-fallback"``), then
+launch ``mpiexec -n P python -m mpi4py averaging_common.py JOBS.json`` once, which runs every
+training job of the list in-process (one torch import instead of one per run). Centralised
+baselines are 1-partition stores trained on a size-1 sub-communicator of rank 0.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def mpiexec() -> str:
+    local = VENV_BIN / "mpiexec"
+    return str(local) if local.exists() else "mpiexec"
+
+
+def sh(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "1")
+    e["SHARDGNN_PROGRESS"] = "0"
+    e.update(env or {})
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=e,
+                          timeout=timeout)
+
+
+def convert_planetoid(name: str, out: Path) -> Path:
+    """``shardgnn convert`` of a shared Planetoid dataset (standard 140/500/1000-style split)."""
+    if not (out / "graph.json").exists():
+        src = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / name
+        p = sh([sys.executable, "-m", "shardgnn", "convert", src, "--out", out, "--force"])
+        if p.returncode:
+            raise SystemExit(f"convert {name} failed:\n{p.stderr[-2000:]}")
+    return out
+
+
+def csbm(out: Path, nodes: int, seed: int = 0, features: int = 32, classes: int = 4,
+         degree: float = 10.0, homophily: float = 0.7, snr: float = 1.0) -> Path:
+    """A CSBM graph written as a canonical dataset (shardgnn.graph.generators.csbm)."""
+    if not (out / "graph.json").exists():
+        from shardgnn.graph.generators import csbm as gen
+
+        gen(nodes, num_classes=classes, avg_degree=degree, homophily=homophily,
+            num_features=features, feature_snr=snr, train=0.6, val=0.2, test=0.2, seed=seed,
+            out=out, force=True)
+    return out
+
+
+def partition(data: Path, parts: int, out: Path, ranks: int = 2) -> str:
+    """SPRING partition store of ``data``; falls back to a hash partition. Returns the partitioner."""
+    if (out / "meta.json").exists():
+        return json.loads((out / "meta.json").read_text()).get("algorithm", "?")
+    p = sh([mpiexec(), "-n", min(ranks, parts), sys.executable, "-m", "mpi4py", "-m", "shardgnn",
+            "partition", data, "--algo", "spring", "--parts", parts, "--out", out, "--seed", 0])
+    if p.returncode == 0 and (out / "meta.json").exists():
+        return "spring"
+    print(f"spring partitioning failed ({p.stderr.strip().splitlines()[-1:]}); hash fallback",
+          file=sys.stderr)
+    shutil.rmtree(out, ignore_errors=True)
+    from shardgnn.io.canonical import read_meta
+    from shardgnn.train.partitions import write_store
+
+    n = read_meta(data).num_nodes
+    owner = np.random.default_rng(0).permutation(n) % parts
+    write_store(out, data, owner, parts, "hash-fallback")
+    return "hash-fallback"
+
+
+def whole(data: Path, out: Path) -> Path:
+    """A 1-partition store (everything owned): the centralised baseline's input."""
+    if not (out / "meta.json").exists():
+        from shardgnn.io.canonical import read_meta
+        from shardgnn.train.partitions import write_store
+
+        write_store(out, data, np.zeros(read_meta(data).num_nodes, dtype=np.int64), 1, "whole")
+    return out
+
+
+def run_jobs(jobs: list[dict], workdir: Path, ranks: int, timeout: float = 7200) -> list[dict]:
+    """Run training jobs in one ``mpiexec -n ranks`` launch; returns their summaries."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    jf = workdir / f"jobs-{int(time.time() * 1000)}.json"
+    jf.write_text(json.dumps(jobs))
+    p = sh([mpiexec(), "-n", ranks, sys.executable, "-m", "mpi4py", __file__, jf],
+           timeout=timeout)
+    if p.returncode:
+        raise SystemExit(f"training jobs failed:\n{p.stderr[-4000:]}")
+    return json.loads(jf.with_suffix(".out.json").read_text())
+
+
+def _worker(jobs_file: Path) -> None:
+    """Rank side of :func:`run_jobs`: every job through shardgnn.train.loop.main."""
+    from shardgnn import log
+    from shardgnn.comm import world
+    comm = world()
+    log.setup(comm.rank)
+    log.get().setLevel("WARNING")
+    jobs = json.loads(jobs_file.read_text())
+    # "solo" jobs run on one rank each (a size-1 communicator), spread round-robin so that all
+    # ranks work at once; the others run on every rank. Results are gathered in job order.
+    own = comm.split(comm.rank)
+    solo = [j for j, job in enumerate(jobs) if job.get("solo")]
+    mine = {j: _one(own, jobs[j]) for k, j in enumerate(solo) if k % comm.size == comm.rank}
+    for j, job in enumerate(jobs):
+        if not job.get("solo"):
+            s = _one(comm, job)
+            if comm.rank == 0:
+                mine[j] = s
+    gathered = comm.gather_obj(mine)
+    if comm.rank == 0:
+        allres: dict = {}
+        for d in gathered:
+            allres.update(d)
+        out = [allres[j] for j in range(len(jobs))]
+        jobs_file.with_suffix(".out.json").write_text(json.dumps(out, default=float))
+
+
+def _one(comm, job: dict) -> dict:
+    from shardgnn.train.engine import AveragingConfig
+    from shardgnn.train.loop import main
+
+    t0 = time.perf_counter()
+    s = main(comm, AveragingConfig(**job["config"]))
+    s = dict(s, wall_s=time.perf_counter() - t0, **{k: v for k, v in job.items() if k != "config"})
+    if comm.rank == 0:
+        print(json.dumps({k: s[k] for k in ("tag", "test_acc", "best_val_acc", "wall_s")}),
+              file=sys.stderr, flush=True)
+    return s
+
+
+if __name__ == "__main__":
+    _worker(Path(sys.argv[1]))
