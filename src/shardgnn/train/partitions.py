@@ -175,7 +175,8 @@ def write_store(directory: str | os.PathLike, dataset: str | os.PathLike, owner:
                 mask[len(own):] = False
                 f[m] = mask
         os.replace(tmp, part_path(out, i))
-    info = {"algorithm": algorithm, "parts": int(parts), "num_nodes": int(n),
+    info = {"format": "shardgnn-partitions", "version": 1, "hops": 1,
+            "algorithm": algorithm, "parts": int(parts), "num_nodes": int(n),
             "num_edges": int(meta.num_edges), "dataset": str(Path(dataset).resolve()),
             "num_features": int(meta.num_features), "num_classes": int(meta.num_classes)}
     tmp = out / (META + ".tmp")
