@@ -39,6 +39,9 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--partition", default=None, metavar="DIR",
                    help="partition store (meta.json + part-*.h5): renumber vertices so each "
                    "partition is a contiguous range; row panels follow partition boundaries")
+    g.add_argument("--feature-norm", choices=("row", "none"), default="row",
+                   help="feature preprocessing: row divides each row of X by its L1 norm (GCN's "
+                   "standard; default), none uses x.npy as stored")
     g.add_argument("--chunk", type=int, default=1 << 20,
                    help="edges read per chunk while streaming the edge file (default: 1048576)")
     g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,

@@ -131,8 +131,10 @@ def load_panel(comm: Any, directory: str | Path, grid: Grid, renum: Renumbering 
 class NodeData:
     """Features, labels and masks read per rank from the dataset's memory maps (rank-local)."""
 
-    def __init__(self, directory: str | Path, meta: GraphMeta, renum: Renumbering | None = None) -> None:
+    def __init__(self, directory: str | Path, meta: GraphMeta, renum: Renumbering | None = None,
+                 feature_norm: str = "none") -> None:
         self.dir = Path(directory)
+        self.feature_norm = feature_norm
         self.meta = meta
         self.renum = renum
         self.x = load_node_array(self.dir, "x", meta)
@@ -166,16 +168,22 @@ class NodeData:
         out[order] = arr[idx[order]]
         return out
 
+    def _rows(self, idx: np.ndarray | slice, cols: tuple[int, int]) -> np.ndarray:
+        blk = self._take(self.x, idx)
+        out = np.asarray(blk[:, cols[0]:cols[1]], dtype=np.float64)
+        if self.feature_norm == "row":
+            out *= row_scale(blk)[:, None]
+        return out
+
     def features(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
-        """X[rows, cols] in the (renumbered) vertex order, as float64."""
-        blk = self._take(self.x, self._old(*rows))
-        return np.asarray(blk[:, cols[0]:cols[1]], dtype=np.float64)
+        """X[rows, cols] in the (renumbered) vertex order, as float64 (row-normalised with
+        ``feature_norm='row'``; the scale uses the whole row)."""
+        return self._rows(self._old(*rows), cols)
 
     def features_of(self, ids: np.ndarray, cols: tuple[int, int]) -> np.ndarray:
         """X[ids, cols] for (renumbered) vertex ids, as float64."""
         old = ids if self.renum is None else self.renum.old_of_new[ids]
-        blk = self._take(self.x, np.asarray(old, dtype=np.int64))
-        return np.asarray(blk[:, cols[0]:cols[1]], dtype=np.float64)
+        return self._rows(np.asarray(old, dtype=np.int64), cols)
 
     def labels(self, rows: tuple[int, int]) -> np.ndarray:
         return self._take(self.y, self._old(*rows)).astype(np.int64)
@@ -193,6 +201,12 @@ class NodeData:
                 tot += int(np.count_nonzero(m[lo:lo + (1 << 22)]))
             out[k] = tot
         return out
+
+
+def row_scale(x: np.ndarray) -> np.ndarray:
+    """1 / sum_j |x_ij| per row (1 for all-zero rows): GCN's row normalisation of features."""
+    s = np.abs(np.asarray(x, dtype=np.float64)).sum(axis=1)
+    return 1.0 / np.where(s > 0, s, 1.0)
 
 
 def check_labels(y: np.ndarray, num_classes: int, path: Path) -> None:

@@ -52,6 +52,7 @@ class RDMConfig:
     saint_walk_length: int = 2
     saint_steps: int = 0
     saint_presample: int = 20
+    feature_norm: str = "row"
 
 
 def default_order(layers: int) -> Order:
@@ -94,6 +95,8 @@ def validate(cfg: RDMConfig, size: int) -> None:
         if (cfg.replicas or size) != size or cfg.engine != "rdm":
             raise ShardError("--saint: expected --engine rdm with A replicated (--replicas P); "
                              f"got engine {cfg.engine} with R={cfg.replicas}")
+    if cfg.feature_norm not in ("row", "none"):
+        raise ShardError(f"--feature-norm: expected row or none, got {cfg.feature_norm!r}")
     resolve_order(cfg.order, cfg.layers, cfg.engine)
 
 
@@ -110,7 +113,7 @@ def build(comm: Any, cfg: RDMConfig) -> Built:
     """Load this rank's share of the graph and make a Trainer. Collective over comm."""
     comm.run_agreed(validate, cfg, comm.size)
     meta = comm.run_agreed(read_meta, cfg.data)
-    nd = comm.run_agreed(NodeData, cfg.data, meta)
+    nd = comm.run_agreed(NodeData, cfg.data, meta, None, cfg.feature_norm)
     be = comm.run_agreed(Backend, cfg.backend, cfg.dtype)
     P = comm.size
     R = 1 if cfg.engine == "cagnet1d" else (cfg.replicas or P)
@@ -119,7 +122,7 @@ def build(comm: Any, cfg: RDMConfig) -> Built:
     if cfg.partition:
         renum = comm.run_agreed(read_partition, cfg.partition, meta.num_nodes)
         bounds = comm.run_agreed(panels_from_parts, renum.part_sizes, P // R)
-        nd = NodeData(cfg.data, meta, renum)
+        nd = NodeData(cfg.data, meta, renum, cfg.feature_norm)
     grid = Grid(meta.num_nodes, P, R, bounds)
     i, j = grid.position(comm.rank)
     row_comm = comm.split(i, j)
@@ -292,7 +295,8 @@ def config_from_args(args: Any) -> RDMConfig:
                      dtype=args.dtype, backend=args.backend, partition=args.partition,
                      chunk=args.chunk, eval_every=eval_every, saint=args.saint,
                      saint_budget=args.saint_budget, saint_walk_length=args.saint_walk_length,
-                     saint_steps=args.saint_steps, saint_presample=args.saint_presample)
+                     saint_steps=args.saint_steps, saint_presample=args.saint_presample,
+                     feature_norm=args.feature_norm)
 
 
 __all__ = ["RDMConfig", "build", "main", "config_from_args", "default_order", "Path"]

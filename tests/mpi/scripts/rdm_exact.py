@@ -16,6 +16,7 @@ import numpy as np
 
 from shardgnn.comm import world
 from shardgnn.io.canonical import edge_memmap, load_node_array, read_meta
+from shardgnn.rdm.graph import row_scale
 from shardgnn.rdm.main import RDMConfig, build
 from shardgnn.rdm.reference import ReferenceGCN
 from shardgnn.rdm.schedule import all_orders, epoch_bytes, parse_order
@@ -36,6 +37,7 @@ def rel(a, b):
 def reference_for(data, tr, g, dtype, p, seed):
     meta = read_meta(data)
     x = load_node_array(data, "x", meta, mmap=False)
+    x = x * row_scale(x)[:, None]
     y = load_node_array(data, "y", meta, mmap=False)
     tm = load_node_array(data, "train_mask", meta, mmap=False)
     w = tm.astype(np.float64) / max(int(tm.sum()), 1)
