@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shardgnn import log
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
-from shardgnn.train import averaging, checkpoint, models
-from shardgnn.train.partitions import LocalGraph, check_no_hole, load_partition, read_store_meta
+from shardgnn.train import averaging, models
+from shardgnn.train.partitions import (LocalGraph, check_no_hole, load_partition,
+                                       read_store_meta)
 
 #: Config fields a resumed run must share with the checkpoint.
 RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",
