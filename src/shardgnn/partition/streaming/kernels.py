@@ -28,66 +28,71 @@ def count_degrees(edges, deg, directed_in_only):
 # ----------------------------------------------------------------------------- SPRING clustering
 
 
-@njit(cache=True)
-def _cluster_line(u, v, deg, c, vol, size, rich, tau, k):
-    if c[u] == 0:
-        c[u] = k
-        vol[k] += deg[u]
-        size[k] += 1
-        k += 1
-    if c[v] == 0:
-        c[v] = k
-        vol[k] += deg[v]
-        size[k] += 1
-        k += 1
-    cu = c[u]
-    cv = c[v]
-    if vol[cu] <= tau and vol[cv] <= tau:
-        if vol[cu] <= vol[cv]:
-            vol[cu] -= deg[u]
-            size[cu] -= 1
-            vol[cv] += deg[u]
-            size[cv] += 1
-            c[u] = cv
-        else:
-            vol[cu] += deg[v]
-            size[cu] += 1
-            vol[cv] -= deg[v]
-            size[cv] -= 1
-            c[v] = cu
-    ru = rich[u]
-    if ru < 0 or deg[ru] < deg[v]:
-        rich[u] = v
-    rv = rich[v]
-    if rv < 0 or deg[rv] < deg[u]:
-        rich[v] = u
-    return k
+#: Columns of the per-vertex clustering state ``vs`` (one row per vertex, one cache line half).
+VS_CLUSTER, VS_RICH, VS_RICH_DEG, VS_DEG = 0, 1, 2, 3
+
+
+def new_vertex_state(deg: np.ndarray) -> np.ndarray:
+    """(n, 4) int64 rows [cluster (0 = unseen), richest neighbour (-1), its degree (-1), degree]."""
+    vs = np.empty((deg.shape[0], 4), np.int64)
+    vs[:, VS_CLUSTER] = 0
+    vs[:, VS_RICH] = -1
+    vs[:, VS_RICH_DEG] = -1
+    vs[:, VS_DEG] = deg
+    return vs
 
 
 @njit(cache=True)
-def cluster_chunk(edges, mode, deg, c, vol, size, rich, tau, k):
+def cluster_chunk(edges, mode, vs, vol, tau, k):
     """Algorithm 1 lines 2-21 over one chunk; returns the next free cluster id ``k``.
 
-    ``c`` holds cluster ids (0 = unseen), ``vol``/``size`` are indexed by cluster id and must
-    have room for ``2 * n + 1`` ids, ``rich`` holds the richest neighbour (-1 = none yet).
+    ``vs`` is the per-vertex state of :func:`new_vertex_state` (kept in one row so a line touches
+    two vertex rows and two volumes), ``vol`` the cluster volumes with room for ``n + 2`` ids.
+    The line body is written out in the loop: a helper taking arrays costs reference counting
+    per call. Cluster sizes are not needed while streaming (recomputed from the ids).
     """
+    first = 1 if mode == 1 else 0
+    last = 0 if mode == 0 else 1
     for j in range(edges.shape[0]):
-        a = edges[j, 0]
-        b = edges[j, 1]
-        if mode == 0:
-            k = _cluster_line(a, b, deg, c, vol, size, rich, tau, k)
-        elif mode == 1:
-            k = _cluster_line(b, a, deg, c, vol, size, rich, tau, k)
-        else:
-            k = _cluster_line(a, b, deg, c, vol, size, rich, tau, k)
-            k = _cluster_line(b, a, deg, c, vol, size, rich, tau, k)
+        for d in range(first, last + 1):
+            u = edges[j, d]
+            v = edges[j, 1 - d]
+            du = vs[u, 3]
+            dv = vs[v, 3]
+            cu = vs[u, 0]
+            if cu == 0:
+                cu = k
+                vs[u, 0] = k
+                vol[k] += du
+                k += 1
+            cv = vs[v, 0]
+            if cv == 0:
+                cv = k
+                vs[v, 0] = k
+                vol[k] += dv
+                k += 1
+            if vol[cu] <= tau and vol[cv] <= tau:
+                if vol[cu] <= vol[cv]:
+                    vol[cu] -= du
+                    vol[cv] += du
+                    vs[u, 0] = cv
+                else:
+                    vol[cu] += dv
+                    vol[cv] -= dv
+                    vs[v, 0] = cu
+            if vs[u, 1] < 0 or vs[u, 2] < dv:
+                vs[u, 1] = v
+                vs[u, 2] = dv
+            if vs[v, 1] < 0 or vs[v, 2] < du:
+                vs[v, 1] = u
+                vs[v, 2] = du
     return k
 
 
 # ----------------------------------------------------------------------------- SPRING merging
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _find(parent, x):
     root = x
     while parent[root] != root:
@@ -178,12 +183,12 @@ def merge_resort(c, size, rep, rich, deg, limit):
     return parent
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _less(hs, hi, a, b):
     return hs[a] < hs[b] or (hs[a] == hs[b] and hi[a] < hi[b])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _heap_push(hs, hi, n, s, i):
     hs[n] = s
     hi[n] = i
@@ -199,7 +204,7 @@ def _heap_push(hs, hi, n, s, i):
     return n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _heap_pop(hs, hi, n):
     n -= 1
     hs[0] = hs[n]
@@ -255,18 +260,23 @@ def expand_presence(edges, pres, out, directed):
                 out[v, q] |= pres[u, q]
 
 
-@njit(cache=True)
-def _popcount(x):
-    n = 0
-    while x:
-        x &= x - np.uint64(1)
-        n += 1
-    return n
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_DEBRUIJN_TABLE = np.array([0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4, 62, 55,
+                            59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5, 63, 47, 56,
+                            27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11, 46, 26, 40, 15,
+                            34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6], np.int64)
 
 
 @njit(cache=True)
-def route_count(edges, pres, nranks, counts):
-    """Count the (partition, edge) records each destination rank receives (partition i -> rank i % P)."""
+def _lowbit(m):
+    """Index of the lowest set bit of a non-zero uint64 (de Bruijn multiplication)."""
+    low = m & (~m + np.uint64(1))
+    return _DEBRUIJN_TABLE[(low * _DEBRUIJN) >> np.uint64(58)]
+
+
+@njit(cache=True)
+def route_count(edges, pres, counts):
+    """Count the edges each partition receives: those with both endpoints present in it."""
     w = pres.shape[1]
     for j in range(edges.shape[0]):
         u = edges[j, 0]
@@ -274,15 +284,14 @@ def route_count(edges, pres, nranks, counts):
         for q in range(w):
             m = pres[u, q] & pres[v, q]
             while m:
-                low = m & (~m + np.uint64(1))
-                b = _popcount(low - np.uint64(1))
-                counts[(q * 64 + b) % nranks] += 1
-                m ^= low
+                counts[q * 64 + _lowbit(m)] += 1
+                m &= m - np.uint64(1)
 
 
 @njit(cache=True)
-def route_fill(edges, pres, nranks, offsets, out):
-    """Write (partition, u, v) records into ``out`` at per-rank ``offsets`` (advanced in place)."""
+def route_fill(edges, pres, offsets, out):
+    """Write each edge into ``out`` at the running offset of every partition holding it
+    (``offsets`` per partition, advanced in place; lay them out in destination-rank order)."""
     w = pres.shape[1]
     for j in range(edges.shape[0]):
         u = edges[j, 0]
@@ -290,16 +299,12 @@ def route_fill(edges, pres, nranks, offsets, out):
         for q in range(w):
             m = pres[u, q] & pres[v, q]
             while m:
-                low = m & (~m + np.uint64(1))
-                b = _popcount(low - np.uint64(1))
-                i = q * 64 + b
-                r = i % nranks
-                o = offsets[r]
-                out[o, 0] = i
-                out[o, 1] = u
-                out[o, 2] = v
-                offsets[r] = o + 1
-                m ^= low
+                i = q * 64 + _lowbit(m)
+                o = offsets[i]
+                out[o, 0] = u
+                out[o, 1] = v
+                offsets[i] = o + 1
+                m &= m - np.uint64(1)
 
 
 @njit(cache=True)
@@ -381,3 +386,16 @@ def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
             load[best] += 1
             moves += 1
     return moves
+
+
+def warmup() -> None:
+    """Load (or compile) the per-edge kernels on tiny inputs, so pass timings exclude the JIT."""
+    e = np.array([[0, 1]], np.int64)
+    deg = np.zeros(2, np.int64)
+    count_degrees(e, deg, False)
+    cluster_chunk(e, 2, new_vertex_state(deg), np.zeros(4, np.int64), 1.0, 1)
+    pres = np.ones((2, 1), np.uint64)
+    expand_presence(e, pres, pres.copy(), False)
+    counts = np.zeros(64, np.int64)
+    route_count(e, pres, counts)
+    route_fill(e, pres, np.zeros(64, np.int64), np.empty((1, 2), np.int64))

@@ -98,16 +98,28 @@ def hop_pass(stream: EdgeStream, comm: Any, pres: np.ndarray, timer: PassTimer,
     return out
 
 
-def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, sink: Any) -> None:
-    got = comm.alltoallv(recs, counts, op_name="partition_route")
-    if got.shape[0] == 0:
-        return
-    order = np.argsort(got[:, 0], kind="stable")
-    got = got[order]
-    ids, starts = np.unique(got[:, 0], return_index=True)
-    bounds = list(starts[1:]) + [got.shape[0]]
-    for i, lo, hi in zip(ids, starts, bounds):
-        sink(int(i), got[lo:hi, 1:])
+def _send_grouped(comm: Any, e: np.ndarray, parts: np.ndarray, p: int, sink: Any) -> None:
+    """Send edges e[k] to partition parts[k] (written by rank parts[k] % P), no sorting of
+    records: a counting sort by (destination rank, partition). Collective over comm."""
+    P = comm.size
+    counts = np.bincount(parts, minlength=p).astype(np.int64)
+    order = np.argsort(parts % P * p + parts, kind="stable") if P > 1 else np.argsort(parts, kind="stable")
+    _exchange(comm, np.ascontiguousarray(e[order]), counts, p, sink)
+
+
+def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, p: int, sink: Any) -> None:
+    """``recs`` holds edges grouped by destination rank, then by partition within a rank
+    (partitions r, r + P, ...); ``counts`` is per partition. Collective over comm."""
+    P = comm.size
+    per_rank = np.array([counts[r::P].sum() for r in range(P)], np.int64)
+    got = comm.alltoallv(recs, per_rank, op_name="partition_route")
+    table = comm.allgather_obj(counts) if P > 1 else [counts]
+    pos = 0
+    for src in range(P):
+        for k, c in enumerate(table[src][comm.rank::P]):
+            if c:
+                sink(comm.rank + k * P, got[pos:pos + int(c)])
+                pos += int(c)
 
 
 def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: Any,
@@ -121,24 +133,25 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
     Received edges of partition i (written by rank i % P) go to ``sink(i, edges)``.
     """
     P = comm.size
+    # partitions laid out by destination rank: r, r + P, r + 2P, ... for r = 0 .. P-1
+    layout = np.concatenate([np.arange(r, p, P) for r in range(P)]).astype(np.int64)
     t0 = time.perf_counter()
     with _progress(stream, comm, "assign edges") as bar:
         for e in lockstep(stream, comm):
             if pres is not None:
-                counts = np.zeros(P, np.int64)
-                K.route_count(e, pres, P, counts)
-                offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-                recs = np.empty((int(counts.sum()), 3), np.int64)
-                K.route_fill(e, pres, P, offsets, recs)
+                counts = np.zeros(pres.shape[1] * 64, np.int64)
+                K.route_count(e, pres, counts)
+                counts = counts[:p]
+                offsets = np.zeros(p, np.int64)
+                offsets[layout] = np.concatenate([[0], np.cumsum(counts[layout])[:-1]])
+                recs = np.empty((int(counts.sum()), 2), np.int64)
+                K.route_fill(e, pres, offsets, recs)
+                _exchange(comm, recs, counts, p, sink)
             else:
                 assert owner is not None
                 parts = np.empty(e.shape[0], np.int64)
                 K.one_side_parts(e, owner, seed, parts)
-                dest = parts % P
-                order = np.argsort(dest, kind="stable")
-                recs = np.column_stack([parts[order], e[order]])
-                counts = np.bincount(dest, minlength=P).astype(np.int64)
-            _exchange(comm, np.ascontiguousarray(recs), counts, sink)
+                _send_grouped(comm, e, parts, p, sink)
             bar.update(len(e))
     timer.add("assign", time.perf_counter() - t0, stream.hi - stream.lo)
 

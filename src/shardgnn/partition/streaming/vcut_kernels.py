@@ -14,13 +14,6 @@ from shardgnn.partition.streaming.kernels import hash64
 
 
 @njit(cache=True)
-def _place(cnt, load, u, v, i):
-    cnt[u, i] += 1
-    cnt[v, i] += 1
-    load[i] += 1
-
-
-@njit(cache=True)
 def hdrf_chunk(edges, cnt, load, pdeg, lam, eps, out):
     """HDRF (Petroni et al. 2015) with partial degrees; score = C_rep + lam * C_bal."""
     p = load.shape[0]
@@ -48,7 +41,9 @@ def hdrf_chunk(edges, cnt, load, pdeg, lam, eps, out):
                 bs = s
                 best = i
         out[j] = best
-        _place(cnt, load, u, v, best)
+        cnt[u, best] += 1
+        cnt[v, best] += 1
+        load[best] += 1
 
 
 @njit(cache=True)
@@ -63,10 +58,12 @@ def dbh_chunk(edges, cnt, load, deg, p, seed, out):
             h = v
         best = np.int64(hash64(h, 0, seed) % np.uint64(p))
         out[j] = best
-        _place(cnt, load, u, v, best)
+        cnt[u, best] += 1
+        cnt[v, best] += 1
+        load[best] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _least_loaded(load, cnt, a, b, mode):
     """Least loaded partition among: mode 0 A(a)&A(b), 1 A(a), 2 all."""
     best = -1
@@ -106,10 +103,12 @@ def greedy_chunk(edges, cnt, load, deg, seen, out):
         seen[u] += 1
         seen[v] += 1
         out[j] = best
-        _place(cnt, load, u, v, best)
+        cnt[u, best] += 1
+        cnt[v, best] += 1
+        load[best] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _twops_score(cnt, deg, vol, c, c2p, u, v, i):
     du = float(deg[u])
     dv = float(deg[v])
@@ -167,14 +166,19 @@ def twops_chunk(edges, cnt, load, deg, vol, c, c2p, cap, all_parts, out):
                 if load[i] < load[best]:
                     best = i
         out[j] = best
-        _place(cnt, load, u, v, best)
+        cnt[u, best] += 1
+        cnt[v, best] += 1
+        load[best] += 1
 
 
 @njit(cache=True)
 def count_placement(edges, parts, cnt, load):
     """Record externally chosen edge partitions (user partitioners) in the shared state."""
     for j in range(edges.shape[0]):
-        _place(cnt, load, edges[j, 0], edges[j, 1], parts[j])
+        i = parts[j]
+        cnt[edges[j, 0], i] += 1
+        cnt[edges[j, 1], i] += 1
+        load[i] += 1
 
 
 @njit(cache=True)
