@@ -1,0 +1,113 @@
+"""Benchmark: P = 1 overhead of the RDM engine vs a plain single-process torch GCN.
+
+usage: python run/bench/rdm_overhead.py RESULTS_DIR [--nodes 100000] [--features 128]
+         [--hidden 128] [--epochs 7] [--warmup 2] [--orders DDSS,DSDS]
+Both run in one process on the same CSBM graph and sizes: the plain GCN is torch autograd over
+`torch.sparse.mm(Â_csr, X W)` layers (GEMM first, as PyG's GCNConv; autograd's backward is then
+SpMM first, i.e. RDM order DDSS does the same arithmetic), dropout 0.5, Adam. Epoch = forward +
+backward + optimiser step; medians of epochs after warm-up. Writes RESULTS_DIR/rdm_overhead.json.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rdm_common import csbm, launch, machine, write_json  # noqa: E402
+
+
+def worker(data: str, hidden: int, epochs: int, warmup: int, orders: list[str], out: str) -> None:
+    import json
+    import logging
+
+    import torch
+
+    from shardgnn import log
+    from shardgnn.comm import world
+    from shardgnn.rdm.main import RDMConfig, build
+
+    comm = world()
+    log.setup(0)
+    log.get().setLevel(logging.WARNING)
+    res = {"threads": torch.get_num_threads()}
+    built = None
+    for order in orders:
+        cfg = RDMConfig(data=data, hidden=hidden, order=order, epochs=epochs, eval_every=0,
+                        feature_norm="none")
+        built = build(comm, cfg)
+        tr = built.trainer
+        ts = [tr.train_step()["time"] for _ in range(epochs)]
+        res[f"rdm_{order}"] = float(np.median(ts[warmup:]))
+        res[f"rdm_{order}_epochs"] = ts
+    # plain torch GCN on the same Â and features
+    a = built.panel
+    A = torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int32)),
+                                torch.from_numpy(a.indices.astype(np.int32)),
+                                torch.from_numpy(a.data.astype(np.float32)), size=(a.nrows, a.ncols))
+    nd = built.node_data
+    x = torch.from_numpy(nd.features((0, a.nrows), (0, nd.num_features)).astype(np.float32))
+    y = torch.from_numpy(nd.labels((0, a.nrows)))
+    tm = torch.from_numpy(nd.mask("train", (0, a.nrows)))
+    w1 = torch.nn.Parameter(torch.empty(nd.num_features, hidden))
+    w2 = torch.nn.Parameter(torch.empty(hidden, nd.num_classes))
+    b1 = torch.nn.Parameter(torch.zeros(hidden))
+    b2 = torch.nn.Parameter(torch.zeros(nd.num_classes))
+    torch.nn.init.xavier_uniform_(w1)
+    torch.nn.init.xavier_uniform_(w2)
+    opt = torch.optim.Adam([w1, b1, w2, b2], lr=0.01, weight_decay=5e-4)
+    f = torch.nn.functional
+    ts = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        h = f.dropout(x, 0.5, True)
+        h = torch.sparse.mm(A, h @ w1) + b1
+        h = f.dropout(torch.relu(h), 0.5, True)
+        z = torch.sparse.mm(A, h @ w2) + b2
+        loss = f.cross_entropy(z[tm], y[tm])
+        loss.backward()
+        opt.step()
+        ts.append(time.perf_counter() - t0)
+    res["plain_torch"] = float(np.median(ts[warmup:]))
+    res["plain_torch_epochs"] = ts
+    for order in orders:
+        res[f"ratio_rdm_{order}_over_plain"] = res[f"rdm_{order}"] / res["plain_torch"]
+    Path(out).write_text(json.dumps(res))
+
+
+def main() -> None:
+    import json
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("--nodes", type=int, default=100_000)
+    ap.add_argument("--features", type=int, default=128)
+    ap.add_argument("--classes", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--epochs", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--orders", default="DDSS,DSDS")
+    ap.add_argument("--worker", nargs=2, metavar=("DATA", "OUT"))
+    a = ap.parse_args()
+    orders = a.orders.split(",")
+    if a.worker:
+        worker(a.worker[0], a.hidden, a.epochs, a.warmup, orders, a.worker[1])
+        return
+    res = Path(a.results)
+    data = csbm(res / "data", a.nodes, a.features, a.classes)
+    tmp = res / "overhead-worker.json"
+    launch(1, [__file__, "x", "--worker", data, tmp, "--hidden", a.hidden, "--epochs", a.epochs,
+               "--warmup", a.warmup, "--orders", a.orders])
+    r = json.loads(tmp.read_text())
+    out = {"machine": machine(), "nodes": a.nodes, "features": a.features, "hidden": a.hidden, **r}
+    write_json(res / "rdm_overhead.json", out)
+    print(f"plain torch GCN {r['plain_torch']:.3f}s/epoch; " + "; ".join(
+        f"RDM {o} {r[f'rdm_{o}']:.3f}s ({r[f'ratio_rdm_{o}_over_plain']:.2f}x)" for o in orders), flush=True)
+
+
+if __name__ == "__main__":
+    main()
