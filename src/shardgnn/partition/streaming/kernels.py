@@ -32,9 +32,14 @@ def count_degrees(edges, deg, directed_in_only):
 VS_CLUSTER, VS_RICH, VS_RICH_DEG, VS_DEG = 0, 1, 2, 3
 
 
-def new_vertex_state(deg: np.ndarray) -> np.ndarray:
-    """(n, 4) int64 rows [cluster (0 = unseen), richest neighbour (-1), its degree (-1), degree]."""
-    vs = np.empty((deg.shape[0], 4), np.int64)
+def state_dtype(num_nodes: int, volume: int) -> np.dtype:
+    """int32 when vertex ids and the total volume fit (half the memory traffic), else int64."""
+    return np.dtype(np.int32) if max(num_nodes + 2, volume) < 2**31 - 1 else np.dtype(np.int64)
+
+
+def new_vertex_state(deg: np.ndarray, dtype: np.dtype | None = None) -> np.ndarray:
+    """(n, 4) rows [cluster (0 = unseen), richest neighbour (-1), its degree (-1), degree]."""
+    vs = np.empty((deg.shape[0], 4), dtype or np.int64)
     vs[:, VS_CLUSTER] = 0
     vs[:, VS_RICH] = -1
     vs[:, VS_RICH_DEG] = -1
@@ -275,34 +280,36 @@ def _lowbit(m):
 
 
 @njit(cache=True)
-def route_count(edges, pres, counts):
-    """Count the edges each partition receives: those with both endpoints present in it."""
+def route_count(edges, pres, masks, counts):
+    """masks[j] = partitions holding both ends of edge j; counts[i] += edges going to i.
+
+    The only pass with random access (two presence rows per edge); the fill reads ``masks``.
+    """
     w = pres.shape[1]
     for j in range(edges.shape[0]):
         u = edges[j, 0]
         v = edges[j, 1]
         for q in range(w):
             m = pres[u, q] & pres[v, q]
+            masks[j, q] = m
             while m:
                 counts[q * 64 + _lowbit(m)] += 1
                 m &= m - np.uint64(1)
 
 
 @njit(cache=True)
-def route_fill(edges, pres, offsets, out):
-    """Write each edge into ``out`` at the running offset of every partition holding it
+def route_fill(edges, masks, offsets, out):
+    """Write each edge into ``out`` at the running offset of every partition in its mask
     (``offsets`` per partition, advanced in place; lay them out in destination-rank order)."""
-    w = pres.shape[1]
+    w = masks.shape[1]
     for j in range(edges.shape[0]):
-        u = edges[j, 0]
-        v = edges[j, 1]
         for q in range(w):
-            m = pres[u, q] & pres[v, q]
+            m = masks[j, q]
             while m:
                 i = q * 64 + _lowbit(m)
                 o = offsets[i]
-                out[o, 0] = u
-                out[o, 1] = v
+                out[o, 0] = edges[j, 0]
+                out[o, 1] = edges[j, 1]
                 offsets[i] = o + 1
                 m &= m - np.uint64(1)
 
@@ -393,9 +400,11 @@ def warmup() -> None:
     e = np.array([[0, 1]], np.int64)
     deg = np.zeros(2, np.int64)
     count_degrees(e, deg, False)
-    cluster_chunk(e, 2, new_vertex_state(deg), np.zeros(4, np.int64), 1.0, 1)
+    for dt in (np.int32, np.int64):
+        cluster_chunk(e, 0, new_vertex_state(deg, dt), np.zeros(4, dt), 1.0, 1)
     pres = np.ones((2, 1), np.uint64)
     expand_presence(e, pres, pres.copy(), False)
     counts = np.zeros(64, np.int64)
-    route_count(e, pres, counts)
-    route_fill(e, pres, np.zeros(64, np.int64), np.empty((1, 2), np.int64))
+    masks = np.empty((1, 1), np.uint64)
+    route_count(e, pres, masks, counts)
+    route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), np.int64))

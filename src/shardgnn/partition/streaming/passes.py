@@ -140,12 +140,13 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
         for e in lockstep(stream, comm):
             if pres is not None:
                 counts = np.zeros(pres.shape[1] * 64, np.int64)
-                K.route_count(e, pres, counts)
+                masks = np.empty((e.shape[0], pres.shape[1]), np.uint64)
+                K.route_count(e, pres, masks, counts)
                 counts = counts[:p]
-                offsets = np.zeros(p, np.int64)
+                offsets = np.zeros(pres.shape[1] * 64, np.int64)
                 offsets[layout] = np.concatenate([[0], np.cumsum(counts[layout])[:-1]])
                 recs = np.empty((int(counts.sum()), 2), np.int64)
-                K.route_fill(e, pres, offsets, recs)
+                K.route_fill(e, masks, offsets, recs)
                 _exchange(comm, recs, counts, p, sink)
             else:
                 assert owner is not None

@@ -52,8 +52,9 @@ def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
     """Streaming clustering (Algorithm 1 lines 2-21) over this rank's shard, then agreement
     on the largest-volume cluster and richest neighbour per vertex. Collective over comm."""
     n = deg.shape[0]
-    vs = K.new_vertex_state(deg)
-    vol = np.zeros(n + 2, np.int64)
+    dt = K.state_dtype(n, int(deg.sum()))
+    vs = K.new_vertex_state(deg, dt)
+    vol = np.zeros(n + 2, dt)
     k = 1
     t0 = time.perf_counter()
     for mode in modes:
@@ -62,8 +63,8 @@ def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
             for e in stream:
                 k = K.cluster_chunk(e, mode, vs, vol, tau_vol, k)
                 bar.update(len(e))
-    c = np.ascontiguousarray(vs[:, K.VS_CLUSTER])
-    rich = np.ascontiguousarray(vs[:, K.VS_RICH])
+    c = vs[:, K.VS_CLUSTER].astype(np.int64)
+    rich = vs[:, K.VS_RICH].astype(np.int64)
     del vs
     timer.add(name, time.perf_counter() - t0, (stream.hi - stream.lo) * len(modes))
     t0 = time.perf_counter()
