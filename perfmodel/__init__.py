@@ -1,1 +1,18 @@
-"""perfmodel: the RDM analytical cost model (pure Python + numpy; no MPI, no torch)."""
+"""perfmodel: the RDM analytical cost model (pure Python + numpy; no MPI, no torch).
+
+Orders (:mod:`perfmodel.orders`), the paper's per-layer rules (:mod:`perfmodel.schedule`) and the
+engine's schedule (:mod:`perfmodel.engine_schedule`), paper-unit costs and Pareto fronts
+(:mod:`perfmodel.costs`), exact bytes per rank (:mod:`perfmodel.exact`), machine profiles
+(:mod:`perfmodel.profile`), time prediction (:mod:`perfmodel.timing`), scale-out
+(:mod:`perfmodel.scale`); the CLI is :mod:`perfmodel.cli` (``shardgnn-perfmodel``). Only
+``calibrate`` (:mod:`perfmodel.calibrate`, :mod:`perfmodel.engine_probe`) imports shardgnn,
+torch and MPI, lazily.
+"""
+from perfmodel.costs import OrderCost, enumerate_costs, mark_pareto, order_cost, pareto_orders
+from perfmodel.errors import PerfModelError
+from perfmodel.exact import EngineSpec, Problem, epoch_bytes, epoch_events
+from perfmodel.orders import Order, all_orders, order_from_table4, parse_order
+
+__all__ = ["Order", "OrderCost", "EngineSpec", "PerfModelError", "Problem", "all_orders",
+           "enumerate_costs", "epoch_bytes", "epoch_events", "mark_pareto", "order_cost",
+           "order_from_table4", "pareto_orders", "parse_order"]
