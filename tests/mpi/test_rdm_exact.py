@@ -24,6 +24,19 @@ def rdm_data(tmp_path_factory):
     write_dataset(root / "rand", e, n, x=rng.normal(size=(n, 13)).astype(np.float32),
                   y=rng.integers(0, 5, n),
                   masks={"train_mask": train, "val_mask": val, "test_mask": ~train & ~val})
+    # a partition store with uneven parts (one empty), halo ids after the owned ones
+    import h5py
+
+    parts = root / "parts"
+    parts.mkdir()
+    (parts / "meta.json").write_text("{}")
+    perm = rng.permutation(n)
+    cuts = [0, 30, 30, 51, 80, 95, n]
+    for k in range(len(cuts) - 1):
+        owned = perm[cuts[k]:cuts[k + 1]]
+        with h5py.File(parts / f"part-{k:05d}.h5", "w") as h:
+            h["gid"] = np.concatenate([owned, rng.choice(n, 5)]).astype(np.int64)
+            h.attrs["num_owned"] = owned.size
     subprocess.run([sys.executable, "-m", "shardgnn", "convert", str(DATASETS / "cora"),
                     "--out", str(root / "cora")], check=True, capture_output=True)
     return root
@@ -35,6 +48,8 @@ SPEC_RAND = {"cases": [
     {"layers": 3, "dtype": "float64", "replicas": [0, 2],
      "orders": ["SSSSSS", "DDDDDD", "DSDSDS", "SDSDDS", "DSSDSD", "SSDDSD"], "memo": [True, False]},
     {"layers": 4, "dtype": "float64", "orders": ["DSDSSDSD", "SDDSSSDD"]},
+    {"layers": 2, "dtype": "float64", "replicas": [0, 2, 1], "orders": ["DSDS", "SSSD", "DDSS"],
+     "dropout": 0.0, "partition": "PARTS"},
 ], "curve": {"epochs": 4, "dtype": "float64"}}
 
 SPEC_CORA = {"cases": [
@@ -53,7 +68,8 @@ def _check(out, n):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_rdm_matches_reference(n, rdm_data, tmp_path):
-    spec = {"rand": {"data": str(rdm_data / "rand"), **SPEC_RAND},
+    rand = json.loads(json.dumps(SPEC_RAND).replace("PARTS", str(rdm_data / "parts")))
+    spec = {"rand": {"data": str(rdm_data / "rand"), **rand},
             "cora": {"data": str(rdm_data / "cora"), **SPEC_CORA}}
     run_mpi(n, [SCRIPTS / "rdm_exact.py", tmp_path, json.dumps(spec)], timeout=300)
     reports = _check(tmp_path, n)
@@ -61,6 +77,8 @@ def test_rdm_matches_reference(n, rdm_data, tmp_path):
         assert rep["cases"] and all(c["ok"] for c in rep["cases"]), name
         if n == 4:
             assert {c["R"] for c in rep["cases"]} >= {4, 2}, name
+        if name == "rand":
+            assert any(c["partition"] for c in rep["cases"])
         (tmp_path.parent / f"rdm-curve-{name}-{n}.json").write_text(json.dumps(rep["curves"]))
     # different P: curves equal to float tolerance (compared with every P that ran before)
     for name, tol in (("rand", 1e-10), ("cora", 1e-5)):

@@ -114,7 +114,9 @@ class Backend:
         val = torch.from_numpy(data)
         if self.device.type != "cpu":
             crow, col, val = crow.to(self.device), col.to(self.device), val.to(self.device)
-        t = torch.sparse_csr_tensor(crow, col, val, size=(m.nrows, m.ncols), check_invariants=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t = torch.sparse_csr_tensor(crow, col, val, size=(m.nrows, m.ncols), check_invariants=False)
         if self.name == "cupy":
             import cupy
             import cupyx.scipy.sparse as csp

@@ -16,7 +16,7 @@ import numpy as np
 
 from shardgnn.comm import world
 from shardgnn.io.canonical import edge_memmap, load_node_array, read_meta
-from shardgnn.rdm.graph import row_scale
+from shardgnn.rdm.graph import read_partition, row_scale
 from shardgnn.rdm.main import RDMConfig, build
 from shardgnn.rdm.reference import ReferenceGCN
 from shardgnn.rdm.schedule import all_orders, epoch_bytes, parse_order
@@ -58,11 +58,14 @@ def run_one(data, spec, report):
             if R and P % R:
                 continue
             engine = case.get("engine", "rdm")
+            drop = case.get("dropout", 0.5)
             cfg = RDMConfig(data=data, layers=L, hidden=case.get("hidden", 16), dtype=dt,
-                            replicas=R, engine=engine, dropout=0.5, seed=3)
+                            replicas=R, engine=engine, dropout=drop, seed=3,
+                            partition=case.get("partition"))
             built = build(comm, cfg)
             tr, g = built.trainer, built.graph
-            ref = reference_for(data, tr, g, dt, 0.5, 3) if rank == 0 else None
+            perm = read_partition(cfg.partition, meta.num_nodes).new_of_old if cfg.partition else None
+            ref = reference_for(data, tr, g, dt, drop, 3) if rank == 0 else None
             if rank == 0:
                 r_logits, r_loss, r_grad = ref.gradients(0)
             orders = all_orders(L) if case["orders"] == "all" else [parse_order(o, L) for o in case["orders"]]
@@ -79,17 +82,21 @@ def run_one(data, spec, report):
                     counts, evb = tr.evaluate()
                     measured.update(evb)
                     pred = epoch_bytes(tr.widths, o, meta.num_nodes, P, built.info["replicas"],
-                                       tr.be.itemsize, memo=memo, bias=True)
+                                       tr.be.itemsize, memo=memo, bias=True,
+                                       panel_bounds=tuple(built.info["panel_bounds"]))
                     for k in ("redistribute", "redistribute_mask", "bcast", "allreduce_grad",
                               "redistribute_eval", "bcast_eval"):
                         if int(measured.get(k, 0)) != int(pred[k][rank]):
                             errors.append(f"bytes {k} L={L} R={R} {o} memo={memo}: measured "
                                           f"{measured.get(k, 0)} predicted {pred[k][rank]}")
                     if rank == 0:
+                        if perm is not None:
+                            logits = logits[perm]
                         e = {"logits": rel(logits, r_logits), "loss": rel([loss], [r_loss]),
                              "grad": rel(grads, r_grad)}
                         ok = all(v <= TOL[dt] for v in e.values())
                         report["cases"].append({"L": L, "dtype": dt, "R": built.info["replicas"],
+                                                "partition": bool(perm is not None),
                                                 "order": str(o), "memo": memo, "engine": engine,
                                                 **e, "ok": ok})
                         if not ok:

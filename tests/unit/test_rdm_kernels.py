@@ -1,0 +1,110 @@
+"""Rank-local RDM pieces: dropout masks, CSR/GCN normalisation, GraphSAINT samplers, Adam."""
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.graph.csr import CSR, add_self_loops, csr_from_pairs, gcn_normalised
+from shardgnn.rdm.backend import Backend, dropout_mask, mask_key
+from shardgnn.rdm.engine import adam_update
+from shardgnn.rdm.saint import Sampler, induced, normalisation
+
+
+def test_dropout_mask_tiles_agree_with_the_full_mask():
+    key = mask_key(3, 7, 2)
+    full = dropout_mask((23, 11), 0, 0, 11, key, 0.5, np.dtype("float64"))
+    tile = dropout_mask((5, 4), 9, 6, 11, key, 0.5, np.dtype("float64"))
+    assert np.array_equal(tile, full[9:14, 6:10])
+    assert set(np.unique(full)) <= {0.0, 2.0}
+    big = dropout_mask((400, 100), 0, 0, 100, key, 0.3, np.dtype("float32"))
+    assert abs((big > 0).mean() - 0.7) < 0.01
+    assert not np.array_equal(big, dropout_mask((400, 100), 0, 0, 100, mask_key(3, 8, 2), 0.3,
+                                                np.dtype("float32")))
+
+
+def test_gcn_normalised_matches_dense_formula():
+    rng = np.random.default_rng(0)
+    n = 17
+    e = rng.integers(0, n, (40, 2))
+    a = gcn_normalised(e, n).to_scipy().toarray()
+    dense = np.zeros((n, n))
+    for u, v in e:
+        if u != v:
+            dense[u, v] = dense[v, u] = 1
+    dense += np.eye(n)
+    d = dense.sum(1)
+    np.testing.assert_allclose(a, dense / np.sqrt(np.outer(d, d)), rtol=1e-14)
+    blocks = gcn_normalised(e, n).column_blocks([0, 5, 5, 17])
+    np.testing.assert_allclose(np.hstack([b.to_scipy().toarray() for b in blocks]), a)
+    ip, ix = csr_from_pairs(np.array([1, 0, 1, 1]), np.array([3, 2, 0, 3]), 2, 4)
+    assert ip.tolist() == [0, 1, 3] and ix.tolist() == [2, 0, 3]
+    ip2, ix2 = add_self_loops(ip, ix, 5)
+    assert ip2.tolist() == [0, 2, 5] and ix2.tolist() == [2, 5, 0, 3, 6]
+
+
+@pytest.mark.parametrize("kind", ["node", "edge", "rw"])
+def test_samplers_are_deterministic_and_induced_is_exact(kind):
+    rng = np.random.default_rng(1)
+    n = 60
+    a = gcn_normalised(rng.integers(0, n, (150, 2)), n)
+    s = Sampler(kind, a, np.arange(0, n, 2), 12, 2)
+    n1 = s.draw(np.random.default_rng(5))
+    assert np.array_equal(n1, s.draw(np.random.default_rng(5)))
+    assert np.all(np.diff(n1) > 0)
+    sub, pos = induced(a, n1)
+    dense = a.to_scipy().toarray()
+    np.testing.assert_allclose(sub.to_scipy().toarray(), dense[np.ix_(n1, n1)])
+    assert np.array_equal(a.data[pos], sub.data)
+    aggr, loss, size = normalisation(s, 10, 0, 30)
+    assert aggr.shape == (a.nnz,) and loss.shape == (n,) and size > 0
+    assert np.all(aggr >= 1.0 - 1e-12)
+
+
+def test_adam_matches_torch():
+    p0 = torch.randn(10, dtype=torch.float64)
+    ref = p0.clone().requires_grad_(True)
+    opt = torch.optim.Adam([ref], lr=0.01, weight_decay=5e-4)
+    p, m, v = p0.clone(), torch.zeros(10, dtype=torch.float64), torch.zeros(10, dtype=torch.float64)
+    for t in range(1, 6):
+        g = torch.sin(p0 * t)
+        ref.grad = g.clone()
+        opt.step()
+        adam_update(p, g.clone(), m, v, t, 0.01, 5e-4)
+    torch.testing.assert_close(p, ref.detach(), rtol=1e-14, atol=1e-15)
+
+
+def test_backends_agree_on_spmm():
+    rng = np.random.default_rng(2)
+    a = gcn_normalised(rng.integers(0, 30, (80, 2)), 30)
+    x = rng.random((30, 5))
+    want = a.to_scipy() @ x
+    for name in ("torch", "scipy"):
+        be = Backend(name, "float64")
+        got = be.spmm(be.sparse(a), be.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (GPU-only test)")
+def test_cuda_backend_matches_cpu():
+    rng = np.random.default_rng(3)
+    a = gcn_normalised(rng.integers(0, 50, (200, 2)), 50)
+    x = rng.random((50, 7))
+    be = Backend("cuda", "float64")
+    got = be.spmm(be.sparse(a), be.tensor(x)).cpu().numpy()
+    np.testing.assert_allclose(got, a.to_scipy() @ x, rtol=1e-12)
+
+
+def test_cupy_backend_matches_cpu():
+    cupy = pytest.importorskip("cupy", reason="cupy not installed (GPU-only test)")
+    if not cupy.cuda.is_available():
+        pytest.skip("no CUDA device for CuPy (GPU-only test)")
+    rng = np.random.default_rng(4)
+    a = gcn_normalised(rng.integers(0, 50, (200, 2)), 50)
+    x = rng.random((50, 7))
+    be = Backend("cupy", "float64")
+    got = be.spmm(be.sparse(a), be.tensor(x)).cpu().numpy()
+    np.testing.assert_allclose(got, a.to_scipy() @ x, rtol=1e-12)
+
+
+def test_csr_type():
+    c = CSR(np.array([0, 1]), np.array([0]), np.array([1.0]), 1)
+    assert c.nrows == 1 and c.nnz == 1
