@@ -87,19 +87,23 @@ class Profile:
         return max(0.0, elems) / self.elementwise_rate
 
     def collective(self, kind: str, ranks: int) -> LinearCost:
-        """The cost line of a collective at ``ranks`` (extrapolated from the measured P).
+        """The cost line of a collective at ``ranks`` (extrapolated from the measured P₀).
 
-        Latency scales with (P−1) for Alltoallv and with log2 P for tree collectives; the
-        per-rank bandwidth is kept (a flat network assumption; see README).
+        Alltoallv latency scales with (P−1)/(P₀−1) (one exchange step per peer), tree
+        collectives with log₂P/log₂P₀; the per-rank bandwidth is kept (a flat network; see
+        README). The engine's redistribution keeps its measured local part (pack, merge, Python)
+        and adds the Alltoallv latency growth.
         """
         base: LinearCost = getattr(self, kind)
         P0 = max(self.ranks, 2)
         if ranks <= 1:
             return LinearCost(0.0, math.inf)
-        if kind in ("alltoallv", "redistribute"):
-            f = (ranks - 1) / (P0 - 1)
-        else:
-            f = math.log2(ranks) / math.log2(P0)
+        if kind == "alltoallv":
+            return LinearCost(base.latency_s * (ranks - 1) / (P0 - 1), base.bandwidth_Bps)
+        if kind == "redistribute":
+            extra = self.alltoallv.latency_s * ((ranks - 1) / (P0 - 1) - 1.0)
+            return LinearCost(max(base.latency_s + extra, 0.0), base.bandwidth_Bps)
+        f = math.log2(ranks) / math.log2(P0)
         return LinearCost(base.latency_s * f, base.bandwidth_Bps)
 
 
