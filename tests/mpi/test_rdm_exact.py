@@ -24,6 +24,11 @@ def rdm_data(tmp_path_factory):
     write_dataset(root / "rand", e, n, x=rng.normal(size=(n, 13)).astype(np.float32),
                   y=rng.integers(0, 5, n),
                   masks={"train_mask": train, "val_mask": val, "test_mask": ~train & ~val})
+    # N = 3 < P = 4 and widths below R: empty row blocks and empty column blocks
+    write_dataset(root / "tiny", np.array([[0, 1], [1, 2]]), 3,
+                  x=rng.normal(size=(3, 3)).astype(np.float32), y=np.array([0, 1, 1]),
+                  masks={"train_mask": np.array([1, 1, 0], bool), "val_mask": np.array([0, 0, 1], bool),
+                         "test_mask": np.array([0, 0, 1], bool)})
     # a partition store with uneven parts (one empty), halo ids after the owned ones
     import h5py
 
@@ -59,6 +64,12 @@ SPEC_CORA = {"cases": [
 ], "curve": {"epochs": 3, "dtype": "float32"}}
 
 
+SPEC_TINY = {"cases": [
+    {"layers": 2, "hidden": 2, "dtype": "float64", "replicas": [0, 2, 1], "orders": "all"},
+    {"layers": 3, "hidden": 5, "dtype": "float64", "orders": ["DSDSDS", "SSSDDD"]},
+], "curve": {"epochs": 3, "dtype": "float64"}}
+
+
 def _check(out, n):
     for r in range(n):
         ok = out / f"rank-{r}.ok"
@@ -70,7 +81,8 @@ def _check(out, n):
 def test_rdm_matches_reference(n, rdm_data, tmp_path):
     rand = json.loads(json.dumps(SPEC_RAND).replace("PARTS", str(rdm_data / "parts")))
     spec = {"rand": {"data": str(rdm_data / "rand"), **rand},
-            "cora": {"data": str(rdm_data / "cora"), **SPEC_CORA}}
+            "cora": {"data": str(rdm_data / "cora"), **SPEC_CORA},
+            "tiny": {"data": str(rdm_data / "tiny"), **SPEC_TINY}}
     run_mpi(n, [SCRIPTS / "rdm_exact.py", tmp_path, json.dumps(spec)], timeout=300)
     reports = _check(tmp_path, n)
     for name, rep in reports.items():
@@ -81,7 +93,7 @@ def test_rdm_matches_reference(n, rdm_data, tmp_path):
             assert any(c["partition"] for c in rep["cases"])
         (tmp_path.parent / f"rdm-curve-{name}-{n}.json").write_text(json.dumps(rep["curves"]))
     # different P: curves equal to float tolerance (compared with every P that ran before)
-    for name, tol in (("rand", 1e-10), ("cora", 1e-5)):
+    for name, tol in (("rand", 1e-10), ("cora", 1e-5), ("tiny", 1e-10)):
         for other in tmp_path.parent.glob(f"rdm-curve-{name}-*.json"):
             c = json.loads(other.read_text())
             assert np.allclose(c, reports[name]["curves"], rtol=tol, atol=0), (other.name, c)
