@@ -35,7 +35,7 @@ from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
 #: name -> (algo, config overrides)
 VARIANTS = {
     "spring": ("spring", {}),
-    "spring+refine": ("spring", {"refine": 8}),
+    "spring+refine": ("spring", {"refine": 16, "refine_clusters": 4, "refine_frac": 0.8}),
     "hdrf": ("hdrf", {}),
     "dbh": ("dbh", {}),
     "greedy": ("greedy", {}),
@@ -83,7 +83,9 @@ def run_variant(comm, directory: Path, name: str, p: int, seed: int, scratch: Pa
     base = BaselineParams(seed=seed, **{k: v for k, v in over.items()
                                         if k in BaselineParams.__dataclass_fields__})
     cfg = PartitionConfig(dataset=str(directory), algo=algo, parts=p, out=str(scratch / "parts"),
-                          seed=seed, refine=int(over.get("refine", 0)), spring=spring, base=base)
+                          seed=seed, refine=int(over.get("refine", 0)),
+                          refine_clusters=int(over.get("refine_clusters", 0)),
+                          refine_frac=float(over.get("refine_frac", 0.5)), spring=spring, base=base)
     t0 = time.perf_counter()
     m = main(comm, cfg)
     sec = time.perf_counter() - t0

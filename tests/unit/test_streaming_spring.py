@@ -142,6 +142,10 @@ def test_refine_lowers_rf_and_keeps_balance(comm, cora, tmp_path):
     check_store(out, edges, n)
     assert b["rf"] < a["rf"]
     assert b["vertex_balance_owned"] <= 1.05 + 1e-9
+    c, out = run(comm, d, tmp_path, p=8, name="c", refine=8, refine_clusters=2, refine_frac=0.8)
+    check_store(out, edges, n)
+    assert c["rf"] < a["rf"] and c["vertex_balance_owned"] <= 1.05 + 1e-9
+    assert "refine_cluster_moves_0" in c
 
 
 def test_bad_inputs(comm, cora, tmp_path):

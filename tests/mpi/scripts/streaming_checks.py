@@ -39,7 +39,7 @@ comm.barrier()
 
 runs = [("spring-4", cora, "spring", 4, {}), ("spring-3", cora, "spring", 3, {}),
         ("spring-7", cora, "spring", 7, {"chunk": 500}), ("spring-hops2", cora, "spring", 4, {"hops": 2}),
-        ("spring-hops0", cora, "spring", 4, {"hops": 0}), ("spring-refine", cora, "spring", 4, {"refine": 3}),
+        ("spring-hops0", cora, "spring", 4, {"hops": 0}), ("spring-refine", cora, "spring", 4, {"refine": 6, "refine_clusters": 2}),
         ("hdrf-3", cora, "hdrf", 3, {}), ("dbh-5", cora, "dbh", 5, {}), ("greedy-4", cora, "greedy", 4, {}),
         ("2ps-l-5", cora, "2ps-l", 5, {"chunk": 700}), ("2ps-port-4", cora, "2ps-l", 4, {"port": True}),
         ("hash-2", cora, "hash", 2, {}), ("tiny-spring-2", tiny, "spring", 2, {}),

@@ -408,3 +408,46 @@ def warmup() -> None:
     masks = np.empty((1, 1), np.uint64)
     route_count(e, pres, masks, counts)
     route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), np.int64))
+
+
+@njit(cache=True)
+def cluster_part_counts(edges, owner, label, cnt, inner, directed):
+    """Per-cluster neighbour counts: cnt[label[v], owner[u]] += 1 for every edge (u, v) (and the
+    reverse for undirected graphs); inner[c] counts the adjacencies inside cluster c."""
+    for j in range(edges.shape[0]):
+        u = edges[j, 0]
+        v = edges[j, 1]
+        cnt[label[v], owner[u]] += 1
+        if not directed:
+            cnt[label[u], owner[v]] += 1
+        if label[u] == label[v]:
+            inner[label[u]] += 1 if directed else 2
+
+
+@njit(cache=True)
+def cluster_sweep(cnt, inner, size, part_of, load, cap, seed, rnd):
+    """Move whole clusters to the partition holding most of their outside neighbours, never
+    above ``cap`` owned vertices; clusters visited in a seeded random order. Returns moves."""
+    k, p = cnt.shape
+    order = np.argsort(np.array([hash64(c, rnd, seed) for c in range(k)]))
+    moves = 0
+    for idx in range(k):
+        c = order[idx]
+        a = part_of[c]
+        if a < 0 or size[c] == 0:
+            continue
+        stay = cnt[c, a] - inner[c]
+        best = a
+        bg = 0
+        for i in range(p):
+            if i != a and load[i] + size[c] <= cap:
+                g = cnt[c, i] - stay
+                if g > bg:
+                    bg = g
+                    best = i
+        if best != a:
+            part_of[c] = best
+            load[a] -= size[c]
+            load[best] += size[c]
+            moves += 1
+    return moves

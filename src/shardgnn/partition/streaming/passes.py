@@ -157,6 +157,39 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
     timer.add("assign", time.perf_counter() - t0, stream.hi - stream.lo)
 
 
+def cluster_refine_pass(stream: EdgeStream, comm: Any, owner: np.ndarray, label: np.ndarray,
+                        p: int, rounds: int, cap: float, seed: int, timer: PassTimer) -> list[int]:
+    """``rounds`` restreaming passes moving whole clusters (``label``: cluster of each vertex,
+    every cluster inside one partition) towards the partition holding most of their outside
+    neighbours, never above ``cap`` owned vertices. Memory: a (#clusters, p) int64 count matrix.
+    Updates ``owner`` in place, identically on every rank. Collective over comm.
+    """
+    k = int(label.max()) + 1 if label.size else 0
+    directed = bool(stream.meta.directed)
+    size = np.bincount(label, minlength=k).astype(np.int64)
+    part_of = np.full(k, -1, np.int64)
+    part_of[label] = owner
+    load = np.bincount(owner, minlength=p).astype(np.int64)
+    moves: list[int] = []
+    for r in range(rounds):
+        cnt = np.zeros((k, p), np.int64)
+        inner = np.zeros(k, np.int64)
+        t0 = time.perf_counter()
+        with _progress(stream, comm, f"cluster refine {r + 1}/{rounds}") as bar:
+            for e in stream:
+                K.cluster_part_counts(e, owner, label, cnt, inner, directed)
+                bar.update(len(e))
+        comm.allreduce(cnt, "sum")
+        comm.allreduce(inner, "sum")
+        m = K.cluster_sweep(cnt, inner, size, part_of, load, cap, seed, 1000 + r)
+        owner[...] = part_of[label]
+        moves.append(int(m))
+        timer.add("refine", time.perf_counter() - t0, stream.hi - stream.lo)
+        if m == 0:
+            break
+    return moves
+
+
 def refine_pass(stream: EdgeStream, comm: Any, owner: np.ndarray, p: int, rounds: int,
                 cap: float, seed: int, timer: PassTimer, frac: float = 0.5) -> list[int]:
     """``rounds`` restreaming passes moving vertices towards the partition holding most of their

@@ -55,6 +55,7 @@ class PartitionConfig:
     refine: int = 0
     refine_frac: float = 0.5
     refine_balance: float = 1.05
+    refine_clusters: int = 0
     spring: SpringParams = field(default_factory=SpringParams)
     base: BaselineParams = field(default_factory=BaselineParams)
     auto: AutoParts | None = None
@@ -156,10 +157,22 @@ def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
     kernels.warmup()
     timer.add("jit", time.perf_counter() - t0, 0)
     owner, info = _owners(cfg, comm, stream, p, timer)
+    labels = info.pop("labels", None)
     if cfg.refine:
         cap = cfg.refine_balance * meta.num_nodes / p
-        info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, cfg.refine, cap,
-                                                  cfg.seed, timer, cfg.refine_frac)
+        rounds = cfg.refine
+        for level, lab in enumerate(labels or []):
+            c_rounds = min(cfg.refine_clusters, rounds)
+            if c_rounds <= 0:
+                break
+            done = passes.cluster_refine_pass(stream, comm, owner, lab, p, c_rounds, cap,
+                                              cfg.seed + level, timer)
+            info[f"refine_cluster_moves_{level}"] = done
+            rounds -= len(done)
+        if rounds > 0:
+            info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, rounds, cap,
+                                                      cfg.seed, timer, cfg.refine_frac)
+    del labels
     out = Path(cfg.out).absolute()
     tmp = _tmp_dir(comm, out)
     sink = store.SpillSink(tmp, list(range(comm.rank, p, comm.size)))
@@ -222,7 +235,8 @@ def _finish(comm: Any, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
     """Write meta.json and the results file, then move the store into place. Collective."""
     params = {"spring": asdict(cfg.spring), "baselines": asdict(cfg.base), "hops": cfg.hops,
               "refine": cfg.refine, "refine_frac": cfg.refine_frac,
-              "refine_balance": cfg.refine_balance, "seed": cfg.seed, "chunk": cfg.chunk,
+              "refine_balance": cfg.refine_balance,
+              "refine_clusters": cfg.refine_clusters, "seed": cfg.seed, "chunk": cfg.chunk,
               "ranks": comm.size}
     doc = {"format": store.FORMAT, "version": store.VERSION, "algorithm": cfg.algo,
            "parameters": params, "parts": p, "num_nodes": meta.num_nodes,

@@ -122,9 +122,10 @@ def _roots(parent):
 
 
 def merge_and_assign(cl: Clustering, deg: np.ndarray, p: int,
-                     params: SpringParams) -> tuple[np.ndarray, dict[str, Any]]:
+                     params: SpringParams) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Algorithm 1 lines 22-33 on cluster summaries: representatives, merging by the
-    representative's richest neighbour, greedy assignment. Rank-local; returns (owner, info)."""
+    representative's richest neighbour, greedy assignment. Rank-local; returns (owner, merged
+    cluster label 0..K-1 of every vertex, info)."""
     n = deg.shape[0]
     size = np.bincount(cl.c, minlength=cl.num_clusters).astype(np.int64)
     before = int((size > 0).sum())
@@ -142,14 +143,16 @@ def merge_and_assign(cl: Clustering, deg: np.ndarray, p: int,
         order = np.argsort(-size, kind="stable")
     part_of = K.greedy_assign(order, size, p)
     owner = part_of[root[cl.c]]
+    _, label = np.unique(root[cl.c], return_inverse=True)
     info = {"clusters_stream": cl.raw_clusters, "clusters_before_merge": before,
             "clusters_after_merge": int((size > 0).sum())}
-    return owner.astype(np.int64), info
+    return owner.astype(np.int64), label.astype(np.int64).reshape(-1), info
 
 
 def spring_owner(stream: EdgeStream, comm: Any, deg: np.ndarray, p: int, params: SpringParams,
                  timer: PassTimer) -> tuple[np.ndarray, dict[str, Any]]:
-    """Owner partition of every vertex by SPRING. Collective over comm."""
+    """Owner partition of every vertex by SPRING (``info["labels"]``: merged and streaming
+    cluster of every vertex, coarse first). Collective over comm."""
     tau_vol = params.tau * directed_lines(stream) / p
     # Interleaved (u,v),(v,u): after line (u,v) both ends share a cluster or both volumes
     # exceed tau, so line (v,u) moves nothing and repeats the same richest-neighbour updates;
@@ -158,7 +161,8 @@ def spring_owner(stream: EdgeStream, comm: Any, deg: np.ndarray, p: int, params:
     modes = (0,) if stream.meta.directed or params.stream_order == "interleaved" else (0, 1)
     cl = cluster_pass(stream, comm, deg, tau_vol, modes, timer)
     t0 = time.perf_counter()
-    owner, info = merge_and_assign(cl, deg, p, params)
+    owner, label, info = merge_and_assign(cl, deg, p, params)
+    info["labels"] = [label, cl.c]
     timer.add("merge_assign", time.perf_counter() - t0, 0)
     info["tau_vol"] = float(tau_vol)
     return owner, info

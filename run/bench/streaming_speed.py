@@ -1,0 +1,152 @@
+"""Speed and memory benchmark of SPRING (streaming passes, P scaling, peak RSS against METIS).
+
+Measured in one run, each partitioner in its own process:
+
+1. R-MAT 2^S vertices / M edges (default 2^22 / 2^26): SPRING (Algorithm 1, --refine 0) on
+   P = 1, 2, 4 ranks; edges/s of
+   the degree, clustering and assignment passes; streaming-pass time ratio P=2 / P=1; RF drift.
+2. R-MAT 2^20 / 2^24 and 2^20 / 2^25: SPRING peak RSS (max over ranks, P = 1) against pymetis
+   partitioning the same graph into the same p (peak RSS of its process, CSR build included).
+   SPRING runs its default configuration here (refinement included).
+
+Writes RESULTS/streaming_speed.json. Heavy: run under `flock /tmp/shardgnn-heavy.lock`.
+
+    python run/bench/streaming_speed.py RESULTS [--scale 22 --edges 67108864] [--parts 8]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import streaming_data as sd  # noqa: E402
+
+STREAMING = ("degrees", "cluster", "hop 1", "assign")
+
+METIS_SNIPPET = r"""
+import json, resource, sys, time
+import numpy as np, pymetis
+from shardgnn.io.canonical import edge_memmap, read_meta
+from shardgnn.partition import metrics
+d, p = sys.argv[1], int(sys.argv[2])
+meta = read_meta(d)
+e = np.asarray(edge_memmap(d, meta), dtype=np.int64)
+indptr, indices = metrics.csr_undirected(e, meta.num_nodes)
+del e
+t0 = time.perf_counter()
+_, parts = pymetis.part_graph(p, adjacency=pymetis.CSRAdjacency(indptr, indices))
+sec = time.perf_counter() - t0
+owner = np.asarray(parts, dtype=np.int64)
+rf = metrics.one_hop_rf(indptr, indices, owner, p)
+print(json.dumps({"seconds": sec, "rf": rf, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "vertex_balance_owned": metrics.owner_balance(owner, p)}))
+"""
+
+
+def mpiexec() -> str:
+    local = Path(sys.executable).with_name("mpiexec")
+    return str(local) if local.exists() else "mpiexec"
+
+
+def spring(data: Path, p: int, ranks: int, work: Path, extra: list[str] | None = None) -> dict:
+    """One SPRING run in its own mpiexec job; returns its metrics from meta.json."""
+    out = work / f"spring-P{ranks}"
+    cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "shardgnn",
+           "partition", str(data), "--algo", "spring", "--parts", str(p), "--out", str(out),
+           *(extra or [])]
+    env = dict(os.environ, SHARDGNN_PROGRESS="0", OMP_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    m = json.loads((out / "meta.json").read_text())["metrics"]
+    shutil.rmtree(out, ignore_errors=True)
+    sec = m["seconds_per_pass"]
+    return {"ranks": ranks, "rf": m["rf"], "vertex_balance_owned": m["vertex_balance_owned"],
+            "edge_balance": m["edge_balance"], "seconds_per_pass": sec,
+            "edges_per_second": m["edges_per_second"],
+            "streaming_seconds": sum(sec.get(k, 0.0) for k in STREAMING),
+            "seconds_total": m["seconds_total"], "wall_seconds": wall,
+            "peak_rss_bytes_max": max(m["peak_rss_bytes"]), "peak_rss_bytes": m["peak_rss_bytes"]}
+
+
+def metis(data: Path, p: int) -> dict:
+    proc = subprocess.run([sys.executable, "-c", METIS_SNIPPET, str(data), str(p)],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        return {"error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("--scale", type=int, default=22)
+    ap.add_argument("--edges", type=int, default=1 << 26)
+    ap.add_argument("--mem-scale", type=int, default=20)
+    ap.add_argument("--mem-edges", type=int, default=1 << 24)
+    ap.add_argument("--parts", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=1, help="runs per rank count (median taken)")
+    ap.add_argument("--skip-metis", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true")
+    ap.add_argument("--cache", default="/tmp/shardgnn-bench-data")
+    args = ap.parse_args(argv)
+    res = Path(args.results)
+    res.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache)
+    work = cache / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    doc: dict = {"parts": args.parts, "note": "2-core machine shared with other jobs; medians"}
+    if not args.skip_speed:
+        data = sd.ensure_rmat(args.scale, args.edges, 1, cache)
+        doc["speed_graph"] = json.loads((data / "graph.json").read_text())
+        runs = {}
+        for ranks in (1, 2, 4):
+            reps = [spring(data, args.parts, ranks, work, ["--refine", "0"]) for _ in range(args.repeats if ranks < 4 else 1)]
+            reps.sort(key=lambda r: r["streaming_seconds"])
+            runs[ranks] = reps[len(reps) // 2]
+            runs[ranks]["repeats"] = [r["streaming_seconds"] for r in reps]
+            print(ranks, json.dumps(runs[ranks]["seconds_per_pass"]), flush=True)
+        one = runs[1]
+        doc["speed"] = {str(k): v for k, v in runs.items()}
+        doc["targets"] = {
+            "cluster_edges_per_s_P1": one["edges_per_second"].get("cluster"),
+            "degrees_edges_per_s_P1": one["edges_per_second"].get("degrees"),
+            "assign_edges_per_s_P1": one["edges_per_second"].get("assign"),
+            "streaming_ratio_P2_over_P1": runs[2]["streaming_seconds"] / one["streaming_seconds"],
+            "rf_drift_P2": runs[2]["rf"] / one["rf"] - 1, "rf_drift_P4": runs[4]["rf"] / one["rf"] - 1}
+    mem = {}
+    for m_edges in (args.mem_edges, 2 * args.mem_edges):
+        data = sd.ensure_rmat(args.mem_scale, m_edges, 2, cache)
+        mem[str(m_edges)] = {"graph": json.loads((data / "graph.json").read_text()),
+                             "spring": spring(data, args.parts, 1, work)}
+        print("mem", m_edges, mem[str(m_edges)]["spring"]["peak_rss_bytes_max"], flush=True)
+    if not args.skip_metis:
+        mem[str(args.mem_edges)]["metis"] = metis(sd.ensure_rmat(args.mem_scale, args.mem_edges, 2, cache),
+                                                  args.parts)
+        print("metis", mem[str(args.mem_edges)]["metis"], flush=True)
+    doc["memory"] = mem
+    a = mem[str(args.mem_edges)]
+    doc.setdefault("targets", {})
+    doc["targets"]["rss_doubling_E_increase"] = (
+        mem[str(2 * args.mem_edges)]["spring"]["peak_rss_bytes_max"] / a["spring"]["peak_rss_bytes_max"] - 1)
+    if "metis" in a and "peak_rss_bytes" in a["metis"]:
+        doc["targets"]["spring_rss_over_metis"] = a["spring"]["peak_rss_bytes_max"] / a["metis"]["peak_rss_bytes"]
+        doc["targets"]["rf_spring_over_metis"] = a["spring"]["rf"] / a["metis"]["rf"]
+    doc["bench_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    (res / "streaming_speed.json").write_text(json.dumps(doc, indent=2))
+    print(json.dumps(doc["targets"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
