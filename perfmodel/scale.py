@@ -118,13 +118,15 @@ def write_scale_png(table: dict[str, Any], path: str) -> None:
                 if _rlabel(r, row["ranks"]) == lab:
                     xs.append(row["ranks"])
                     ts.append(r["seconds"])
-                    bs.append(max(r["bytes"], 1))
-        ax.plot(xs, ts, marker="o", label=f"RDM {lab}")
-        bx.plot(xs, bs, marker="o", label=f"RDM {lab}")
+                    bs.append(r["bytes"])
+        line = ax.plot(xs, ts, marker="o", label=f"RDM {lab}")[0]
+        keep = [(x, b) for x, b in zip(xs, bs) if x > 1]
+        bx.plot([x for x, _ in keep], [b for _, b in keep], marker="o", color=line.get_color(),
+                label=f"RDM {lab}")
     ax.plot(ranks, [r["cagnet1d"]["seconds"] for r in table["rows"]], marker="s", color="k",
             label="CAGNET-1D")
-    bx.plot(ranks, [max(r["cagnet1d"]["bytes"], 1) for r in table["rows"]], marker="s",
-            color="k", label="CAGNET-1D")
+    many = [(r["ranks"], r["cagnet1d"]["bytes"]) for r in table["rows"] if r["ranks"] > 1]
+    bx.plot([x for x, _ in many], [b for _, b in many], marker="s", color="k", label="CAGNET-1D")
     for a, yl in ((ax, "predicted epoch time (s)"), (bx, "bytes moved per epoch")):
         a.set_xscale("log", base=2)
         a.set_yscale("log")
