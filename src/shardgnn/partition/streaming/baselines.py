@@ -33,6 +33,7 @@ class BaselineParams:
     hdrf_epsilon: float = 1.0
     twops_port: bool = False     #: CATGNN port: tau 0.1*|E|/p, all partitions scored
     twops_balance: float = 1.05  #: 2PS-L edge capacity = balance * m / p
+    vcut_balance: float = 0.0    #: HDRF/Greedy edge capacity = balance * m / p (0: none, as CATGNN)
     seed: int = 0
 
 
@@ -104,16 +105,17 @@ def vertexcut_owner(stream: EdgeStream, comm: Any, algo: str, p: int, deg: np.nd
     load = np.zeros(p, np.int64)
     extra = np.zeros(n, np.int64)  # partial degrees (HDRF) / placed edges per vertex (Greedy)
     info: dict[str, Any] = {}
+    cap = params.vcut_balance * stream.meta.num_edges / p if params.vcut_balance > 0 else 0.0
     step: Callable[[np.ndarray, np.ndarray], None]
     if algo == "hdrf":
         def step(e: np.ndarray, out: np.ndarray) -> None:
-            VK.hdrf_chunk(e, cnt, load, extra, params.hdrf_lambda, params.hdrf_epsilon, out)
+            VK.hdrf_chunk(e, cnt, load, extra, params.hdrf_lambda, params.hdrf_epsilon, cap, out)
     elif algo == "dbh":
         def step(e: np.ndarray, out: np.ndarray) -> None:
             VK.dbh_chunk(e, cnt, load, deg, p, params.seed, out)
     elif algo == "greedy":
         def step(e: np.ndarray, out: np.ndarray) -> None:
-            VK.greedy_chunk(e, cnt, load, deg, extra, out)
+            VK.greedy_chunk(e, cnt, load, deg, extra, cap, out)
     elif algo == "2ps-l":
         step, info = _twops_step(stream, comm, p, deg, params, timer, cnt, load)
     elif user_cls is not None:

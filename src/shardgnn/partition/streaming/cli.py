@@ -77,6 +77,9 @@ def add_arguments(parser: Any) -> None:
                    help="HDRF balance weight lambda (default: 1.0, as CATGNN)")
     g.add_argument("--hdrf-epsilon", type=float, default=1.0,
                    help="HDRF epsilon in the balance term (default: 1.0, as CATGNN)")
+    g.add_argument("--vcut-balance", type=float, default=0.0, metavar="B",
+                   help="HDRF/Greedy: hard edge capacity B*|E|/p per partition, as the C++ "
+                   "reference implementations enforce (0 = none, as CATGNN's ports) (default: 0)")
     g.add_argument("--twops-port", action="store_true",
                    help="2PS-L with CATGNN's port constants (max community volume 0.1*|E|/p, all "
                    "partitions scored) instead of the original (2*|E|/p, the two community "
@@ -111,6 +114,7 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
                             assign_order=args.assign_order, stream_order=args.stream_order),
         base=BaselineParams(hdrf_lambda=args.hdrf_lambda, hdrf_epsilon=args.hdrf_epsilon,
                             twops_port=args.twops_port, twops_balance=args.twops_balance,
+                            vcut_balance=args.vcut_balance,
                             seed=args.seed),
         auto=auto)
 

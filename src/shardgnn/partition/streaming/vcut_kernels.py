@@ -14,8 +14,9 @@ from shardgnn.partition.streaming.kernels import hash64
 
 
 @njit(cache=True)
-def hdrf_chunk(edges, cnt, load, pdeg, lam, eps, out):
-    """HDRF (Petroni et al. 2015) with partial degrees; score = C_rep + lam * C_bal."""
+def hdrf_chunk(edges, cnt, load, pdeg, lam, eps, cap, out):
+    """HDRF (Petroni et al. 2015) with partial degrees; score = C_rep + lam * C_bal. Partitions
+    holding ``cap`` edges or more are skipped (cap <= 0: no cap) unless all are full."""
     p = load.shape[0]
     for j in range(edges.shape[0]):
         u = edges[j, 0]
@@ -30,7 +31,10 @@ def hdrf_chunk(edges, cnt, load, pdeg, lam, eps, out):
         minl = load.min()
         best = 0
         bs = -1e300
+        full = cap > 0 and minl >= cap
         for i in range(p):
+            if cap > 0 and not full and load[i] >= cap:
+                continue
             s = 0.0
             if cnt[u, i] > 0:
                 s += 1.0 + (1.0 - tu)
@@ -64,42 +68,44 @@ def dbh_chunk(edges, cnt, load, deg, p, seed, out):
 
 
 @njit(cache=True, inline="always")
-def _least_loaded(load, cnt, a, b, mode):
-    """Least loaded partition among: mode 0 A(a)&A(b), 1 A(a), 2 all."""
+def _least_loaded(load, cnt, a, b, mode, cap):
+    """Least loaded partition below ``cap`` (<= 0: none) among: mode 0 A(a)&A(b), 1 A(a), 2 all."""
     best = -1
     for i in range(load.shape[0]):
-        ok = True
+        ok = cap <= 0 or load[i] < cap
         if mode == 0:
-            ok = cnt[a, i] > 0 and cnt[b, i] > 0
+            ok = ok and cnt[a, i] > 0 and cnt[b, i] > 0
         elif mode == 1:
-            ok = cnt[a, i] > 0
+            ok = ok and cnt[a, i] > 0
         if ok and (best < 0 or load[i] < load[best]):
             best = i
     return best
 
 
 @njit(cache=True)
-def greedy_chunk(edges, cnt, load, deg, seen, out):
+def greedy_chunk(edges, cnt, load, deg, seen, cap, out):
     """PowerGraph greedy: shared partition; else the partitions of the endpoint with more unplaced
     edges; else of the placed endpoint; else least loaded overall."""
     for j in range(edges.shape[0]):
         u = edges[j, 0]
         v = edges[j, 1]
-        best = _least_loaded(load, cnt, u, v, 0)
+        best = _least_loaded(load, cnt, u, v, 0, cap)
         if best < 0:
             hu = seen[u] > 0
             hv = seen[v] > 0
             if hu and hv:
                 if deg[u] - seen[u] >= deg[v] - seen[v]:
-                    best = _least_loaded(load, cnt, u, u, 1)
+                    best = _least_loaded(load, cnt, u, u, 1, cap)
                 else:
-                    best = _least_loaded(load, cnt, v, v, 1)
+                    best = _least_loaded(load, cnt, v, v, 1, cap)
             elif hu:
-                best = _least_loaded(load, cnt, u, u, 1)
+                best = _least_loaded(load, cnt, u, u, 1, cap)
             elif hv:
-                best = _least_loaded(load, cnt, v, v, 1)
-            else:
-                best = _least_loaded(load, cnt, u, v, 2)
+                best = _least_loaded(load, cnt, v, v, 1, cap)
+            if best < 0:
+                best = _least_loaded(load, cnt, u, v, 2, cap)
+            if best < 0:
+                best = _least_loaded(load, cnt, u, v, 2, 0)
         seen[u] += 1
         seen[v] += 1
         out[j] = best
