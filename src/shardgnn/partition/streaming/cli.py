@@ -26,11 +26,12 @@ def add_arguments(parser: Any) -> None:
     """Add the streaming partitioners' options to ``parser``."""
     g = parser.add_argument_group(
         "streaming partitioners (spring, hdrf, dbh, greedy, 2ps-l, hash, package.module:Class)",
-        "Memory per rank: O(|V|) for SPRING/Hash (degree, cluster, richest-neighbour, owner "
-        "arrays) plus an (|V|, ceil(p/64)) presence bitmask; O(|V|*p) for HDRF/DBH/Greedy/2PS-L "
-        "and user classes (an int32 edge-count matrix) and for --refine (an int32 |V| x p "
-        "neighbour-count matrix); plus one chunk of edges and the edges of the partitions this "
-        "rank writes (partition i is written by rank i %% P). The edge list is never held whole.")
+        "Memory per rank: O(|V|) for SPRING as Algorithm 1 and Hash (degrees, 16-byte "
+        "clustering state, owners, an (|V|, ceil(p/64)) presence bitmask) plus one chunk of "
+        "edges; O(|V|*p) with --refine (SPRING's default) and for HDRF/DBH/Greedy/2PS-L/user "
+        "classes (an int32 |V| x p count matrix). Routed edges are spilled to disk and each "
+        "partition's CSR is built in row buckets of 4*--chunk entries: the edge list is never "
+        "held in memory. Partition i is written by rank i mod P.")
     g.add_argument("--hops", type=int, default=1, choices=(0, 1, 2, 3),
                    help="neighbourhood depth kept with each owned vertex: 1 = its full neighbour "
                    "list (CATGNN), 2/3 = further hops, 0 = no full neighbourhood (a cross edge "
