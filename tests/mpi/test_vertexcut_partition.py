@@ -13,6 +13,7 @@ import pytest
 
 from conftest import SCRIPTS, run_cli, run_mpi
 from shardgnn.io.canonical import write_dataset
+from shardgnn.partition.vertexcut import ordering
 from shardgnn.partition.vertexcut.metrics import vertex_cut_of_assignment
 from shardgnn.partition.vertexcut.store import PART_FILES, PartitionStore
 
@@ -135,6 +136,9 @@ def check_store(out, edges, types, directed, p):
             assert np.array_equal(np.asarray(part.out_degree), deg_out[gid])
         for g in gid[:50].tolist():
             assert set(part.partitions_of(g).tolist()) == where[g]
+    owner = ordering.owner_partition(store, n)
+    for g, ps in where.items():
+        assert owner[g] in ps
     # metrics recomputed serially from the stores
     e_cnt = np.array([m["num_edges"] for m in meta["parts"]])
     assert e_cnt.sum() == len(edges)

@@ -51,6 +51,9 @@ class ExpansionConfig:
     beta: float = 2.0
     seed: int = 0
     seed_samples: int = 32
+    seed_growth: float = 2.0
+    tail: float = 0.01
+    ada_cap: float = 1.2
     salt: int = 0
 
 
@@ -161,6 +164,7 @@ class _Expander:
         self.parts = [i for i in range(cfg.parts) if i % size == rank]
         self.boundary = {i: np.zeros(0, dtype=np.int64) for i in self.parts}
         self.core = {i: np.zeros(n, dtype=bool) for i in self.parts}
+        self.empty_runs = {i: 0 for i in self.parts}
         self.rng = {i: np.random.Generator(np.random.PCG64(np.random.SeedSequence([cfg.seed, i])))
                     for i in self.parts}
 
@@ -176,16 +180,26 @@ class _Expander:
                 self.boundary[j] = np.concatenate([self.boundary[j], new])
 
     def _seed(self, i: int, score: np.ndarray) -> np.ndarray:
-        """A seed vertex with free edges, preferring low score among random samples."""
+        """Seed vertices with free edges, preferring low score among random samples.
+
+        One seed the first time a boundary is empty; the batch grows by ``seed_growth`` for
+        every further consecutive iteration with an empty boundary (tail of small components).
+        """
         rng = self.rng[i]
-        cand = rng.integers(0, self.n, size=self.cfg.seed_samples)
-        ok = cand[score[cand] > 0]
-        if ok.size == 0:
+        want = int(min(self.cfg.seed_growth ** self.empty_runs[i], 1 << 20))
+        self.empty_runs[i] += 1
+        seeds = []
+        for _ in range(min(want, 4)):
+            cand = rng.integers(0, self.n, size=self.cfg.seed_samples)
+            ok = cand[score[cand] > 0]
+            if ok.size:
+                seeds.append(ok[np.argmin(score[ok])])
+        if len(seeds) < want:
             free = np.flatnonzero(score > 0)
-            if free.size == 0:
-                return np.zeros(0, dtype=np.int64)
-            ok = free[rng.integers(0, free.size, size=min(self.cfg.seed_samples, free.size))]
-        return ok[np.argmin(score[ok])][None].astype(np.int64)
+            if free.size:
+                take = min(want - len(seeds), free.size)
+                seeds.extend(free[rng.integers(0, free.size, size=take)].tolist())
+        return np.unique(np.asarray(seeds, dtype=np.int64))
 
     def requests(self, st: _State, lam: np.ndarray, open_: np.ndarray) -> np.ndarray:
         """(vertex, partition) rows this rank expands in this iteration."""
@@ -199,6 +213,7 @@ class _Expander:
                 sel = self._seed(i, st.score)
                 self.boundary[i] = b
             else:
+                self.empty_runs[i] = 0
                 k = max(1, int(np.floor(lam[i] * b.size)))
                 if k >= b.size:
                     sel, rest = b, b[:0]
@@ -264,8 +279,9 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
                     total_pairs: int, trace: list[dict[str, Any]]) -> int:
     """The DNE / AdaDNE iterations; returns their count. Collective over comm."""
     p = cfg.parts
-    capped = cfg.algo == "dne"
-    cap2 = float(2 * edge_cap(total_pairs, p, cfg.balance)) if capped else np.inf
+    capped = cfg.algo == "dne" or cfg.ada_cap > 0
+    alpha = cfg.balance if cfg.algo == "dne" else cfg.ada_cap
+    cap2 = float(2 * edge_cap(total_pairs, p, alpha)) if capped else np.inf
     exp = _Expander(cfg, comm.rank, comm.size, st.score.size)
     best = np.full(loc.npairs, -1, dtype=np.int64)
     mark = np.zeros(loc.npairs, dtype=bool)
@@ -289,6 +305,8 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
         if cfg.algo == "adadne":
             lam = adaptive.expansion_factors(st.vsize, st.esize2 / 2.0, cfg.lam, cfg.w_v,
                                              cfg.w_e, cfg.lam_min, cfg.response, cfg.beta)
+            if total_pairs - int(st.esize2.sum()) // 2 <= cfg.tail * total_pairs:
+                lam = np.ones(p)
         else:
             lam = np.full(p, cfg.lam)
         req = _route_requests(comm, exp.requests(st, lam, open_), cfg.salt)
@@ -309,6 +327,8 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
             room = ((cap2 - st.esize2) // 2).clip(0).astype(np.int64)
         keep2 = _quota_cut(comm, parts2, room)
         _commit(comm, loc, st, pairs2[keep2], parts2[keep2])
+        trace.append({"iteration": it, "edges": st.esize2 // 2, "vertices": st.vsize.copy(),
+                      "lam": lam.copy()})
         it += 1
         stalled = stalled + 1 if int(st.esize2.sum()) == before else 0
         if it % 50 == 0:
