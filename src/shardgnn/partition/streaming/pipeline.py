@@ -175,7 +175,7 @@ def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
     del labels
     out = Path(cfg.out).absolute()
     tmp = _tmp_dir(comm, out)
-    sink = store.SpillSink(tmp, list(range(comm.rank, p, comm.size)))
+    sink = store.SpillSink(tmp, list(range(comm.rank, p, comm.size)), meta.np_dtype)
     try:
         if cfg.hops == 0:
             passes.route_pass(stream, comm, p, timer, sink, owner=owner, seed=cfg.seed)

@@ -52,6 +52,16 @@ def add_arguments(parser: Any) -> None:
                    "(addendum reconstruction), exp = lambda*exp(-beta*(S-1)) (default: linear)")
     g.add_argument("--ada-beta", type=float, default=2.0,
                    help="steepness beta of the exp response (default: 2.0)")
+    g.add_argument("--ada-cap", type=float, default=1.2,
+                   help="AdaDNE safety edge cap factor: |E_i| <= cap*|E|/p (our addition, not in "
+                   "the paper; 0 = the paper's pure soft constraint with no cap) (default: 1.2)")
+    g.add_argument("--ada-tail", type=float, default=0.01,
+                   help="AdaDNE: once at most this share of edges is free, every partition "
+                   "expands its whole boundary (our addition; 0 = off) (default: 0.01)")
+    g.add_argument("--dne-seed-growth", type=float, default=2.0,
+                   help="seed batch growth while a partition's boundary stays empty: 1, g, g^2, "
+                   "... seeds per iteration (1 = one seed per iteration as in DistributedNE) "
+                   "(default: 2.0)")
     g.add_argument("--dne-seed-samples", type=int, default=32,
                    help="random candidates drawn when a partition needs a seed vertex; the "
                    "one with fewest free edges is taken (default: 32)")
@@ -75,13 +85,20 @@ def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
                          f"{args.ada_wv} + {args.ada_we}")
     if not 0 < args.ada_lambda_min <= 1:
         raise ShardError(f"--ada-lambda-min: expected a value in (0, 1], got {args.ada_lambda_min}")
+    if args.ada_cap != 0 and args.ada_cap < 1:
+        raise ShardError(f"--ada-cap: expected 0 or a value >= 1, got {args.ada_cap}")
+    if not 0 <= args.ada_tail < 1:
+        raise ShardError(f"--ada-tail: expected a value in [0, 1), got {args.ada_tail}")
+    if args.dne_seed_growth < 1:
+        raise ShardError(f"--dne-seed-growth: expected a value >= 1, got {args.dne_seed_growth}")
     if args.dne_seed_samples < 1:
         raise ShardError(f"--dne-seed-samples: expected >= 1, got {args.dne_seed_samples}")
     return ExpansionConfig(algo=args.algo.lower(), parts=p, lam=args.dne_lambda,
                            balance=args.dne_balance, w_v=args.ada_wv, w_e=args.ada_we,
                            lam_min=args.ada_lambda_min, response=args.ada_response,
                            beta=args.ada_beta, seed=int(args.seed),
-                           seed_samples=args.dne_seed_samples)
+                           seed_samples=args.dne_seed_samples, seed_growth=args.dne_seed_growth,
+                           tail=args.ada_tail, ada_cap=args.ada_cap)
 
 
 def run(comm: Any, args: argparse.Namespace) -> int:
