@@ -1,7 +1,7 @@
 """Benchmark: GraphSAINT-RDM vs full-batch RDM accuracy on a CSBM graph (>= 100k nodes).
 
 usage: python run/bench/rdm_saint.py RESULTS_DIR [--nodes 100000] [--ranks 2]
-         [--full-epochs 100] [--saint-epochs 10] [--samplers rw,node,edge] [--hidden 64]
+         [--full-epochs 100] [--saint-epochs 20] [--samplers rw,node,edge] [--hidden 64]
 Both through `shardgnn train --engine rdm`; the figure is the test accuracy after the last epoch
 and the wall time of the training steps. Writes RESULTS_DIR/rdm_saint.json.
 """
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--full-epochs", type=int, default=100)
-    ap.add_argument("--saint-epochs", type=int, default=10)
+    ap.add_argument("--saint-epochs", type=int, default=20)
     ap.add_argument("--samplers", default="rw,node,edge")
     a = ap.parse_args()
     res = Path(a.results)
