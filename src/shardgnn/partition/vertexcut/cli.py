@@ -47,17 +47,19 @@ def add_arguments(parser: Any) -> None:
                    help="AdaDNE weight w_E of the edge score (default: 0.5)")
     g.add_argument("--ada-lambda-min", type=float, default=0.01,
                    help="AdaDNE lower clip of the adaptive factor (default: 0.01)")
-    g.add_argument("--ada-response", choices=RESPONSES, default="linear",
+    g.add_argument("--ada-response", choices=RESPONSES, default="exp",
                    help="AdaDNE response of lambda_i to the score S: linear = lambda/S "
-                   "(addendum reconstruction), exp = lambda*exp(-beta*(S-1)) (default: linear)")
+                   "(addendum reconstruction), exp = lambda*exp(-beta*(S-1)) (measured better; "
+                   "docs/vertexcut.md) (default: exp)")
     g.add_argument("--ada-beta", type=float, default=2.0,
                    help="steepness beta of the exp response (default: 2.0)")
     g.add_argument("--ada-cap", type=float, default=1.2,
                    help="AdaDNE safety edge cap factor: |E_i| <= cap*|E|/p (our addition, not in "
                    "the paper; 0 = the paper's pure soft constraint with no cap) (default: 1.2)")
-    g.add_argument("--ada-tail", type=float, default=0.01,
+    g.add_argument("--ada-tail", type=float, default=0.0,
                    help="AdaDNE: once at most this share of edges is free, every partition "
-                   "expands its whole boundary (our addition; 0 = off) (default: 0.01)")
+                   "expands its whole boundary (our addition, fewer iterations but worse VB; 0 = off) "
+                   "(default: 0)")
     g.add_argument("--dne-seed-growth", type=float, default=2.0,
                    help="seed batch growth while a partition's boundary stays empty: 1, g, g^2, "
                    "... seeds per iteration (1 = one seed per iteration as in DistributedNE) "

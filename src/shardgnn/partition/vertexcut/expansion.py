@@ -47,12 +47,12 @@ class ExpansionConfig:
     w_v: float = 0.5
     w_e: float = 0.5
     lam_min: float = 0.01
-    response: str = "linear"
+    response: str = "exp"
     beta: float = 2.0
     seed: int = 0
     seed_samples: int = 32
     seed_growth: float = 2.0
-    tail: float = 0.01
+    tail: float = 0.0
     ada_cap: float = 1.2
     salt: int = 0
 
