@@ -288,3 +288,10 @@ def test_id_set_and_relabeller_both_paths():
         r = Relabeller(small, table_limit=limit)
         assert (r.table is None) == (limit == 0)
         np.testing.assert_array_equal(r(chunks[0]), np.searchsorted(small, chunks[0]))
+
+
+def test_bom_and_missing_final_newline(tmp_path):
+    src = tmp_path / "g.txt"
+    src.write_bytes(b"\xef\xbb\xbf0 1\n1 2")
+    assert cli("convert", src, "--out", tmp_path / "d") == 0
+    np.testing.assert_array_equal(edges_of(tmp_path / "d"), [[0, 1], [1, 2]])

@@ -245,6 +245,8 @@ class TextSource(EdgeSource):
                     fh.readline()
                 line0 = self._skip_lines
             carry = b""
+            if not self._skip_lines and fh.read(3) != b"\xef\xbb\xbf":   # UTF-8 byte order mark
+                fh.seek(0)
             while True:
                 data = fh.read(self.chunk_bytes)
                 if not data:
