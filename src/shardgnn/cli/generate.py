@@ -19,7 +19,7 @@ RMAT_HELP = """\
 Write an R-MAT graph (Graph500 parameters a=0.57, b=0.19, c=0.19, d=0.05) with 2^SCALE vertices.
 The raw edge sequence (self-loops and duplicates included, vertex ids randomly permuted) is
 made of seeded blocks of 2^20 edges, so it is identical for a given --seed whatever --chunk is.
-Default output: a .npy int32 (M, 2) edge array written chunk by chunk through a memory map
+Default output: a .npy int32 (M, 2) edge array, header first, then appended chunk by chunk
 (memory: one chunk, about 40 bytes per edge of --chunk, plus 8 bytes per vertex). With
 --canonical, OUT is a canonical dataset directory produced by the same streaming pipeline as
 `shardgnn convert` (undirected, self-loops dropped, duplicates merged unless told otherwise).
