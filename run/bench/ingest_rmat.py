@@ -59,7 +59,7 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, label: str | None =
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
     return {"cmd": label or " ".join(cmd), "wall_s": round(wall, 2), "peak_rss_mb": round(rss / 1024, 1),
-            "stdout": proc.stdout.strip()[-500:]}
+            "stdout": proc.stdout.strip()}
 
 
 def sha(path: Path) -> str:
@@ -132,6 +132,9 @@ def main() -> None:
         meta = json.loads((work / "conv0" / "graph.json").read_text())
         out["dataset"] = {k: meta[k] for k in ("num_nodes", "num_edges", "self_loops_input",
                                                 "duplicates_input", "relabelled")}
+        out["info"] = timed(exe + ["info", str(work / "conv0"), "--json"], env)
+        info = json.loads(out["info"].pop("stdout"))
+        out["info"]["degree"] = info["degree"]
         out["input_bytes"] = npy.stat().st_size
         out["edges_bin_bytes"] = (work / "conv0" / "edges.bin").stat().st_size
         if not args.no_baseline:
