@@ -102,7 +102,7 @@ def test_rdm_matches_reference(n, rdm_data, tmp_path):
 def test_cli_cagnet_and_rdm_write_results(rdm_data, tmp_path):
     import h5py
 
-    for engine, extra in (("rdm", ["--order", "ds:ds", "--replicas", "1"]), ("cagnet1d", [])):
+    for engine, extra in (("cagnet1d", []),):
         out = tmp_path / f"{engine}.h5"
         proc = run_cli(2, ["train", "--engine", engine, rdm_data / "rand", "--epochs", "3",
                            "--out", out, "--hidden", "8", *extra], timeout=120)
