@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from shardgnn.errors import input_error
 
@@ -93,13 +94,6 @@ class SpillSink:
         self.paths[i].unlink(missing_ok=True)
 
 
-def _entries(e: np.ndarray, directed: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(row, col) global ids of the CSR entries of edges (row v lists in-neighbours if directed)."""
-    if directed:
-        return e[:, 1], e[:, 0]
-    return np.concatenate([e[:, 0], e[:, 1]]), np.concatenate([e[:, 1], e[:, 0]])
-
-
 def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.ndarray,
                     sink: SpillSink, directed: bool, node_data: dict[str, np.ndarray],
                     num_nodes: int, chunk: int = 1 << 20,
@@ -118,10 +112,7 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
     rowdeg = np.zeros(num_nodes, np.int64)
     mark = np.zeros(num_nodes, bool)
     for e in sink.chunks(index, chunk):
-        rows, _ = _entries(e, directed)
-        rowdeg += np.bincount(rows, minlength=num_nodes)
-        mark[e[:, 0]] = True
-        mark[e[:, 1]] = True
+        _row_counts(e, rowdeg, mark, directed)
     mark[owned] = False
     gid = np.concatenate([owned, np.flatnonzero(mark)])
     del mark
@@ -157,18 +148,41 @@ def _write_bucket(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.nda
     """Fill indices of local rows [lo, hi) with one read of the spill file."""
     if indptr[hi] == indptr[lo]:
         return
-    rs, cs = [], []
+    n_loc = np.int64(lid.max() + 1)
+    key = np.empty(int(indptr[hi] - indptr[lo]), np.int64)
+    pos = 0
     for e in sink.chunks(index, chunk):
-        rows, cols = _entries(e, directed)
-        r = lid[rows]
-        keep = (r >= lo) & (r < hi)
-        rs.append(r[keep])
-        cs.append(lid[cols[keep]])
-    r = np.concatenate(rs)
-    c = np.concatenate(cs)
-    del rs, cs
-    order = np.lexsort((c, r))
-    ind[int(indptr[lo]):int(indptr[hi])] = c[order]
+        pos = _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos)
+    key.sort()
+    ind[int(indptr[lo]):int(indptr[hi])] = key % n_loc
+
+
+@njit(cache=True)
+def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos):
+    """Append row * n_loc + col of the CSR entries of rows [lo, hi) found in edges ``e``."""
+    for j in range(e.shape[0]):
+        a = lid[e[j, 0]]
+        b = lid[e[j, 1]]
+        if lo <= b < hi:
+            key[pos] = b * n_loc + a
+            pos += 1
+        if not directed and lo <= a < hi:
+            key[pos] = a * n_loc + b
+            pos += 1
+    return pos
+
+
+@njit(cache=True)
+def _row_counts(e, rowdeg, mark, directed):
+    """Degree of every global row of the partition's CSR, and which vertices appear."""
+    for j in range(e.shape[0]):
+        u = e[j, 0]
+        v = e[j, 1]
+        rowdeg[v] += 1
+        if not directed:
+            rowdeg[u] += 1
+        mark[u] = True
+        mark[v] = True
 
 
 def _write_rows(f: Any, name: str, arr: np.ndarray, gid: np.ndarray, num_owned: int,

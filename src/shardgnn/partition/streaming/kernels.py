@@ -407,7 +407,8 @@ def warmup() -> None:
     counts = np.zeros(64, np.int64)
     masks = np.empty((1, 1), np.uint64)
     route_count(e, pres, masks, counts)
-    route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), np.int64))
+    for dt in (np.int32, np.int64):
+        route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), dt))
 
 
 @njit(cache=True)

@@ -145,14 +145,14 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
                 counts = counts[:p]
                 offsets = np.zeros(pres.shape[1] * 64, np.int64)
                 offsets[layout] = np.concatenate([[0], np.cumsum(counts[layout])[:-1]])
-                recs = np.empty((int(counts.sum()), 2), np.int64)
+                recs = np.empty((int(counts.sum()), 2), stream.meta.np_dtype)
                 K.route_fill(e, masks, offsets, recs)
                 _exchange(comm, recs, counts, p, sink)
             else:
                 assert owner is not None
                 parts = np.empty(e.shape[0], np.int64)
                 K.one_side_parts(e, owner, seed, parts)
-                _send_grouped(comm, e, parts, p, sink)
+                _send_grouped(comm, e.astype(stream.meta.np_dtype), parts, p, sink)
             bar.update(len(e))
     timer.add("assign", time.perf_counter() - t0, stream.hi - stream.lo)
 

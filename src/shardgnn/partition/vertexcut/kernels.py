@@ -188,3 +188,19 @@ def popcount_rows(member: np.ndarray, nparts: int) -> np.ndarray:
                 if (m >> np.uint64(b)) & np.uint64(1):
                     out[w * 64 + b] += 1
     return out
+
+
+def warmup() -> None:
+    """Compile or load every kernel once on tiny inputs (keeps JIT time out of timings)."""
+    la = np.array([0], np.int64)
+    lb = np.array([1], np.int64)
+    indptr, adj = local_csr(la, lb, 2)
+    assign = np.full(1, -1, np.int64)
+    esize2 = np.zeros(2, np.int64)
+    member = np.zeros((2, 1), np.uint64)
+    one_hop_propose(la, la, indptr, adj, assign, esize2, np.full(1, -1, np.int64))
+    two_hop_propose(la, indptr, adj, assign, la, lb, member, esize2, 1.0, 2,
+                    np.zeros(1, np.bool_))
+    take_quota(la, np.ones(2, np.int64))
+    apply_updates(la, la, 2, np.zeros(2, np.int64), member, np.zeros(2, np.int64), esize2)
+    first_member(la, member, 2)
