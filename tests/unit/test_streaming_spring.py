@@ -170,3 +170,19 @@ def test_auto_parts_rule():
     assert auto_parts(30 * gib, AutoParts(devices=4, device_mem=16)) == 8
     assert auto_parts(30 * gib, AutoParts(devices=4, device_mem=16, reserve=4)) == 4
     assert auto_parts(100 * gib, AutoParts(devices=2, device_mem=16, reserve=8)) == 14
+
+
+def test_auto_parts_in_a_run(comm, cora, tmp_path):
+    d, edges, n, _ = cora
+    size = sum(f.stat().st_size for f in Path(d).iterdir() if f.suffix in (".bin", ".npy"))
+    # devices of exactly 3x the data size keep 2/3 for compute: one device's room fits it all
+    m_gib = 3 * size / 1024 ** 3
+    cfg = PartitionConfig(dataset=str(d), algo="spring", parts="auto", out=str(tmp_path / "a"),
+                          auto=AutoParts(devices=2, device_mem=m_gib))
+    main(comm, cfg)
+    assert check_store(tmp_path / "a", edges, n)[1]["parts"] == 2
+    cfg.auto = AutoParts(devices=2, device_mem=m_gib / 3)
+    cfg.out = str(tmp_path / "b")
+    main(comm, cfg)
+    # room = size/3 per device: p = the smallest multiple of 2 with size/p <= size/3
+    assert check_store(tmp_path / "b", edges, n)[1]["parts"] == 4
