@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,8 +34,15 @@ def sh(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> subpro
     e.setdefault("OMP_NUM_THREADS", "1")
     e["SHARDGNN_PROGRESS"] = "0"
     e.update(env or {})
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=e,
-                          timeout=timeout)
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=e, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # the launcher and the ranks it started
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def convert_planetoid(name: str, out: Path) -> Path:
@@ -94,8 +102,14 @@ def run_jobs(jobs: list[dict], workdir: Path, ranks: int, timeout: float = 7200)
     workdir.mkdir(parents=True, exist_ok=True)
     jf = workdir / f"jobs-{int(time.time() * 1000)}.json"
     jf.write_text(json.dumps(jobs))
-    p = sh([mpiexec(), "-n", ranks, sys.executable, "-m", "mpi4py", __file__, jf],
-           timeout=timeout)
+    try:
+        p = sh([mpiexec(), "-n", ranks, sys.executable, "-m", "mpi4py", __file__, jf],
+               timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"training jobs ran past {timeout}s; keeping the finished ones", file=sys.stderr)
+        done = [json.loads(line) for f in sorted(workdir.glob(jf.stem + ".rank*.jsonl"))
+                for line in f.read_text().splitlines() if line.strip()]
+        return [dict(r, partial=True) for r in done]
     if p.returncode:
         raise SystemExit(f"training jobs failed:\n{p.stderr[-4000:]}")
     return json.loads(jf.with_suffix(".out.json").read_text())
@@ -113,10 +127,12 @@ def _worker(jobs_file: Path) -> None:
     # ranks work at once; the others run on every rank. Results are gathered in job order.
     own = comm.split(comm.rank)
     solo = [j for j, job in enumerate(jobs) if job.get("solo")]
-    mine = {j: _one(own, jobs[j]) for k, j in enumerate(solo) if k % comm.size == comm.rank}
+    log_file = jobs_file.with_name(f"{jobs_file.stem}.rank{comm.rank}.jsonl")
+    mine = {j: _one(own, jobs[j], log_file) for k, j in enumerate(solo)
+            if k % comm.size == comm.rank}
     for j, job in enumerate(jobs):
         if not job.get("solo"):
-            s = _one(comm, job)
+            s = _one(comm, job, log_file if comm.rank == 0 else None)
             if comm.rank == 0:
                 mine[j] = s
     gathered = comm.gather_obj(mine)
@@ -128,7 +144,7 @@ def _worker(jobs_file: Path) -> None:
         jobs_file.with_suffix(".out.json").write_text(json.dumps(out, default=float))
 
 
-def _one(comm, job: dict) -> dict:
+def _one(comm, job: dict, log_file: Path | None) -> dict:
     from shardgnn.train.engine import AveragingConfig
     from shardgnn.train.loop import main
 
@@ -138,6 +154,9 @@ def _one(comm, job: dict) -> dict:
     if comm.rank == 0:
         print(json.dumps({k: s[k] for k in ("tag", "test_acc", "best_val_acc", "wall_s")}),
               file=sys.stderr, flush=True)
+        if log_file is not None:
+            with open(log_file, "a") as fh:
+                fh.write(json.dumps(s, default=float) + "\n")
     return s
 
 

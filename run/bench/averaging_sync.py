@@ -87,6 +87,8 @@ def main() -> None:
     ap.add_argument("--epochs", default="gcn:100,sage:40", help="epochs per model")
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-limit", type=float, default=720,
+                    help="seconds for the training jobs; past it the finished ones are reported")
     args = ap.parse_args()
     res = args.results
     t_start = time.perf_counter()
@@ -111,7 +113,7 @@ def main() -> None:
             out = res / "runs" / (tag.replace("/", "-").replace(" ", "_").replace("=", "") + ".h5")
             jobs.append({"tag": tag, "model": m, "variant": name,
                          "config": dict(base, **v, out=str(out))})
-    rows = ac.run_jobs(jobs, res / "runs", args.ranks)
+    rows = ac.run_jobs(jobs, res / "runs", args.ranks, timeout=args.time_limit)
     lines = ["| model | sync | epochs | epochs with sync | final test acc (%) | best-val test acc (%) | "
              "all-reduce time (s) | wait before sync (s) | MB per rank | train time (s) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
