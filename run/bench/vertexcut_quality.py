@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-metis", action="store_true")
     ap.add_argument("--rss-ranks", type=int, nargs="*", default=[1, 2, 4])
     ap.add_argument("--algos", nargs="+", default=["dne", "adadne", "hash2d"])
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows already in RESULTS/vertexcut_quality.json, run the rest")
     ap.add_argument("--extra", default="", help="extra partition options (quoted)")
     args = ap.parse_args(argv)
     res = Path(args.results)
@@ -191,24 +193,33 @@ def main(argv: list[str] | None = None) -> int:
         graphs["rmat"] = rmat(work, args.rmat_scale, args.rmat_edges, args.rmat_seed)
     rows: list[dict] = []
     jpath = res / "vertexcut_quality.json"
+    old_rss: list[dict] = []
+    if args.resume and jpath.exists():
+        old = json.loads(jpath.read_text())
+        rows = old.get("rows", [])
+        old_rss = old.get("rss", [])
+    done = {(r["graph"], r["parts"], r["algo"]) for r in rows}
     extra = args.extra.split()
     for g, ds in graphs.items():
         meta = json.loads((ds / "graph.json").read_text())
         for p in args.parts:
             P = min(args.ranks, p)
             for algo in args.algos:
+                if (g, p, algo) in done:
+                    continue
                 r = run_partition(ds, algo, p, P, work / f"store-{g}-{algo}-{p}", extra)
                 r.update(graph=g, n=meta["num_nodes"], m=meta["num_edges"])
                 rows.append(r)
                 print(f"{g} p={p} {algo}: RF {r['rf']:.3f} EB {r['eb']:.3f} VB {r['vb']:.3f} "
                       f"{r['seconds_partition']:.2f}s", flush=True)
-            if not args.no_metis:
+            if not args.no_metis and (g, p, "metis") not in done:
                 r = metis(ds, p)
                 r.update(graph=g, n=meta["num_nodes"], m=meta["num_edges"])
                 rows.append(r)
             jpath.write_text(json.dumps({"rows": rows}, indent=1, default=str))
-    rss = []
-    if "rmat" in graphs:
+    rss = old_rss
+    if "rmat" in graphs and args.rss_ranks:
+        rss = []
         for P in args.rss_ranks:
             p = max(4, P)
             r = run_partition(graphs["rmat"], "adadne", p, P, work / f"store-rss-{P}", extra)
