@@ -297,6 +297,7 @@ def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
                     force: bool = False) -> Path:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io.canonical import write_dataset
+    from shardgnn.io.convert import finish_output
 
     d = Path(out)
     if d.exists() and not d.is_dir():
@@ -311,9 +312,7 @@ def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
                              masks=g.masks, name=name, source=g.params.get("generator", ""))
         meta.extra = {"generator": g.params}
         (tmp / "graph.json").write_text(meta.to_json())
-        if d.exists():
-            shutil.rmtree(d)
-        os.replace(tmp, d)
+        finish_output(tmp, d)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
