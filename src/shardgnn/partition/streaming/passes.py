@@ -112,7 +112,7 @@ def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, p: int, sink: Any
     (partitions r, r + P, ...); ``counts`` is per partition. Collective over comm."""
     P = comm.size
     per_rank = np.array([counts[r::P].sum() for r in range(P)], np.int64)
-    got = comm.alltoallv(recs, per_rank, op_name="partition_route")
+    got = comm.alltoallv(recs, per_rank, op_name="partition_route") if P > 1 else recs
     table = comm.allgather_obj(counts) if P > 1 else [counts]
     pos = 0
     for src in range(P):
