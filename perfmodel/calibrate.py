@@ -8,6 +8,7 @@ and redistribution) and torch lazily — the rest of perfmodel never does.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import time
 from pathlib import Path
@@ -158,11 +159,12 @@ def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
     }
 
 
-def main(args: argparse.Namespace) -> int:
-    """Measure and write the profile. Collective over the world communicator."""
-    from shardgnn.comm import world
-
-    widths = [int(x) for x in str(args.widths).split(",") if x]
+def check_args(args: argparse.Namespace) -> list[int]:
+    """Validate the calibrate options (identically on every rank); returns the widths."""
+    try:
+        widths = [int(x) for x in str(args.widths).split(",") if x]
+    except ValueError:
+        widths = []
     if not widths or min(widths) <= 0:
         raise PerfModelError(f"widths: expected positive integers, got {args.widths!r}")
     if args.dtype not in ("float32", "float64"):
@@ -170,29 +172,67 @@ def main(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.graph_nodes < 2 or args.gemm_rows < 1:
         raise PerfModelError("calibrate: expected --repeats >= 1, --graph-nodes >= 2, "
                              "--gemm-rows >= 1")
-    out = Path(args.out)
-    if out.is_dir():
-        raise PerfModelError(f"{out}: expected a profile file name, got a directory")
-    comm = world()
+    return widths
+
+
+def measure(comm: Any, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """All measurements as profile sections (same dict on every rank). Collective over comm."""
+    import torch
+
+    widths = check_args(args)
     dtype = np.dtype(args.dtype)
     t0 = time.time()
     coll = _collectives(comm, args.repeats, dtype) if comm.size > 1 else {
         k: {"latency_s": 0.0, "bandwidth_Bps": 1e30} for k in ("alltoallv", "allreduce", "bcast")}
     redist = _redistribute(comm, args.repeats, dtype, int(args.gemm_rows))
     kern = _kernels(comm, args, widths, dtype)
-    if comm.rank == 0:
-        import torch
+    data: dict[str, dict[str, Any]] = {
+        "machine": {"name": args.name or Path(args.out).stem, "description": args.description,
+                    "host": socket.gethostname(), "ranks": comm.size, "dtype": str(dtype),
+                    "threads_per_rank": torch.get_num_threads(),
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "load_average_1min": round(os.getloadavg()[0], 2),
+                    "calibrate_seconds": round(time.time() - t0, 1)},
+        **coll}
+    if redist is not None:
+        data["redistribute"] = redist
+    data.update(kern)
+    return data
 
-        data: dict[str, dict[str, Any]] = {
-            "machine": {"name": args.name or out.stem, "description": args.description,
-                        "host": socket.gethostname(), "ranks": comm.size,
-                        "dtype": str(dtype), "threads_per_rank": torch.get_num_threads(),
-                        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        "calibrate_seconds": round(time.time() - t0, 1)},
-            **coll}
-        if redist is not None:
-            data["redistribute"] = redist
-        data.update(kern)
+
+def merge(profiles: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Geometric means of the rates, latencies and bandwidths of several measurements of the
+    same machine (e.g. before and after a benchmark); raw samples are dropped."""
+    out = {k: dict(v) for k, v in profiles[0].items()}
+
+    def gmean(vals: list[Any]) -> Any:
+        arr = np.asarray(vals, dtype=float)
+        return np.exp(np.log(np.maximum(arr, 1e-300)).mean(axis=0)).tolist()
+
+    for sec, body in out.items():
+        if sec == "machine":
+            continue
+        for key in ("latency_s", "bandwidth_Bps", "rate", "rate_tn", "mask_rate"):
+            if key in body:
+                body[key] = gmean([p[sec][key] for p in profiles])
+        body.pop("sizes", None)
+        body.pop("seconds", None)
+    out["machine"]["merged_from"] = len(profiles)
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    """Measure and write the profile. Collective over the world communicator."""
+    from shardgnn.comm import world
+
+    check_args(args)
+    out = Path(args.out)
+    if out.is_dir():
+        raise PerfModelError(f"{out}: expected a profile file name, got a directory")
+    comm = world()
+    t0 = time.time()
+    data = measure(comm, args)
+    if comm.rank == 0:
         write_profile(out, data, header=f"shardgnn-perfmodel machine profile, measured with "
                       f"`mpiexec -n {comm.size} shardgnn-perfmodel calibrate` "
                       f"(medians of the slowest rank).")

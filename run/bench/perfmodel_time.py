@@ -39,18 +39,30 @@ def driver(args: argparse.Namespace) -> int:
              num_features=args.features, seed=args.seed, out=data, force=True)
         print(f"generated {data} in {time.time() - t0:.1f} s", flush=True)
     raw = out / "perfmodel_time_raw.json"
+    if args.analyse_only:
+        res = json.loads(raw.read_text())
+        res["summary"] = analyse(res, args.profile if not args.calibrate
+                                 else str(out / "profile-bench.toml"))
+        (out / "perfmodel_time.json").write_text(json.dumps(res, indent=1))
+        print_summary(res)
+        return 0
     mpiexec = Path(sys.executable).with_name("mpiexec")
     cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(args.ranks), sys.executable,
            "-m", "mpi4py", __file__, "--worker", "--out", str(out), "--data", str(data),
            "--hidden", str(args.hidden), "--layers", str(args.layers), "--passes",
            str(args.passes), "--profile", args.profile, "--dtype", args.dtype]
+    if not args.calibrate:
+        cmd.append("--no-calibrate")
     env = dict(os.environ, OMP_NUM_THREADS="1", SHARDGNN_PROGRESS="0",
                SHARDGNN_PERFMODEL_PROFILE=args.profile)
     t0 = time.time()
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     res = json.loads(raw.read_text())
     res["wall_seconds"] = time.time() - t0
-    summary = analyse(res, args.profile)
+    profile = str(out / "profile-bench.toml") if args.calibrate else args.profile
+    if args.calibrate:
+        res["summary_bundled_profile"] = analyse(json.loads(raw.read_text()), args.profile)
+    summary = analyse(res, profile)
     res["summary"] = summary
     (out / "perfmodel_time.json").write_text(json.dumps(res, indent=1))
     print_summary(res)
@@ -111,7 +123,9 @@ def print_summary(res: dict) -> None:
 
 
 def worker(args: argparse.Namespace) -> int:
+    from perfmodel import calibrate
     from perfmodel.orders import all_orders
+    from perfmodel.profile import write_profile
     from shardgnn.comm import world
     from shardgnn.rdm import autoorder
     from shardgnn.rdm.main import RDMConfig, build, default_order
@@ -122,6 +136,14 @@ def worker(args: argparse.Namespace) -> int:
     built = build(comm, cfg)
     tr = built.trainer
     prob = autoorder.problem_of(comm, tr)
+    cal_args = argparse.Namespace(
+        out=str(Path(args.out) / "profile-bench.toml"), name="bench-inline",
+        description="calibrated in the benchmark run, before and after the timings (geometric "
+                    "mean), on a uniform random graph of the benchmark's N and average degree",
+        graph_nodes=prob["nodes"], graph_degree=max(1, round(prob["nnz"] / prob["nodes"] - 1)),
+        widths="1,2,4,8,16,32,64,128,256", gemm_rows=-(-prob["nodes"] // prob["ranks"]),
+        repeats=3, dtype=args.dtype, seed=1)
+    cal = [calibrate.measure(comm, cal_args)] if args.calibrate else []
     orders = [str(o) for o in all_orders(args.layers)]
     times: dict[str, list[float]] = {o: [] for o in orders}
     parts: dict[str, list[dict]] = {o: [] for o in orders}
@@ -135,6 +157,12 @@ def worker(args: argparse.Namespace) -> int:
                 times[o].append(t)
                 parts[o].append(rec["times"])
     autoorder._restore(tr, snap)
+    if args.calibrate:
+        cal.append(calibrate.measure(comm, cal_args))
+        if comm.rank == 0:
+            write_profile(cal_args.out, calibrate.merge(cal), header="benchmark-inline profile")
+        comm.barrier()
+        os.environ["SHARDGNN_PERFMODEL_PROFILE"] = cal_args.out
     t0 = time.perf_counter()
     auto = autoorder.choose_order(comm, cfg, lambda: tr, mode="auto")
     t_auto = time.perf_counter() - t0
@@ -166,9 +194,16 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=2, help="GCN layers (default 2: 16 orders)")
     ap.add_argument("--ranks", type=int, default=2, help="MPI ranks P (default 2)")
     ap.add_argument("--passes", type=int, default=5, help="timed round-robin passes (default 5)")
-    ap.add_argument("--profile", default="local-2core", help="machine profile (default local-2core)")
+    ap.add_argument("--profile", default="local-2core", help="machine profile used with "
+                    "--no-calibrate and for reference (default local-2core)")
+    ap.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                    help="do not calibrate inside the run (use --profile for the predictions; by "
+                         "default the run calibrates before and after the timings, because this "
+                         "shared machine's speed changes several-fold with other jobs' load)")
     ap.add_argument("--dtype", default="float32", help="float32 (default) or float64")
     ap.add_argument("--seed", type=int, default=0, help="CSBM seed (default 0)")
+    ap.add_argument("--analyse-only", action="store_true", help="recompute the predictions and "
+                    "figures from OUT/perfmodel_time_raw.json (e.g. with another --profile)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     return worker(args) if args.worker else driver(args)
