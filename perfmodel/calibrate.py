@@ -54,13 +54,14 @@ def fit_line(x: list[float], t: list[float]) -> tuple[float, float]:
     return a, 1.0 / slope
 
 
-def _collectives(comm: Any, repeats: int, dtype: np.dtype) -> dict[str, dict[str, Any]]:
+def _collectives(comm: Any, repeats: int, dtype: np.dtype,
+                 sizes: list[int] = SIZES) -> dict[str, dict[str, Any]]:
     P = comm.size
     out: dict[str, dict[str, Any]] = {}
     item = dtype.itemsize
     rec: dict[str, tuple[list[float], list[float]]] = {"alltoallv": ([], []),
                                                         "allreduce": ([], []), "bcast": ([], [])}
-    for nbytes in SIZES:
+    for nbytes in sizes:
         n = max(nbytes // item, P)
         per = n // P
         buf = np.ones(per * P, dtype=dtype)
@@ -93,7 +94,7 @@ def _redistribute(comm: Any, repeats: int, dtype: np.dtype, rows: int) -> dict[s
     except ImportError:
         return None
     x, t = [], []
-    for width in (2, 8, 32, 64, 128, 256):
+    for width in ((2, 16, 64) if rows < 20_000 else (2, 8, 32, 64, 128, 256)):
         fn, nbytes = redistribute_timer(comm, rows, width, str(dtype))
         x.append(nbytes)
         t.append(_median_max(comm, fn, repeats) / 2.0)  # fn does there and back
@@ -160,7 +161,10 @@ def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
 
 
 def check_args(args: argparse.Namespace) -> list[int]:
-    """Validate the calibrate options (identically on every rank); returns the widths."""
+    """Validate the calibrate options (identically on every rank); returns the widths.
+    ``--quick`` replaces the sizes by small ones."""
+    if getattr(args, "quick", False):
+        args.graph_nodes, args.widths, args.gemm_rows, args.repeats = 20_000, "1,4,16,64", 5000, 2
     try:
         widths = [int(x) for x in str(args.widths).split(",") if x]
     except ValueError:
@@ -182,7 +186,8 @@ def measure(comm: Any, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     widths = check_args(args)
     dtype = np.dtype(args.dtype)
     t0 = time.time()
-    coll = _collectives(comm, args.repeats, dtype) if comm.size > 1 else {
+    sizes = [x for x in SIZES if x <= 2**20] if getattr(args, "quick", False) else SIZES
+    coll = _collectives(comm, args.repeats, dtype, sizes) if comm.size > 1 else {
         k: {"latency_s": 0.0, "bandwidth_Bps": 1e30} for k in ("alltoallv", "allreduce", "bcast")}
     redist = _redistribute(comm, args.repeats, dtype, int(args.gemm_rows))
     kern = _kernels(comm, args, widths, dtype)

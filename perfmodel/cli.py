@@ -381,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "median is kept (default 5)")
     p.add_argument("--dtype", default="float32", help="float32 (default) or float64")
     p.add_argument("--seed", type=int, default=0, help="seed of the random test data")
+    p.add_argument("--quick", action="store_true", help="a rough profile in seconds (tests, "
+                   "smoke runs): graph 20000 nodes, widths 1,4,16,64, GEMM rows 5000, 2 "
+                   "repetitions, messages up to 1 MiB; overrides those options")
     p.set_defaults(func=cmd_calibrate)
     return parser
 
