@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 import streaming_data as sd  # noqa: E402
 
 CONFIGS = {"spring": {"refine": 0},
-           "spring+refine": {"refine": 16, "refine_clusters": 4, "refine_frac": 0.8}}
+           "spring+refine": {"refine": 16, "refine_clusters": 4, "refine_frac": 0.8, "tau": 0.05}}
 
 
 def worker(out: Path, graphs: list[str], parts: list[int], cache: Path) -> None:
@@ -33,6 +33,7 @@ def worker(out: Path, graphs: list[str], parts: list[int], cache: Path) -> None:
     from shardgnn import log
     from shardgnn.comm import world
     from shardgnn.partition.streaming.pipeline import PartitionConfig, main
+    from shardgnn.partition.streaming.spring import SpringParams
 
     comm = world()
     log.setup(1)
@@ -44,8 +45,10 @@ def worker(out: Path, graphs: list[str], parts: list[int], cache: Path) -> None:
         for p in parts:
             row = {"graph": g, "p": p}
             for name, kw in CONFIGS.items():
+                kw = dict(kw)
+                spring = SpringParams(tau=kw.pop("tau", 0.1))
                 m = main(comm, PartitionConfig(dataset=str(d), algo="spring", parts=p,
-                                               out=str(scratch / "parts"), **kw))
+                                               out=str(scratch / "parts"), spring=spring, **kw))
                 row[name] = {"rf": m["rf"], "vertex_balance_owned": m["vertex_balance_owned"]}
             rows.append(row)
     if comm.rank == 0:

@@ -35,7 +35,7 @@ from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
 #: name -> (algo, config overrides)
 VARIANTS = {
     "spring": ("spring", {}),
-    "spring+refine": ("spring", {"refine": 16, "refine_clusters": 4, "refine_frac": 0.8}),
+    "spring+refine": ("spring", {"refine": 16, "refine_clusters": 4, "refine_frac": 0.8, "tau": 0.05}),
     "hdrf": ("hdrf", {}),
     "hdrf(cap)": ("hdrf", {"vcut_balance": 1.05}),
     "dbh": ("dbh", {}),

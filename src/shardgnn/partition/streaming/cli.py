@@ -20,6 +20,7 @@ __all__ = ["ALGORITHMS", "add_arguments", "run", "config_from_args"]
 DEFAULT_REFINE = 16
 DEFAULT_REFINE_CLUSTERS = 4
 DEFAULT_REFINE_FRAC = 0.8
+DEFAULT_REFINE_TAU = 0.05
 
 
 def add_arguments(parser: Any) -> None:
@@ -58,9 +59,10 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--beta", type=float, default=1.05,
                    help="SPRING balance factor: clusters merge while |C_i|+|C_t| <= beta*|V|/p "
                    "(default: 1.05)")
-    g.add_argument("--tau", type=float, default=0.1,
+    g.add_argument("--tau", type=float, default=None,
                    help="SPRING cluster volume threshold tau_vol = TAU*|E|/p, |E| counting both "
-                   "directions of each undirected edge (default: 0.1)")
+                   "directions of each undirected edge (default: 0.1 as the paper with --refine "
+                   "0; %s when refining, where finer clusters measured better)" % DEFAULT_REFINE_TAU)
     g.add_argument("--merge", choices=("static", "resort"), default="static",
                    help="SPRING merge order: static = sort clusters ascending once (Algorithm 1, "
                    "authors' code); resort = re-rank a cluster after each merge (paper prose) "
@@ -104,14 +106,16 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
     if str(args.parts).lower() == "auto":
         auto = AutoParts(devices=args.devices or 0, device_mem=args.device_mem or 0.0,
                          reserve=args.reserve)
+    refine = args.refine if args.refine is not None else DEFAULT_REFINE if algo == "spring" else 0
+    tau = args.tau if args.tau is not None else DEFAULT_REFINE_TAU if refine else 0.1
     return PartitionConfig(
         dataset=args.dataset, algo=algo,
         parts="auto" if auto else args.parts, out=args.out, seed=args.seed,
         results=args.results, chunk=args.chunk, hops=args.hops,
-        refine=(args.refine if args.refine is not None else DEFAULT_REFINE if algo == "spring" else 0),
+        refine=refine,
         refine_frac=args.refine_frac, refine_balance=args.refine_balance,
         refine_clusters=args.refine_clusters,
-        spring=SpringParams(beta=args.beta, tau=args.tau, merge=args.merge,
+        spring=SpringParams(beta=args.beta, tau=tau, merge=args.merge,
                             assign_order=args.assign_order, stream_order=args.stream_order),
         base=BaselineParams(hdrf_lambda=args.hdrf_lambda, hdrf_epsilon=args.hdrf_epsilon,
                             twops_port=args.twops_port, twops_balance=args.twops_balance,
