@@ -16,8 +16,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from shardgnn.errors import ShardError
-from shardgnn.graph.csr import CSR
 from shardgnn.rdm.backend import Backend, dropout_mask, mask_key
 from shardgnn.rdm.layout import Grid, resplit_counts
 from shardgnn.rdm.schedule import OTHER, Order, backward, forward, parse_order

@@ -6,14 +6,13 @@ holds the in-edges of its panel rows only (plus O(N) vectors: degrees, the renum
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardgnn.errors import ShardError, input_error
+from shardgnn.errors import input_error
 from shardgnn.graph.csr import CSR, add_self_loops, csr_from_pairs, gcn_values
 from shardgnn.io.canonical import EdgeStream, GraphMeta, load_node_array
 from shardgnn.rdm.layout import Grid
@@ -209,19 +208,4 @@ def row_scale(x: np.ndarray) -> np.ndarray:
     return 1.0 / np.where(s > 0, s, 1.0)
 
 
-def check_labels(y: np.ndarray, num_classes: int, path: Path) -> None:
-    """Raise when a label is outside [0, num_classes)."""
-    if y.size and (y.min() < 0 or y.max() >= num_classes):
-        raise input_error(path / "y.npy", f"expected labels in [0, {num_classes}), got "
-                          f"[{y.min()}, {y.max()}]")
-
-
-def panel_stats(a: CSR) -> dict[str, Any]:
-    return {"rows": a.nrows, "nnz": a.nnz}
-
-
-def read_graph_json(directory: str | Path) -> dict[str, Any]:
-    return json.loads((Path(directory) / "graph.json").read_text())
-
-
-__all__ = ["Renumbering", "read_partition", "load_panel", "NodeData", "ShardError"]
+__all__ = ["Renumbering", "read_partition", "load_panel", "NodeData", "row_scale"]

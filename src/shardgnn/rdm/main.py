@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -299,4 +298,4 @@ def config_from_args(args: Any) -> RDMConfig:
                      feature_norm=args.feature_norm)
 
 
-__all__ = ["RDMConfig", "build", "main", "config_from_args", "default_order", "Path"]
+__all__ = ["RDMConfig", "build", "main", "config_from_args", "default_order"]

@@ -6,7 +6,7 @@ training communicates (through the Trainer). Requires R = P: every rank holds al
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -157,4 +157,4 @@ def run_saint(comm: Any, cfg: Any, built: Any) -> dict[str, Any]:
     return rec
 
 
-__all__ = ["Sampler", "induced", "normalisation", "run_saint", "Callable"]
+__all__ = ["Sampler", "induced", "normalisation", "run_saint"]
