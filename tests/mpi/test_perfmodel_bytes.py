@@ -63,8 +63,8 @@ def test_engine_bytes_equal_model(P, tmp_path):
 def test_engine_bytes_with_empty_ranks(tmp_path):
     """N = 3 < P = 4: ranks with empty row tiles and empty column tiles."""
     data = _dataset(tmp_path / "tiny", n=3, f0=2, classes=2, seed=1)
-    configs = [{"layers": 2, "hidden": 3, "replicas": 4, "orders": L2[::2]},
-               {"layers": 2, "hidden": 3, "replicas": 2, "orders": L2[1::2]}]
+    configs = [{"layers": 2, "hidden": 3, "replicas": 4, "orders": L2[::3]},
+               {"layers": 2, "hidden": 3, "replicas": 2, "orders": L2[1::3]}]
     out = tmp_path / "bytes.json"
     run_mpi(4, [SCRIPTS / "perfmodel_bytes.py", out, data, json.dumps(configs)], timeout=240)
     _check(json.loads(out.read_text()))
