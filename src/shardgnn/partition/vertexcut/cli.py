@@ -60,6 +60,10 @@ def add_arguments(parser: Any) -> None:
                    help="AdaDNE: once at most this share of edges is free, every partition "
                    "expands its whole boundary (our addition, fewer iterations but worse VB; 0 = off) "
                    "(default: 0)")
+    g.add_argument("--ada-hub-defer", type=float, default=0.1,
+                   help="AdaDNE: a boundary vertex with more than this share of |E|/p free edges "
+                   "is not expanded (its edges are left to neighbours' expansions, replicating the "
+                   "hub); our addition; 0 = off (default: 0.1)")
     g.add_argument("--dne-seed-growth", type=float, default=2.0,
                    help="seed batch growth while a partition's boundary stays empty: 1, g, g^2, "
                    "... seeds per iteration (1 = one seed per iteration as in DistributedNE) "
@@ -91,6 +95,8 @@ def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
         raise ShardError(f"--ada-cap: expected 0 or a value >= 1, got {args.ada_cap}")
     if not 0 <= args.ada_tail < 1:
         raise ShardError(f"--ada-tail: expected a value in [0, 1), got {args.ada_tail}")
+    if args.ada_hub_defer < 0:
+        raise ShardError(f"--ada-hub-defer: expected a value >= 0, got {args.ada_hub_defer}")
     if args.dne_seed_growth < 1:
         raise ShardError(f"--dne-seed-growth: expected a value >= 1, got {args.dne_seed_growth}")
     if args.dne_seed_samples < 1:
@@ -100,7 +106,8 @@ def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
                            lam_min=args.ada_lambda_min, response=args.ada_response,
                            beta=args.ada_beta, seed=int(args.seed),
                            seed_samples=args.dne_seed_samples, seed_growth=args.dne_seed_growth,
-                           tail=args.ada_tail, ada_cap=args.ada_cap)
+                           tail=args.ada_tail, ada_cap=args.ada_cap,
+                           hub_defer=args.ada_hub_defer)
 
 
 def run(comm: Any, args: argparse.Namespace) -> int:

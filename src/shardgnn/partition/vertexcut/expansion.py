@@ -54,6 +54,7 @@ class ExpansionConfig:
     seed_growth: float = 2.0
     tail: float = 0.0
     ada_cap: float = 1.2
+    hub_defer: float = 0.1
     salt: int = 0
 
 
@@ -201,17 +202,24 @@ class _Expander:
                 seeds.extend(free[rng.integers(0, free.size, size=take)].tolist())
         return np.unique(np.asarray(seeds, dtype=np.int64))
 
-    def requests(self, st: _State, lam: np.ndarray, open_: np.ndarray) -> np.ndarray:
-        """(vertex, partition) rows this rank expands in this iteration."""
+    def requests(self, st: _State, lam: np.ndarray, open_: np.ndarray,
+                 hub: float = np.inf) -> np.ndarray:
+        """(vertex, partition) rows this rank expands in this iteration.
+
+        Boundary vertices with more than ``hub`` free edges are deferred (kept, not expanded).
+        """
         out = []
         for i in self.parts:
             if not open_[i]:
                 continue
             b = self.boundary[i]
             b = b[st.score[b] > 0]
+            deferred = b[st.score[b] > hub]
+            if deferred.size:
+                b = b[st.score[b] <= hub]
             if b.size == 0:
                 sel = self._seed(i, st.score)
-                self.boundary[i] = b
+                self.boundary[i] = deferred
             else:
                 self.empty_runs[i] = 0
                 k = max(1, int(np.floor(lam[i] * b.size)))
@@ -221,7 +229,7 @@ class _Expander:
                     key = st.score[b] * np.int64(self.n) + b
                     idx = np.argpartition(key, k - 1)
                     sel, rest = b[idx[:k]], b[idx[k:]]
-                self.boundary[i] = rest
+                self.boundary[i] = np.concatenate([rest, deferred]) if deferred.size else rest
             if sel.size:
                 self.core[i][sel] = True
                 out.append(np.column_stack([sel, np.full(sel.size, i, dtype=np.int64)]))
@@ -313,7 +321,8 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
                 lam = np.ones(p)
         else:
             lam = np.full(p, cfg.lam)
-        req = _route_requests(comm, exp.requests(st, lam, open_), cfg.salt)
+        hub = cfg.hub_defer * total_pairs / p if cfg.algo == "adadne" and cfg.hub_defer > 0 else np.inf
+        req = _route_requests(comm, exp.requests(st, lam, open_, hub), cfg.salt)
         room = None
         if capped:
             room = ((cap2 - st.esize2) // 2).clip(0).astype(np.int64)
