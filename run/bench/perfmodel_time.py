@@ -141,7 +141,7 @@ def worker(args: argparse.Namespace) -> int:
         description="calibrated in the benchmark run, before and after the timings (geometric "
                     "mean), on a uniform random graph of the benchmark's N and average degree",
         graph_nodes=prob["nodes"], graph_degree=max(1, round(prob["nnz"] / prob["nodes"] - 1)),
-        widths="1,2,4,8,16,32,64,128,256", gemm_rows=-(-prob["nodes"] // prob["ranks"]),
+        widths="2,4,8,16,32,64,128,256", gemm_rows=-(-prob["nodes"] // prob["ranks"]),
         repeats=3, dtype=args.dtype, seed=1)
     cal = [calibrate.measure(comm, cal_args)] if args.calibrate else []
     orders = [str(o) for o in all_orders(args.layers)]
