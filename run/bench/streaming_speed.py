@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             print(ranks, json.dumps(runs[ranks]["seconds_per_pass"]), flush=True)
         one = runs[1]
         doc["speed"] = {str(k): v for k, v in runs.items()}
+        (res / "streaming_speed.json").write_text(json.dumps(doc, indent=2))  # partial results
         doc["targets"] = {
             "cluster_edges_per_s_P1": one["edges_per_second"].get("cluster"),
             "degrees_edges_per_s_P1": one["edges_per_second"].get("degrees"),
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         mem[str(m_edges)] = {"graph": json.loads((data / "graph.json").read_text()),
                              "spring": spring(data, args.parts, 1, work)}
         print("mem", m_edges, mem[str(m_edges)]["spring"]["peak_rss_bytes_max"], flush=True)
+        doc["memory"] = mem
+        (res / "streaming_speed.json").write_text(json.dumps(doc, indent=2))  # partial results
     if not args.skip_metis:
         mem[str(args.mem_edges)]["metis"] = metis(sd.ensure_rmat(args.mem_scale, args.mem_edges, 2, cache),
                                                   args.parts)
