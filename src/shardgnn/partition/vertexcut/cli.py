@@ -22,7 +22,7 @@ from shardgnn.partition.vertexcut.adaptive import RESPONSES
 from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
 from shardgnn.partition.vertexcut.metrics import distributed_quality
 from shardgnn.partition.vertexcut.shard import load_shard
-from shardgnn.partition.vertexcut.store import write_store
+from shardgnn.partition.vertexcut.store import write_store_columns
 
 ALGORITHMS: tuple[str, ...] = ("adadne", "dne", "hash2d")
 ENGINES: tuple[str, ...] = ()
@@ -110,6 +110,17 @@ def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
                            hub_defer=args.ada_hub_defer)
 
 
+def _mem(tag: str) -> None:
+    """Debug log of this rank's current and peak RSS (MiB) at a phase boundary."""
+    try:
+        with open("/proc/self/status") as fh:
+            f = {k: v for k, v in (ln.split(":", 1) for ln in fh) if k in ("VmRSS", "VmHWM")}
+        log.get().debug("memory %s: RSS %s peak %s", tag, f.get("VmRSS", "?").strip(),
+                        f.get("VmHWM", "?").strip())
+    except OSError:
+        pass
+
+
 def run(comm: Any, args: argparse.Namespace) -> int:
     """Partition, write the store and the results. Collective over comm."""
     t_start = time.perf_counter()
@@ -119,11 +130,13 @@ def run(comm: Any, args: argparse.Namespace) -> int:
     logger = log.get()
     shard = load_shard(args.dataset, comm, chunk=args.chunk)
     t_load = time.perf_counter() - t_start
+    _mem("after load")
     if shard.num_nodes >= 2**62 // max(cfg.parts, 1):
         raise ShardError(f"{args.dataset}: expected fewer than 2**62/p vertices, got {shard.num_nodes}")
     logger.info("%s: %d edges, %d vertices, %d partitions on %d ranks", cfg.algo,
                 shard.num_edges, shard.num_nodes, cfg.parts, comm.size)
     res = expand(comm, shard, cfg)
+    _mem("after expansion")
     q = distributed_quality(comm, res.rec_part, res.vsize, res.member, cfg.parts)
     t_part = res.seconds
     t1 = time.perf_counter()
@@ -133,8 +146,12 @@ def run(comm: Any, args: argparse.Namespace) -> int:
             "params": vars(cfg), "dataset": str(Path(args.dataset).resolve()),
             "rf": q["rf"], "eb": q["eb"], "vb": q["vb"], "iterations": res.iterations,
             "adaptive_factor": "reconstruction of GLISP eq. 5-7" if cfg.algo == "adadne" else ""}
-    write_store(comm, args.out, shard.src, shard.dst, shard.etype, res.rec_part, res.member, info)
+    cols = {"src": shard.src, "dst": shard.dst, "etype": shard.etype, "part": res.rec_part}
+    shard.src = shard.dst = shard.etype = res.rec_part = None  # freed once sent to their hosts
+    _mem("before store")
+    write_store_columns(comm, args.out, cols, res.member, info)
     t_store = time.perf_counter() - t1
+    _mem("after store")
     rss = np.asarray(comm.allgather_obj(peak_rss_bytes()), dtype=np.int64)
     total = time.perf_counter() - t_start
     summary = {"algo": cfg.algo, "parts": cfg.parts, "ranks": comm.size, "rf": q["rf"],

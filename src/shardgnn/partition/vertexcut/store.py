@@ -61,6 +61,84 @@ def _type_index(key_v: np.ndarray, key_t: np.ndarray, nv: int) -> tuple[np.ndarr
     return indptr, key_t[starts].astype(np.int32), ends
 
 
+def _partition_arrays(src: np.ndarray, dst: np.ndarray, etype: np.ndarray | None,
+                      directed: bool, n: int | None = None):
+    """Yield ``(name, array)`` of one partition's structure, one array at a time. Pure.
+
+    Memory-lean: local ids are int32 while they fit, the global->local map is an O(n) lookup
+    table, and each output array is yielded (to be written and dropped) before the next is
+    built, so the peak is a few O(|E_i|) int64 temporaries. Yields every field of
+    :data:`PART_FILES` except degrees and ``partition_set``.
+    """
+    src = np.asarray(src)
+    dst = np.asarray(dst)
+    if n is None:
+        n = int(max(int(src.max(initial=-1)), int(dst.max(initial=-1)))) + 1
+    mask = np.zeros(n, dtype=bool)
+    mask[src] = True
+    mask[dst] = True
+    gid = np.flatnonzero(mask).astype(np.int64)
+    del mask
+    nv = gid.size
+    ldt = np.int32 if nv < 2**31 else np.int64
+    lut = np.zeros(n, dtype=ldt)
+    lut[gid] = np.arange(nv, dtype=ldt)
+    s, d = lut[src], lut[dst]
+    del lut, src, dst
+    t = None
+    if etype is not None and etype.size and int(np.max(etype)) > 0:
+        t = np.asarray(etype).astype(np.int32)
+    del etype
+    if not directed:
+        s, d = np.concatenate([s, d]), np.concatenate([d, s])
+        if t is not None:
+            t = np.concatenate([t, t])
+    yield "global_id", gid
+    del gid
+    m = s.size
+    ntypes = int(t.max()) + 1 if t is not None else 1
+    wide = nv > 0 and float(nv) * nv * ntypes >= 2.0**62
+
+    def sort_by(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if wide:
+            return np.lexsort((b, t, a) if t is not None else (b, a))
+        key = a.astype(np.int64)
+        if t is not None:
+            key *= ntypes
+            key += t
+        key *= max(nv, 1)
+        key += b
+        return np.argsort(key, kind="stable")
+
+    for side, (a, b) in (("out", (s, d)), ("in", (d, s))):
+        indptr = np.zeros(nv + 1, np.int64)
+        np.cumsum(np.bincount(a, minlength=nv), out=indptr[1:])
+        order = sort_by(a, b)
+        yield f"{side}_indptr", indptr
+        yield f"{side}_indices", b[order].astype(np.int64)
+        if t is None:
+            deg = np.diff(indptr)
+            has = deg > 0
+            yield f"{side}_type_indptr", np.concatenate([[0], np.cumsum(has)]).astype(np.int64)
+            yield f"{side}_type_ids", np.zeros(int(has.sum()), np.int32)
+            yield f"{side}_type_ends", indptr[1:][has].astype(np.int64)
+            del deg, has
+        else:
+            ti, tt, te = _type_index(a[order], t[order], nv)
+            yield f"{side}_type_indptr", ti
+            yield f"{side}_type_ids", tt
+            yield f"{side}_type_ends", te
+            del ti, tt, te
+        if side == "out":
+            pos = np.empty(m, dtype=np.int64)
+            pos[order] = np.arange(m, dtype=np.int64)
+            del order
+        else:
+            yield "in_eids", pos[order]
+            del order, pos
+        del indptr
+
+
 def build_partition(src: np.ndarray, dst: np.ndarray, etype: np.ndarray,
                     directed: bool) -> dict[str, np.ndarray]:
     """Structure arrays of one partition from its edge records (global ids). Pure.
@@ -69,32 +147,7 @@ def build_partition(src: np.ndarray, dst: np.ndarray, etype: np.ndarray,
     """
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
-    etype = np.asarray(etype, dtype=np.int64)
-    if not directed:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-        etype = np.concatenate([etype, etype])
-    gid = np.unique(np.concatenate([src, dst]))
-    nv = gid.size
-    s = np.searchsorted(gid, src)
-    d = np.searchsorted(gid, dst)
-    order = np.lexsort((d, etype, s))
-    s, d, t = s[order], d[order], etype[order]
-    out: dict[str, np.ndarray] = {"global_id": gid.astype(np.int64)}
-    indptr = np.zeros(nv + 1, np.int64)
-    np.cumsum(np.bincount(s, minlength=nv), out=indptr[1:])
-    out["out_indptr"] = indptr
-    out["out_indices"] = d.astype(np.int64)
-    out["out_type_indptr"], out["out_type_ids"], out["out_type_ends"] = _type_index(s, t, nv)
-    in_order = np.lexsort((s, t, d)).astype(np.int64)
-    di, ti = d[in_order], t[in_order]
-    iptr = np.zeros(nv + 1, np.int64)
-    np.cumsum(np.bincount(di, minlength=nv), out=iptr[1:])
-    out["in_indptr"] = iptr
-    out["in_indices"] = s[in_order].astype(np.int64)
-    out["in_eids"] = in_order
-    ti_ptr, ti_ids, ti_ends = _type_index(di, ti, nv)
-    out["in_type_indptr"], out["in_type_ids"], out["in_type_ends"] = ti_ptr, ti_ids, ti_ends
-    return out
+    return dict(_partition_arrays(src, dst, np.asarray(etype), directed))
 
 
 def membership_bytes(member_rows: np.ndarray, p: int) -> np.ndarray:
@@ -128,25 +181,45 @@ def write_store(comm: Any, out: str | os.PathLike, src: np.ndarray, dst: np.ndar
     (replacing a previous store). ``info`` needs num_nodes, num_parts, directed, edge_types,
     num_edge_types; it is copied into ``meta.json``. Returns the meta dict.
     """
+    cols = {"src": src, "dst": dst, "etype": etype, "part": rec_part}
+    del src, dst, etype, rec_part
+    return write_store_columns(comm, out, cols, member, info)
+
+
+def write_store_columns(comm: Any, out: str | os.PathLike, cols: dict[str, np.ndarray],
+                        member: np.ndarray, info: dict[str, Any]) -> dict[str, Any]:
+    """:func:`write_store` taking the record columns in a dict it empties. Collective over comm.
+
+    ``cols`` holds ``src``, ``dst``, ``etype``, ``part`` (one entry per local record). Each
+    column is removed from the dict once sent, so a caller that keeps no other reference
+    frees the edge shard while the store is built (peak memory ~ |E|/P plus one partition).
+    """
     out = Path(out)
     err = check_out_dir(out)
     comm.agree(not err, err)
     p, n, P = int(info["num_parts"]), int(info["num_nodes"]), comm.size
     directed = bool(info["directed"])
     tmp = Path(comm.bcast_obj(f"{out}.tmp-{os.getpid()}" if comm.rank == 0 else None))
-    odeg = np.bincount(src, minlength=n).astype(np.int64)
-    ideg = np.bincount(dst, minlength=n).astype(np.int64)
+    odeg = np.bincount(cols["src"], minlength=n).astype(np.int64)
+    ideg = np.bincount(cols["dst"], minlength=n).astype(np.int64)
     comm.allreduce(odeg, "sum")
     comm.allreduce(ideg, "sum")
     if not directed:
         odeg += ideg
         ideg = odeg
-    host = rec_part.astype(np.int64) % P
+    host = cols["part"].astype(np.int64) % P
     order = np.argsort(host, kind="stable")
-    rows = np.column_stack([src, dst, etype.astype(np.int64), rec_part.astype(np.int64)])[order]
-    got = comm.alltoallv(np.ascontiguousarray(rows), np.bincount(host, minlength=P).astype(np.int64),
-                         op_name="store")
-    del rows
+    counts = np.bincount(host, minlength=P).astype(np.int64)
+    del host
+    vdt = np.int32 if n < 2**31 else np.int64
+    got: dict[str, np.ndarray] = {}
+    for name, dt in (("part", np.int32), ("src", vdt), ("dst", vdt), ("etype", np.int32)):
+        col = cols.pop(name)
+        send = np.ascontiguousarray(col[order], dtype=dt)
+        del col
+        got[name] = comm.alltoallv(send, counts, op_name="store")
+        del send
+    del order
     err = ""
     parts_meta: list[dict[str, Any]] = []
     try:
@@ -158,20 +231,34 @@ def write_store(comm: Any, out: str | os.PathLike, src: np.ndarray, dst: np.ndar
         err = f"{tmp}: cannot create the output directory ({exc})"
     comm.agree(not err, err)
     try:
-        for i in range(comm.rank, p, P):
-            sel = got[:, 3] == i
-            arrs = build_partition(got[sel, 0], got[sel, 1], got[sel, 2], directed)
-            gid = arrs["global_id"]
-            arrs["out_degree"] = odeg[gid]
-            arrs["in_degree"] = ideg[gid]
-            arrs["partition_set"] = membership_bytes(member[gid], p)
+        mine = list(range(comm.rank, p, P))
+        for k, i in enumerate(mine):
+            if len(mine) == 1:
+                sel = None
+                ps, pd, pt = got.pop("src"), got.pop("dst"), got.pop("etype")
+                got.pop("part")
+            else:
+                sel = np.flatnonzero(got["part"] == i)
+                ps, pd, pt = got["src"][sel], got["dst"][sel], got["etype"][sel]
+            ne = int(ps.size)
             d = tmp / part_dir(i)
             d.mkdir()
-            for name in PART_FILES:
-                _save(d / f"{name}.npy", arrs[name])
-            parts_meta.append({"id": i, "dir": part_dir(i), "num_vertices": int(gid.size),
-                               "num_edges": int(sel.sum()),
-                               "num_out_edges": int(arrs["out_indices"].size)})
+            nv = nout = 0
+            gen = _partition_arrays(ps, pd, pt, directed, n)
+            del ps, pd, pt, sel
+            for name, arr in gen:
+                if name == "global_id":
+                    nv = int(arr.size)
+                    _save(d / "out_degree.npy", odeg[arr])
+                    _save(d / "in_degree.npy", ideg[arr])
+                    _save(d / "partition_set.npy", membership_bytes(member[arr], p))
+                if name == "out_indices":
+                    nout = int(arr.size)
+                _save(d / f"{name}.npy", arr)
+                del arr
+            parts_meta.append({"id": i, "dir": part_dir(i), "num_vertices": nv,
+                               "num_edges": ne, "num_out_edges": nout})
+        got.clear()
     except OSError as exc:
         err = f"{tmp}: cannot write a partition ({exc})"
     comm.agree(not err, err)
