@@ -64,6 +64,10 @@ def add_arguments(parser: Any) -> None:
                    help="AdaDNE: a boundary vertex with more than this share of |E|/p free edges "
                    "is not expanded (its edges are left to neighbours' expansions, replicating the "
                    "hub); our addition; 0 = off (default: 0.1)")
+    g.add_argument("--ada-refine", type=int, default=10,
+                   help="AdaDNE: rounds of the vertex-balance refinement after the expansion "
+                   "(leaf edges of vertex-heavy partitions move to partitions holding their other "
+                   "end; never raises RF; our addition; 0 = off) (default: 10)")
     g.add_argument("--dne-seed-growth", type=float, default=2.0,
                    help="seed batch growth while a partition's boundary stays empty: 1, g, g^2, "
                    "... seeds per iteration (1 = one seed per iteration as in DistributedNE) "
@@ -97,6 +101,8 @@ def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
         raise ShardError(f"--ada-tail: expected a value in [0, 1), got {args.ada_tail}")
     if args.ada_hub_defer < 0:
         raise ShardError(f"--ada-hub-defer: expected a value >= 0, got {args.ada_hub_defer}")
+    if args.ada_refine < 0:
+        raise ShardError(f"--ada-refine: expected >= 0 rounds, got {args.ada_refine}")
     if args.dne_seed_growth < 1:
         raise ShardError(f"--dne-seed-growth: expected a value >= 1, got {args.dne_seed_growth}")
     if args.dne_seed_samples < 1:
@@ -107,7 +113,7 @@ def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
                            beta=args.ada_beta, seed=int(args.seed),
                            seed_samples=args.dne_seed_samples, seed_growth=args.dne_seed_growth,
                            tail=args.ada_tail, ada_cap=args.ada_cap,
-                           hub_defer=args.ada_hub_defer)
+                           hub_defer=args.ada_hub_defer, refine=args.ada_refine)
 
 
 def _mem(tag: str) -> None:

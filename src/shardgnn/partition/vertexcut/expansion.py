@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
-from shardgnn.partition.vertexcut import adaptive, kernels
+from shardgnn.partition.vertexcut import adaptive, kernels, refine
 from shardgnn.partition.vertexcut.shard import EdgeShard, audience, hash2d, mix64
 
 ALGOS = ("adadne", "dne", "hash2d")
@@ -55,6 +55,7 @@ class ExpansionConfig:
     tail: float = 0.0
     ada_cap: float = 1.2
     hub_defer: float = 0.1
+    refine: int = 10
     salt: int = 0
 
 
@@ -265,6 +266,7 @@ def expand(comm: Any, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult
     ``seconds`` of the result excludes loading the numba kernels (done first, untimed).
     """
     kernels.warmup()
+    refine.warmup()
     t0 = time.perf_counter()
     p, n = cfg.parts, shard.num_nodes
     loc = _Local(shard)
@@ -277,6 +279,12 @@ def expand(comm: Any, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult
         _commit(comm, loc, st, np.arange(loc.npairs, dtype=np.int64), parts)
     else:
         it = _expansion_loop(comm, loc, st, cfg, total_pairs, trace)
+        if cfg.algo == "adadne" and cfg.refine > 0:
+            cap2 = float(2 * edge_cap(total_pairs, p, cfg.ada_cap)) if cfg.ada_cap > 0 else np.inf
+            st.member, st.vsize, st.esize2, moved = refine.refine(
+                comm, loc.pa, loc.pb, loc.assign, n, p, cap2, cfg.refine)
+            trace.append({"refine_moves": moved})
+            log.get().info("%s: vertex-balance refinement moved %d edges", cfg.algo, moved)
     rec_part = _records(comm, shard, loc, st, cfg)
     return ExpansionResult(rec_part=rec_part, member=st.member, vsize=st.vsize, iterations=it,
                            seconds=time.perf_counter() - t0, trace=trace)
