@@ -213,3 +213,24 @@ def test_orderings():
     assert gid[ordering.order("pds", gid, part=part, degree=deg)].tolist() == [14, 11, 13, 12, 10]
     with pytest.raises(ValueError):
         ordering.order("pds", gid)
+
+
+def test_refinement_keeps_cover_and_never_raises_rf():
+    # power-law-ish random graph: refinement on vs off, same seed
+    rng = np.random.default_rng(3)
+    n = 400
+    w = 1.0 / np.arange(1, n + 1) ** 0.8
+    a = rng.choice(n, 3000, p=w / w.sum())
+    b = rng.integers(0, n, 3000)
+    keep = a != b
+    pairs = np.unique(np.column_stack([np.minimum(a, b), np.maximum(a, b)])[keep], axis=0)
+    sh = _shard(pairs, n)
+    off = expand(SoloComm(), sh, ExpansionConfig(algo="adadne", parts=8, seed=0, refine=0))
+    on = expand(SoloComm(), sh, ExpansionConfig(algo="adadne", parts=8, seed=0, refine=10))
+    q_off = _check_cover(sh, off, 8)
+    q_on = _check_cover(sh, on, 8)
+    assert q_on["rf"] <= q_off["rf"] + 1e-12
+    assert q_on["vb"] <= q_off["vb"] + 1e-12
+    assert q_on["eb"] <= 1.2 + 1e-9
+    assert np.array_equal(on.rec_part, expand(SoloComm(), sh, ExpansionConfig(
+        algo="adadne", parts=8, seed=0, refine=10)).rec_part)
