@@ -25,7 +25,7 @@ setup(
     extras_require={
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "matplotlib"],
         "gpu": ["cupy-cuda12x"],
         "bench": ["pymetis", "matplotlib"],
         "plot": ["matplotlib"],
