@@ -396,19 +396,24 @@ def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
 
 
 def warmup() -> None:
-    """Load (or compile) the per-edge kernels on tiny inputs, so pass timings exclude the JIT."""
-    e = np.array([[0, 1]], np.int64)
-    deg = np.zeros(2, np.int64)
-    count_degrees(e, deg, False)
-    for dt in (np.int32, np.int64):
-        cluster_chunk(e, 0, new_vertex_state(deg, dt), np.zeros(4, dt), 1.0, 1)
-    pres = np.ones((2, 1), np.uint64)
-    expand_presence(e, pres, pres.copy(), False)
-    counts = np.zeros(64, np.int64)
-    masks = np.empty((1, 1), np.uint64)
-    route_count(e, pres, masks, counts)
-    for dt in (np.int32, np.int64):
-        route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), dt))
+    """Load (or compile) the per-edge kernels on tiny inputs, so pass timings exclude the JIT.
+
+    Edge chunks come as int64 (``EdgeStream``) or in the file dtype (int32 or int64, the
+    passes' native reader): both specialisations are loaded."""
+    for et in (np.int32, np.int64):
+        e = np.array([[0, 1]], et)
+        deg = np.zeros(2, np.int64)
+        count_degrees(e, deg, False)
+        for dt in (np.int32, np.int64):
+            cluster_chunk(e, 0, new_vertex_state(deg, dt), np.zeros(4, dt), 1.0, 1)
+        pres = np.ones((2, 1), np.uint64)
+        expand_presence(e, pres, pres.copy(), False)
+        counts = np.zeros(64, np.int64)
+        masks = np.empty((1, 1), np.uint64)
+        route_count(e, pres, masks, counts)
+        for dt in (np.int32, np.int64):
+            route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), dt))
+        one_side_parts(e, np.zeros(2, np.int64), 0, np.empty(1, np.int64))
 
 
 @njit(cache=True)

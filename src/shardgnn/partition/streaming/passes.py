@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from shardgnn import log
-from shardgnn.io.canonical import EdgeStream
+from shardgnn.io.canonical import EDGES, EdgeStream
 from shardgnn.partition.streaming import kernels as K
 
 
@@ -29,9 +29,44 @@ class PassTimer:
         self.edges[name] = self.edges.get(name, 0) + int(edges)
 
 
-def open_stream(dataset: str, comm: Any, chunk: int) -> EdgeStream:
+class NativeStream(EdgeStream):
+    """An :class:`EdgeStream` that can also yield chunks in the file's own dtype (int32 for
+    graphs below 2^31 vertices) read into one reused buffer: no int64 conversion and no
+    allocation per chunk. Iterating it as an ``EdgeStream`` still yields fresh int64 chunks.
+    """
+
+    def native(self) -> Iterator[np.ndarray]:
+        """Yield (k, 2) views of one reused buffer in the file dtype (valid until the next
+        chunk: kernels must not keep them)."""
+        if self.hi <= self.lo:
+            return
+        dt = self.meta.np_dtype
+        item = 2 * dt.itemsize
+        buf = np.empty((min(self.chunk, self.hi - self.lo), 2), dt)
+        flat = memoryview(buf.reshape(-1).view(np.uint8))
+        with open(self.path / EDGES, "rb", buffering=0) as fh:
+            fh.seek(self.lo * item)
+            pos = self.lo
+            while pos < self.hi:
+                n = min(self.chunk, self.hi - pos)
+                got = 0
+                while got < n * item:
+                    r = fh.readinto(flat[got:n * item])
+                    if not r:
+                        raise EOFError(f"{self.path / EDGES}: file shorter than meta says")
+                    got += r
+                pos += n
+                yield buf[:n]
+
+
+def open_stream(dataset: str, comm: Any, chunk: int) -> NativeStream:
     """This rank's share of the dataset's edges, each stored edge once. Collective over comm."""
-    return EdgeStream(dataset, comm, chunk, both_directions=False)
+    return NativeStream(dataset, comm, chunk, both_directions=False)
+
+
+def native(stream: EdgeStream) -> Iterator[np.ndarray]:
+    """File-dtype chunks of a :class:`NativeStream`, int64 chunks of any other stream."""
+    return stream.native() if isinstance(stream, NativeStream) else iter(stream)
 
 
 def num_rounds(stream: EdgeStream, comm: Any) -> int:
@@ -40,14 +75,15 @@ def num_rounds(stream: EdgeStream, comm: Any) -> int:
     return int(comm.allreduce_scalar(int(mine), "max"))
 
 
-def lockstep(stream: EdgeStream, comm: Any) -> Iterator[np.ndarray]:
-    """Chunks of this rank, padded with empty chunks so every rank yields the same count.
+def lockstep(stream: EdgeStream, comm: Any, raw: bool = False) -> Iterator[np.ndarray]:
+    """Chunks of this rank, padded with empty chunks so every rank yields the same count
+    (``raw``: file-dtype views of a reused buffer, see :func:`native`).
 
     Use when each chunk is followed by a collective. Collective over comm.
     """
     rounds = num_rounds(stream, comm)
-    it = iter(stream)
-    empty = np.zeros((0, 2), np.int64)
+    it = native(stream) if raw else iter(stream)
+    empty = np.zeros((0, 2), stream.meta.np_dtype if raw else np.int64)
     for _ in range(rounds):
         yield next(it, empty)
 
@@ -62,7 +98,7 @@ def degree_pass(stream: EdgeStream, comm: Any, timer: PassTimer) -> np.ndarray:
     deg = np.zeros(n, np.int64)
     t0 = time.perf_counter()
     with _progress(stream, comm, "degrees") as bar:
-        for e in stream:
+        for e in native(stream):
             K.count_degrees(e, deg, False)
             bar.update(len(e))
     comm.allreduce(deg, "sum")
@@ -90,7 +126,7 @@ def hop_pass(stream: EdgeStream, comm: Any, pres: np.ndarray, timer: PassTimer,
     directed = bool(stream.meta.directed)
     t0 = time.perf_counter()
     with _progress(stream, comm, name) as bar:
-        for e in stream:
+        for e in native(stream):
             K.expand_presence(e, pres, out, directed)
             bar.update(len(e))
     comm.allreduce(out, "bor")
@@ -135,24 +171,37 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
     P = comm.size
     # partitions laid out by destination rank: r, r + P, r + 2P, ... for r = 0 .. P-1
     layout = np.concatenate([np.arange(r, p, P) for r in range(P)]).astype(np.int64)
+    dt = stream.meta.np_dtype
     t0 = time.perf_counter()
+    if pres is not None:
+        w = pres.shape[1]
+        cap = max(1, min(stream.chunk, max(stream.hi - stream.lo, 1)))
+        masks = np.empty((cap, w), np.uint64)   # reused buffers: no allocation per chunk
+        counts = np.zeros(w * 64, np.int64)
+        offsets = np.zeros(w * 64, np.int64)
+        recs = np.empty((0, 2), dt)
     with _progress(stream, comm, "assign edges") as bar:
-        for e in lockstep(stream, comm):
+        for e in lockstep(stream, comm, raw=True):
             if pres is not None:
-                counts = np.zeros(pres.shape[1] * 64, np.int64)
-                masks = np.empty((e.shape[0], pres.shape[1]), np.uint64)
+                counts[:] = 0
                 K.route_count(e, pres, masks, counts)
-                counts = counts[:p]
-                offsets = np.zeros(pres.shape[1] * 64, np.int64)
-                offsets[layout] = np.concatenate([[0], np.cumsum(counts[layout])[:-1]])
-                recs = np.empty((int(counts.sum()), 2), stream.meta.np_dtype)
+                offsets[layout] = np.cumsum(counts[layout]) - counts[layout]
+                total = int(counts[:p].sum())
+                if recs.shape[0] < total:
+                    recs = np.empty((max(total, 2 * recs.shape[0]), 2), dt)
+                start = offsets[:p].copy()
                 K.route_fill(e, masks, offsets, recs)
-                _exchange(comm, recs, counts, p, sink)
+                if P == 1:  # no exchange: partition i's records are recs[start[i]:offsets[i]]
+                    for i in range(p):
+                        if offsets[i] > start[i]:
+                            sink(i, recs[start[i]:offsets[i]])
+                else:
+                    _exchange(comm, recs[:total], counts[:p].copy(), p, sink)
             else:
                 assert owner is not None
                 parts = np.empty(e.shape[0], np.int64)
                 K.one_side_parts(e, owner, seed, parts)
-                _send_grouped(comm, e.astype(stream.meta.np_dtype), parts, p, sink)
+                _send_grouped(comm, e.astype(dt), parts, p, sink)
             bar.update(len(e))
     timer.add("assign", time.perf_counter() - t0, stream.hi - stream.lo)
 

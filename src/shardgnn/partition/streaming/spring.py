@@ -17,6 +17,7 @@ from numba import njit
 from shardgnn import log
 from shardgnn.io.canonical import EdgeStream
 from shardgnn.partition.streaming import kernels as K
+from shardgnn.partition.streaming import passes
 from shardgnn.partition.streaming.passes import PassTimer
 
 
@@ -60,7 +61,7 @@ def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
     for mode in modes:
         with log.Progress(stream.hi - stream.lo, f"{name} ({'uv' if mode == 0 else 'vu' if mode == 1 else 'both'})",
                           enabled=comm.rank == 0) as bar:
-            for e in stream:
+            for e in passes.native(stream):
                 k = K.cluster_chunk(e, mode, vs, vol, tau_vol, k)
                 bar.update(len(e))
     c = vs[:, K.VS_CLUSTER].astype(np.int64)
