@@ -56,6 +56,7 @@ class ExpansionConfig:
     ada_cap: float = 1.2
     hub_defer: float = 0.1
     refine: int = 10
+    refine_kmax: int = 8
     salt: int = 0
 
 
@@ -282,7 +283,8 @@ def expand(comm: Any, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult
         if cfg.algo == "adadne" and cfg.refine > 0:
             cap2 = float(2 * edge_cap(total_pairs, p, cfg.ada_cap)) if cfg.ada_cap > 0 else np.inf
             st.member, st.vsize, st.esize2, moved = refine.refine(
-                comm, loc.pa, loc.pb, loc.assign, n, p, cap2, cfg.refine)
+                comm, loc.lv, loc.indptr, loc.adj, loc.pa, loc.pb, loc.assign, n, p, cap2,
+                cfg.refine, cfg.refine_kmax)
             trace.append({"refine_moves": moved})
             log.get().info("%s: vertex-balance refinement moved %d edges", cfg.algo, moved)
     rec_part = _records(comm, shard, loc, st, cfg)

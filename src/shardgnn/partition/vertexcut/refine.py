@@ -19,52 +19,78 @@ from numba import njit
 
 
 @njit(cache=True)
-def leaf_moves(pa: np.ndarray, pb: np.ndarray, assign: np.ndarray, work: np.ndarray,
-               vsize: np.ndarray, esize2: np.ndarray, heavy: np.ndarray, room: np.ndarray,
-               cap2: float) -> np.ndarray:
-    """Greedy leaf moves of local pairs; returns rows (pair, x, y, h, l). Updates ``work``,
-    ``heavy``, ``room``, ``esize2`` (rank-local scratch copies)."""
+def vertex_moves(lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: np.ndarray,
+                 pb: np.ndarray, assign: np.ndarray, work: np.ndarray, vsize: np.ndarray,
+                 esize2: np.ndarray, heavy: np.ndarray, room: np.ndarray, cap2: float,
+                 kmax: int) -> np.ndarray:
+    """Greedy evictions of local vertices from heavy partitions; rows (pair, x, y, h, l).
+
+    A vertex ``x`` with ``c <= kmax`` edges in a heavy partition ``h``, all of them on this
+    rank, moves them to a partition ``l`` that already holds every other end ``y``: ``x``
+    leaves ``h`` and joins ``l`` at most (pure when ``x`` is already in ``l``). Passes
+    c = 1, 2, ..., kmax. Updates ``assign`` and the scratch ``work``, ``heavy``, ``room``,
+    ``esize2``.
+    """
     p = work.shape[1]
-    out = np.empty((pa.size, 5), np.int64)
+    out = np.empty((adj.size // 2 + 1, 5), np.int64)
+    buf = np.empty(kmax, np.int64)
     k = 0
-    for e in range(pa.size):
-        h = assign[e]
-        if h < 0 or heavy[h] <= 0:
-            continue
-        for side in range(2):
-            x = pa[e] if side == 0 else pb[e]
-            y = pb[e] if side == 0 else pa[e]
-            if work[x, h] != 1:
-                continue
-            best = -1
-            best_pure = False
-            best_v = np.int64(1) << 62
-            for l in range(p):
-                if l == h or work[y, l] <= 0 or esize2[l] + 2 > cap2:
+    for c in range(1, kmax + 1):
+        for xi in range(lv.size):
+            x = lv[xi]
+            for h in range(p):
+                if heavy[h] <= 0 or work[x, h] != c:
                     continue
-                pure = work[x, l] > 0
-                if not pure and room[l] <= 0:
+                m = 0
+                for j in range(indptr[xi], indptr[xi + 1]):
+                    e = adj[j]
+                    if assign[e] == h:
+                        if m < kmax:
+                            buf[m] = e
+                        m += 1
+                if m != c:
                     continue
-                if (pure and not best_pure) or (pure == best_pure and vsize[l] < best_v):
-                    best, best_pure, best_v = l, pure, vsize[l]
-            if best < 0:
-                continue
-            heavy[h] -= 1
-            if not best_pure:
-                room[best] -= 1
-            esize2[best] += 2
-            esize2[h] -= 2
-            work[x, h] -= 1
-            work[y, h] -= 1
-            work[x, best] += 1
-            work[y, best] += 1
-            out[k, 0] = e
-            out[k, 1] = x
-            out[k, 2] = y
-            out[k, 3] = h
-            out[k, 4] = best
-            k += 1
-            break
+                best = -1
+                best_pure = False
+                best_v = np.int64(1) << 62
+                for l in range(p):
+                    if l == h or esize2[l] + 2 * c > cap2:
+                        continue
+                    pure = work[x, l] > 0
+                    if not pure and room[l] <= 0:
+                        continue
+                    if not ((pure and not best_pure) or (pure == best_pure and vsize[l] < best_v)):
+                        continue
+                    ok = True
+                    for q in range(c):
+                        e = buf[q]
+                        y = pb[e] if pa[e] == x else pa[e]
+                        if work[y, l] <= 0:
+                            ok = False
+                            break
+                    if ok:
+                        best, best_pure, best_v = l, pure, vsize[l]
+                if best < 0:
+                    continue
+                heavy[h] -= 1
+                if not best_pure:
+                    room[best] -= 1
+                esize2[best] += 2 * c
+                esize2[h] -= 2 * c
+                for q in range(c):
+                    e = buf[q]
+                    y = pb[e] if pa[e] == x else pa[e]
+                    work[x, h] -= 1
+                    work[y, h] -= 1
+                    work[x, best] += 1
+                    work[y, best] += 1
+                    assign[e] = best
+                    out[k, 0] = e
+                    out[k, 1] = x
+                    out[k, 2] = y
+                    out[k, 3] = h
+                    out[k, 4] = best
+                    k += 1
     return out[:k]
 
 
@@ -87,8 +113,9 @@ def member_bits(cnt: np.ndarray, words: int) -> np.ndarray:
     return member
 
 
-def refine(comm: Any, pa: np.ndarray, pb: np.ndarray, assign: np.ndarray, n: int, p: int,
-           cap2: float, rounds: int, tol: float = 0.0) -> tuple[np.ndarray, np.ndarray,
+def refine(comm: Any, lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: np.ndarray,
+           pb: np.ndarray, assign: np.ndarray, n: int, p: int, cap2: float, rounds: int,
+           kmax: int = 8, tol: float = 0.0) -> tuple[np.ndarray, np.ndarray,
                                                                 np.ndarray, int]:
     """Leaf-move rounds on the final assignment (``assign`` updated in place).
 
@@ -106,12 +133,15 @@ def refine(comm: Any, pa: np.ndarray, pb: np.ndarray, assign: np.ndarray, n: int
         vsize = (cnt > 0).sum(axis=0).astype(np.int64)
         esize2 = cnt.sum(axis=0, dtype=np.int64)
         mean = vsize.mean()
-        heavy = np.where(vsize > (1 + tol) * mean, np.floor((vsize - mean) / P), 0).astype(np.int64)
-        room = np.where(vsize < mean, np.floor((mean - vsize) / P), 0).astype(np.int64)
+        if vsize.max() <= (1 + tol) * mean:
+            break
+        level = mean + 0.5 * (vsize.max() - mean)   # level halfway between the mean and the max
+        heavy = np.where(vsize > level, np.ceil((vsize - level) / P), 0).astype(np.int64)
+        room = np.where(vsize < level, np.floor((level - vsize) / P), 0).astype(np.int64)
         if heavy.sum() == 0:
             break
-        mv = leaf_moves(pa, pb, assign, cnt.copy(), vsize, esize2.copy(), heavy, room, cap2)
-        assign[mv[:, 0]] = mv[:, 4]
+        mv = vertex_moves(lv, indptr, adj, pa, pb, assign, cnt.copy(), vsize, esize2.copy(),
+                          heavy, room, cap2, kmax)
         allmv = comm.allgatherv(np.ascontiguousarray(mv[:, 1:]))
         if int(comm.allreduce_scalar(int(mv.shape[0]), "sum")) == 0:
             break
@@ -126,6 +156,7 @@ def warmup() -> None:
     """Compile or load the kernels once on tiny inputs (keeps JIT time out of timings)."""
     z = np.zeros(1, np.int64)
     work = np.zeros((2, 2), np.int32)
-    leaf_moves(z, z + 1, z, work, np.zeros(2, np.int64), np.zeros(2, np.int64),
-               np.zeros(2, np.int64), np.zeros(2, np.int64), 1.0)
+    vertex_moves(np.arange(2), np.array([0, 1, 2]), np.zeros(2, np.int64), z, z + 1, z.copy(),
+                 work, np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64),
+                 np.zeros(2, np.int64), 1.0, 1)
     apply_moves(work, np.zeros((0, 4), np.int64))
