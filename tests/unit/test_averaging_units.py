@@ -155,3 +155,41 @@ def test_store_reader_matches_dataset(tmp_path):
     assert sorted(np.concatenate(owned).tolist()) == list(range(60))
     with pytest.raises(ShardError, match="meta.json"):
         read_store_meta(tmp_path / "d")
+
+
+def test_gcn_global_degrees_make_owned_rows_exact():
+    """With global degrees, a 1-layer GCN on owned + 1-hop replicas equals the full graph on the
+    owned rows; deg=None equals PyG's own gcn_norm (GCNConv(normalize=True))."""
+    import torch
+    from torch_geometric.nn import GCNConv
+
+    from shardgnn.train.models import GCN
+
+    rng = np.random.default_rng(3)
+    n = 60
+    e = rng.integers(0, n, size=(200, 2))
+    e = e[e[:, 0] != e[:, 1]]
+    e = np.unique(np.concatenate([e, e[:, ::-1]]), axis=0)
+    full_ei = torch.from_numpy(np.ascontiguousarray(e.T))
+    x = torch.from_numpy(rng.standard_normal((n, 5)).astype(np.float32))
+    torch.manual_seed(0)
+    model = GCN(5, 8, 3, num_layers=1, dropout=0.0).eval()
+    ref = GCNConv(5, 3)
+    ref.lin.weight.data = model.convs[0].lin.weight.data.clone()
+    ref.bias.data = model.convs[0].bias.data.clone()
+    with torch.no_grad():
+        full = model(x, full_ei)
+        assert torch.allclose(full, ref(x, full_ei), atol=1e-5)
+        owned = np.arange(20)
+        halo = np.unique(e[np.isin(e[:, 1], owned), 0])
+        gid = np.concatenate([owned, np.setdiff1d(halo, owned)])
+        local = -np.ones(n, dtype=np.int64)
+        local[gid] = np.arange(gid.size)
+        keep = (local[e[:, 0]] >= 0) & (local[e[:, 1]] >= 0)
+        lei = torch.from_numpy(np.ascontiguousarray(local[e[keep]].T))
+        deg = torch.from_numpy(np.bincount(e[:, 1], minlength=n)[gid])
+        part = model(x[torch.from_numpy(gid)], lei, deg=deg)
+        assert torch.allclose(part[: owned.size], full[torch.from_numpy(owned)], atol=1e-5)
+        local_norm = model(x[torch.from_numpy(gid)], lei)
+        assert not torch.allclose(local_norm[: owned.size], full[torch.from_numpy(owned)],
+                                  atol=1e-5)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
 from shardgnn.train import averaging, models
-from shardgnn.train.partitions import (LocalGraph, check_no_hole, load_partition,
+from shardgnn.train.partitions import (LocalGraph, check_no_hole, global_degrees, load_partition,
                                        read_store_meta)
 
 #: Config fields a resumed run must share with the checkpoint.
@@ -102,6 +102,7 @@ class _Worker:
     y: torch.Tensor
     train_ids: np.ndarray
     edge_index: torch.Tensor | None = None
+    deg: torch.Tensor | None = None
     sampler: UniformNeighborSampler | None = None
 
 
@@ -138,6 +139,9 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
     if cfg.sync == "grad":
         shared_opt = torch.optim.Adam(base.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     out = []
+    gdeg = None
+    if cfg.mode == "full" and models.takes_degrees(base) and graphs:
+        gdeg = global_degrees(meta)
     for g in graphs:
         model = base if cfg.sync == "grad" else copy.deepcopy(base)
         opt = shared_opt or torch.optim.Adam(model.parameters(), lr=cfg.lr,
@@ -147,6 +151,8 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
                     x=torch.from_numpy(g.x), y=torch.from_numpy(g.y), train_ids=g.train_ids)
         if cfg.mode == "full":
             w.edge_index = torch.from_numpy(g.edge_index())
+            if gdeg is not None:
+                w.deg = torch.from_numpy(gdeg[g.gid])
         else:
             w.sampler = UniformNeighborSampler(g.indptr, g.indices, cfg.fanouts)
         out.append(w)
@@ -185,7 +191,7 @@ class _Stats:
 def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
     """Summed cross-entropy of one batch's targets (forward on the full or sampled graph)."""
     if w.sampler is None:
-        out = w.model(w.x, w.edge_index)[torch.from_numpy(batch)]
+        out = models.forward(w.model, w.x, w.edge_index, w.deg)[torch.from_numpy(batch)]
     else:
         t0 = time.perf_counter()
         sub = w.sampler.sample(batch, w.np_rng)
@@ -278,7 +284,7 @@ class _EvalGraph:
         """Accuracy (= micro-F1 for single-label classes) on the train/val/test masks."""
         model.eval()
         with torch.no_grad():
-            pred = model(self.x, self.edge_index).argmax(dim=1)
+            pred = models.forward(model, self.x, self.edge_index).argmax(dim=1)
         out = {}
         for k, m in self.masks.items():
             n = int(m.sum())
@@ -299,7 +305,7 @@ def _evaluate_local(comm: Any, workers: list[_Worker]) -> dict[str, float]:
         w.model.eval()
         with torch.no_grad():
             ei = w.edge_index if w.edge_index is not None else torch.from_numpy(g.edge_index())
-            pred = w.model(w.x, ei).argmax(dim=1).numpy()
+            pred = models.forward(w.model, w.x, ei, w.deg).argmax(dim=1).numpy()
         for k in correct:
             m = getattr(g, f"{k}_mask").copy()
             m[g.num_owned:] = False

@@ -42,15 +42,46 @@ def _widths(in_c: int, hidden: int, out_c: int, layers: int) -> list[tuple[int, 
     return list(zip(dims[:-1], dims[1:]))
 
 
+def gcn_weights(edge_index: torch.Tensor, num_nodes: int, deg: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edges plus self-loops and their weights ``1/sqrt((d_u+1)(d_v+1))`` (D^-1/2 (A+I) D^-1/2).
+
+    ``deg`` is each node's degree in the WHOLE graph (so a partition's owned vertices aggregate
+    exactly as in centralised training); None uses the in-degree of ``edge_index`` itself, which
+    equals PyG's own ``gcn_norm`` for graphs without self-loops.
+    """
+    src, dst = edge_index[0], edge_index[1]
+    if deg is None:
+        deg = torch.bincount(dst, minlength=num_nodes)
+    dinv = (deg.to(torch.float32) + 1.0).rsqrt()
+    loop = torch.arange(num_nodes, dtype=edge_index.dtype)
+    ei = torch.cat([edge_index, torch.stack([loop, loop])], dim=1)
+    return ei, torch.cat([dinv[src] * dinv[dst], dinv * dinv])
+
+
 class GCN(_Stack):
-    """Kipf & Welling GCN: ``GCNConv`` layers (self-loops, symmetric normalisation)."""
+    """Kipf & Welling GCN: ``GCNConv`` layers with self-loops and symmetric normalisation.
+
+    ``forward(x, edge_index, deg=None)``: ``deg`` gives global degrees of the nodes of a
+    partition, so normalisation uses the whole graph's degrees, not the partition's.
+    """
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5, **_: Any) -> None:
         from torch_geometric.nn import GCNConv
 
-        super().__init__([GCNConv(a, b) for a, b in
+        super().__init__([GCNConv(a, b, normalize=False) for a, b in
                           _widths(in_channels, hidden_channels, out_channels, num_layers)], dropout)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
+                deg: torch.Tensor | None = None) -> torch.Tensor:
+        ei, ew = gcn_weights(edge_index, x.shape[0], deg)
+        for i, conv in enumerate(self.convs):
+            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = conv(x, ei, ew)
+            if i < len(self.convs) - 1:
+                x = self.act(x)
+        return x
 
 
 class GraphSAGE(_Stack):
@@ -101,6 +132,22 @@ class SGC(nn.Module):
 
 #: Built-in models by CLI name.
 MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT, "sgc": SGC}
+
+
+def takes_degrees(model: nn.Module) -> bool:
+    """Whether ``model.forward`` accepts ``deg=`` (global degrees for normalisation)."""
+    try:
+        return "deg" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def forward(model: nn.Module, x: torch.Tensor, edge_index: torch.Tensor,
+            deg: torch.Tensor | None = None) -> torch.Tensor:
+    """``model(x, edge_index)``, passing ``deg=`` to models that take it."""
+    if deg is not None and takes_degrees(model):
+        return model(x, edge_index, deg=deg)
+    return model(x, edge_index)
 
 
 def resolve(name: str) -> Callable[..., nn.Module]:

@@ -85,6 +85,26 @@ class LocalGraph:
         return np.stack([self.indices.astype(np.int64), dst])
 
 
+def global_degrees(meta: dict[str, Any], chunk: int = 1 << 22) -> np.ndarray | None:
+    """In-degree of every vertex in the whole graph (undirected edges count both ways), streamed
+    from the source dataset named by ``meta['dataset']`` in chunks: O(|V|) memory. None when the
+    store names no readable dataset. Rank-local."""
+    from shardgnn.io.canonical import edge_memmap, read_meta
+
+    d = meta.get("dataset")
+    if not d or not Path(d).exists():
+        return None
+    gm = read_meta(d)
+    e = edge_memmap(d, gm)
+    deg = np.zeros(gm.num_nodes, dtype=np.int64)
+    for lo in range(0, int(e.shape[0]), chunk):
+        part = np.asarray(e[lo:lo + chunk], dtype=np.int64)
+        deg += np.bincount(part[:, 1], minlength=gm.num_nodes)
+        if not gm.directed:
+            deg += np.bincount(part[:, 0], minlength=gm.num_nodes)
+    return deg
+
+
 def load_partition(directory: str | os.PathLike, i: int, num_features: int) -> LocalGraph:
     """Load partition ``i`` and check its shapes. Rank-local."""
     import h5py
