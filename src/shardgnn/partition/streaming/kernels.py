@@ -298,6 +298,36 @@ def route_count(edges, pres, masks, counts):
 
 
 @njit(cache=True)
+def route_count_hist(edges, pres, masks, hist):
+    """One-word variant of :func:`route_count` for p <= ``ROUTE_HIST_MAX_P`` partitions:
+    ``hist[m]`` counts the edges whose mask is m (one increment per edge instead of one per
+    set bit); :func:`hist_counts` turns it into per-partition counts."""
+    for j in range(edges.shape[0]):
+        m = pres[edges[j, 0], 0] & pres[edges[j, 1], 0]
+        masks[j, 0] = m
+        hist[m] += 1
+
+
+@njit(cache=True)
+def hist_counts(hist, counts):
+    """counts[i] += number of edges whose mask (histogram index) has bit i set."""
+    for m in range(1, hist.shape[0]):
+        c = hist[m]
+        if c:
+            b = 0
+            x = m
+            while x:
+                if x & 1:
+                    counts[b] += c
+                x >>= 1
+                b += 1
+
+
+#: largest p routed through the mask histogram (2^p int64 counters: 32 KiB at p = 12)
+ROUTE_HIST_MAX_P = 12
+
+
+@njit(cache=True)
 def route_fill(edges, masks, offsets, out):
     """Write each edge into ``out`` at the running offset of every partition in its mask
     (``offsets`` per partition, advanced in place; lay them out in destination-rank order)."""
@@ -411,6 +441,8 @@ def warmup() -> None:
         counts = np.zeros(64, np.int64)
         masks = np.empty((1, 1), np.uint64)
         route_count(e, pres, masks, counts)
+        route_count_hist(e, pres, masks, np.zeros(2, np.int64))
+        hist_counts(np.zeros(2, np.int64), counts)
         for dt in (np.int32, np.int64):
             route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), dt))
         one_side_parts(e, np.zeros(2, np.int64), 0, np.empty(1, np.int64))

@@ -180,11 +180,17 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
         counts = np.zeros(w * 64, np.int64)
         offsets = np.zeros(w * 64, np.int64)
         recs = np.empty((0, 2), dt)
+        hist = np.zeros(1 << p, np.int64) if w == 1 and p <= K.ROUTE_HIST_MAX_P else None
     with _progress(stream, comm, "assign edges") as bar:
         for e in lockstep(stream, comm, raw=True):
             if pres is not None:
                 counts[:] = 0
-                K.route_count(e, pres, masks, counts)
+                if hist is not None:
+                    hist[:] = 0
+                    K.route_count_hist(e, pres, masks, hist)
+                    K.hist_counts(hist, counts)
+                else:
+                    K.route_count(e, pres, masks, counts)
                 offsets[layout] = np.cumsum(counts[layout]) - counts[layout]
                 total = int(counts[:p].sum())
                 if recs.shape[0] < total:
