@@ -91,6 +91,10 @@ def main() -> None:
     ap.add_argument("--solo", action="store_true",
                     help="run every job on one rank (p partitions trained cyclically; the same "
                     "curve as on p ranks up to float summation order), jobs spread over the ranks")
+    ap.add_argument("--hops", type=int, default=2,
+                    help="hops of replicas in the partition stores (default 2: exact receptive "
+                         "field of owned vertices for 2-layer models, at a higher replication "
+                         "factor; 1 truncates it)")
     ap.add_argument("--csbm-nodes", type=int, default=0, help="also a CSBM graph of N nodes")
     ap.add_argument("--csbm-parts", default="4,8")
     ap.add_argument("--csbm-seeds", type=int, default=3)
@@ -109,8 +113,9 @@ def main() -> None:
         parts = [int(p) for p in args.parts.split(",")]
         stores = {}
         for p in parts:
-            stores[p] = data_dir / f"{name}-spring{p}"
-            partitioners[(name, p)] = ac.partition(data, p, stores[p])
+            stores[p] = data_dir / f"{name}-spring{p}" if args.hops == 1 else \
+                data_dir / f"{name}-spring{p}-h{args.hops}"
+            partitioners[(name, p)] = ac.partition(data, p, stores[p], hops=args.hops)
         central = ac.whole(data, data_dir / f"{name}-whole")
         jobs += jobs_for(name, stores[parts[0]], central, parts, stores, models, args.seeds,
                          args.epochs, runs)
@@ -120,8 +125,9 @@ def main() -> None:
         parts = [int(p) for p in args.csbm_parts.split(",")]
         stores = {}
         for p in parts:
-            stores[p] = data_dir / f"{name}-spring{p}"
-            partitioners[(name, p)] = ac.partition(data, p, stores[p])
+            stores[p] = data_dir / f"{name}-spring{p}" if args.hops == 1 else \
+                data_dir / f"{name}-spring{p}-h{args.hops}"
+            partitioners[(name, p)] = ac.partition(data, p, stores[p], hops=args.hops)
         central = ac.whole(data, data_dir / f"{name}-whole")
         jobs += jobs_for(name, stores[parts[0]], central, parts, stores,
                          args.csbm_models.split(","), args.csbm_seeds, args.csbm_epochs, runs)
@@ -133,7 +139,7 @@ def main() -> None:
         r["partitioner"] = partitioners.get((r["dataset"], r["p"]), "whole")
     summary, md = table(rows)
     out = {"benchmark": "averaging_accuracy", "ranks": args.ranks, "solo": args.solo, "epochs": args.epochs,
-           "seeds": args.seeds, "hyper_parameters": MODELS, "summary": summary,
+           "hops": args.hops, "seeds": args.seeds, "hyper_parameters": MODELS, "summary": summary,
            "all_within_1p5": all(s["ok"] for s in summary), "runs": rows,
            "wall_s": time.perf_counter() - t0}
     res.mkdir(parents=True, exist_ok=True)

@@ -67,12 +67,14 @@ def csbm(out: Path, nodes: int, seed: int = 0, features: int = 32, classes: int 
     return out
 
 
-def partition(data: Path, parts: int, out: Path, ranks: int = 2) -> str:
-    """SPRING partition store of ``data``; falls back to a hash partition. Returns the partitioner."""
+def partition(data: Path, parts: int, out: Path, ranks: int = 2, hops: int = 1) -> str:
+    """SPRING partition store of ``data`` with ``hops`` hops of replicas (1 for the hash
+    fallback). Returns the partitioner."""
     if (out / "meta.json").exists():
         return json.loads((out / "meta.json").read_text()).get("algorithm", "?")
     p = sh([mpiexec(), "-n", min(ranks, parts), sys.executable, "-m", "mpi4py", "-m", "shardgnn",
-            "partition", data, "--algo", "spring", "--parts", parts, "--out", out, "--seed", 0])
+            "partition", data, "--algo", "spring", "--parts", parts, "--out", out, "--seed", 0,
+            "--hops", hops])
     if p.returncode == 0 and (out / "meta.json").exists():
         return "spring"
     print(f"spring partitioning failed ({p.stderr.strip().splitlines()[-1:]}); hash fallback",
