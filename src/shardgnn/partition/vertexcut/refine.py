@@ -1,14 +1,13 @@
-"""AdaDNE vertex-balance refinement (our addition, not in the paper): move leaf edges off
-vertex-heavy partitions after the expansion.
+"""AdaDNE vertex-balance refinement (our addition, not in the paper), run after the expansion.
 
-A vertex ``x`` is a *leaf* of partition ``h`` when exactly one of its edges is in ``h``. Moving
-that edge ``(x, y)`` to a partition ``l`` that already holds ``y`` removes ``x`` from ``h`` and
-adds at most ``x`` to ``l``: the replication factor never grows (it falls when ``l`` already
-holds ``x``, or when ``y`` was a leaf of ``h`` too). Per round, every heavy partition
-(``|V_h|`` above the mean) may lose ``(|V_h| - mean) / P`` vertices per rank and every light
-partition may gain ``(mean - |V_l|) / P`` new vertices per rank; edges stay under the edge cap.
+Per round, with ``level = mean + (max - mean) / 2`` of the partitions' vertex counts: a vertex
+``x`` with ``c <= kmax`` edges in a partition ``h`` above the level, all ``c`` of them on this
+rank, moves those edges to a partition ``l`` that already holds every other end ``y``. ``x``
+leaves ``h`` and joins ``l`` at most once, so the replication factor never grows (it falls when
+``l`` already holds ``x``). Budgets per rank: ``h`` may lose ``(|V_h| - level) / P`` vertices,
+``l`` (below the level) may gain ``(level - |V_l|) / P``; no partition exceeds the edge cap.
 Moves are all-gathered and applied to the replicated per-(vertex, partition) edge counts
-(O(|V| p) int32). Rank-local kernel :func:`leaf_moves`; :func:`refine` is collective over comm.
+(O(|V| p) int32 per rank). Kernels are rank-local; :func:`refine` is collective over comm.
 """
 from __future__ import annotations
 
@@ -140,7 +139,10 @@ def refine(comm: Any, lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: n
         room = np.where(vsize < level, np.floor((level - vsize) / P), 0).astype(np.int64)
         if heavy.sum() == 0:
             break
-        mv = vertex_moves(lv, indptr, adj, pa, pb, assign, cnt.copy(), vsize, esize2.copy(),
+        local_e2 = esize2.copy()
+        if np.isfinite(cap2):   # each rank may use 1/P of a partition's remaining edge room
+            local_e2 = int(cap2) - (int(cap2) - esize2).clip(0) // P
+        mv = vertex_moves(lv, indptr, adj, pa, pb, assign, cnt.copy(), vsize, local_e2,
                           heavy, room, cap2, kmax)
         allmv = comm.allgatherv(np.ascontiguousarray(mv[:, 1:]))
         if int(comm.allreduce_scalar(int(mv.shape[0]), "sum")) == 0:
