@@ -91,10 +91,10 @@ def main() -> None:
     ap.add_argument("--solo", action="store_true",
                     help="run every job on one rank (p partitions trained cyclically; the same "
                     "curve as on p ranks up to float summation order), jobs spread over the ranks")
-    ap.add_argument("--hops", type=int, default=2,
-                    help="hops of replicas in the partition stores (default 2: exact receptive "
-                         "field of owned vertices for 2-layer models, at a higher replication "
-                         "factor; 1 truncates it)")
+    ap.add_argument("--hops", type=int, default=1,
+                    help="hops of replicas in the partition stores (default 1; 2 gives owned "
+                         "vertices their exact 2-layer receptive field at a higher replication "
+                         "factor, but measured no better on Cora GCN p=4, see docs/training.md)")
     ap.add_argument("--csbm-nodes", type=int, default=0, help="also a CSBM graph of N nodes")
     ap.add_argument("--csbm-parts", default="4,8")
     ap.add_argument("--csbm-seeds", type=int, default=3)
