@@ -150,7 +150,8 @@ def main() -> None:
         r["partitioner"] = partitioners.get((r["dataset"], r["p"]), "whole")
     summary, md = table(rows)
     out = {"benchmark": "averaging_accuracy", "ranks": args.ranks, "solo": args.solo, "epochs": args.epochs,
-           "hops": args.hops, "average_optimizer": AVERAGE_OPTIMIZER, "seeds": args.seeds, "hyper_parameters": MODELS, "summary": summary,
+           "hops": args.hops, "average_optimizer": AVERAGE_OPTIMIZER, "seeds": args.seeds,
+           "hyper_parameters": MODELS, "summary": summary,
            "all_within_1p5": all(s["ok"] for s in summary), "runs": rows,
            "wall_s": time.perf_counter() - t0}
     res.mkdir(parents=True, exist_ok=True)
