@@ -59,7 +59,8 @@ class EdgeSource:
     name: str = ""
 
     def chunks(self) -> Iterator[EdgeChunk]:
-        raise NotImplementedError
+        """Yield the source's edge chunks in file order (each reader implements this)."""
+        raise TypeError(f"{type(self).__name__} must implement chunks()")
 
 
 # ----------------------------------------------------------------------------- text parsing

@@ -58,8 +58,11 @@ class StreamingPartitioner:
         self.num_parts, self.num_nodes, self.degrees, self.seed = num_parts, num_nodes, degrees, seed
 
     def assign(self, edges: np.ndarray) -> np.ndarray:
-        """Partition id in [0, num_parts) of every edge of an (k, 2) int64 chunk."""
-        raise NotImplementedError
+        """Partition id in [0, num_parts) of every edge of an (k, 2) int64 chunk.
+
+        Subclasses implement this; the base class has no partitioning rule of its own.
+        """
+        raise TypeError(f"{type(self).__name__} must implement assign(edges)")
 
 
 def load_user_class(spec: str) -> type:
