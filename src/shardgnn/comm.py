@@ -205,6 +205,10 @@ class Communicator:
         return self._c.allreduce(value, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
 
     # ------------------------------------------------------------------ buffer collectives
+    def _slices(self, n: int) -> list[tuple[int, int]]:
+        """[lo, hi) element ranges of at most ``max_count`` covering n elements (at least one)."""
+        return [(lo, min(n, lo + self.max_count)) for lo in range(0, max(n, 1), self.max_count)]
+
     def allreduce(self, buf: Any, op: str = "sum") -> Any:
         """In-place all-reduce of a numpy array / torch tensor / cupy array; returns ``buf``.
 
@@ -220,8 +224,7 @@ class Communicator:
         if self.size > 1 and n > 0:
             flat = _flat(obj)
             mt = _mpi_type(dtype)
-            for lo in range(0, n, self.max_count):
-                hi = min(n, lo + self.max_count)
+            for lo, hi in self._slices(n):
                 self._c.Allreduce(MPI.IN_PLACE, [flat[lo:hi], hi - lo, mt], op=mop)
         self._count("allreduce", n * dtype.itemsize if self.size > 1 else 0, t0)
         return buf
@@ -236,8 +239,7 @@ class Communicator:
         if self.size > 1 and n > 0:
             flat = _flat(obj)
             mt = _mpi_type(dtype)
-            for lo in range(0, n, self.max_count):
-                hi = min(n, lo + self.max_count)
+            for lo, hi in self._slices(n):
                 self._c.Bcast([flat[lo:hi], hi - lo, mt], root=root)
         self._count("bcast", n * dtype.itemsize if self.size > 1 else 0, t0)
         return buf
@@ -378,15 +380,13 @@ class Communicator:
     def _send_big(self, buf: np.ndarray, dest: int) -> None:
         flat = buf.reshape(-1)
         mt = _mpi_type(buf.dtype)
-        for lo in range(0, max(flat.size, 1), self.max_count):
-            hi = min(flat.size, lo + self.max_count)
+        for lo, hi in self._slices(flat.size):
             self._c.Send([flat[lo:hi], hi - lo, mt], dest=dest, tag=77)
 
     def _recv_big(self, buf: np.ndarray, source: int) -> None:
         flat = buf.reshape(-1)
         mt = _mpi_type(buf.dtype)
-        for lo in range(0, max(flat.size, 1), self.max_count):
-            hi = min(flat.size, lo + self.max_count)
+        for lo, hi in self._slices(flat.size):
             self._c.Recv([flat[lo:hi], hi - lo, mt], source=source, tag=77)
 
 
