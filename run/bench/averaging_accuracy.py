@@ -4,17 +4,30 @@ For each dataset (Cora, Citeseer; optionally a CSBM graph), model (GCN, GraphSAG
 partition count p and seed, trains the same model with the same hyper-parameters on SPRING
 partitions with model averaging every epoch (CATGNN), and centrally on the whole graph (a
 1-partition store, same engine, same evaluation) in the same run. Reports the test accuracy at
-the best validation epoch, mean and std over seeds, and the gap (averaging − centralised) in
-points; the acceptance bar is |gap| <= 1.5 points. Writes ``RESULTS/averaging_accuracy.json``
-and a markdown table ``RESULTS/averaging_accuracy.md``.
+the best validation epoch, mean and std over seeds, and the gap (averaging - centralised) in
+points; the acceptance bar is |gap| <= 1.5 points. ``--optimizer avg|local|both`` chooses
+whether the Adam state is averaged with the model at every sync (default) or stays local to
+each partition (the paper's choice).
 
-Run heavy: ``flock /tmp/shardgnn-heavy.lock python run/bench/averaging_accuracy.py RESULTS``
+Runs can be split into pieces (``--datasets``, ``--models``, ``--parts``, ``--seeds``,
+``--optimizer``, ``--csbm-only``): every finished job is appended to
+``RESULTS/averaging_accuracy.runs.jsonl`` and skipped when asked for again (same tag, epochs
+and hops), and every invocation rebuilds ``RESULTS/averaging_accuracy.json`` and the markdown
+table ``RESULTS/averaging_accuracy.md`` from ALL recorded jobs (``--merge-only``: only that).
+Inputs, partition stores and per-run HDF5 files go under ``--work`` (default ``RESULTS/work``).
+
+Run heavy, in pieces of <= 10 minutes, e.g.::
+
+    flock /tmp/shardgnn-heavy.lock nice -n 10 python run/bench/averaging_accuracy.py RESULTS \\
+        --datasets cora --models gcn --optimizer both --solo --time-limit 540
+
 (``--csbm-nodes 100000 --csbm-parts 4,8`` adds the CSBM rows).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,67 +45,100 @@ MODELS = {
              "batch_size": 512},
     "gat": {"model": "gat", "mode": "full", "hidden": 16, "heads": 4},
 }
+COMMON = {"dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "layers": 2, "sync": "avg",
+          "sync_every": 1}
+
+#: Optimiser modes of the partitioned runs: "avg" averages the Adam moments and step counts with
+#: the model at every sync (``--average-optimizer``), "local" keeps them per partition (CATGNN).
+#: Centralised training has one partition, where both are the same run ("central").
+OPT_MODES = ("avg", "local")
 
 
-#: Average the Adam state with the model (``--average-optimizer``; no-op for the 1-partition
-#: centralised run). Measured on Cora GCN: closes most of the gap (docs/training.md).
-AVERAGE_OPTIMIZER = True
-
-
-def jobs_for(name: str, store: Path, central: Path, parts: list[int], stores: dict, models: list[str],
-             seeds: int, epochs: int, outdir: Path) -> list[dict]:
+def jobs_for(name: str, central: Path, stores: dict[int, Path], models: list[str],
+             seeds: list[int], epochs: int, outdir: Path, opts: list[str], hops: int
+             ) -> list[dict]:
+    """Centralised and partitioned jobs of one dataset (tags identify them across pieces)."""
     jobs = []
     for m in models:
-        for s in range(seeds):
-            base = dict(MODELS[m], epochs=epochs, seed=s, dropout=0.5, lr=0.01,
-                        weight_decay=5e-4, layers=2, sync="avg", sync_every=1,
-                        average_optimizer=AVERAGE_OPTIMIZER)
+        for s in seeds:
+            base = dict(MODELS[m], **COMMON, epochs=epochs, seed=s)
             jobs.append({"tag": f"{name}/{m}/central/s{s}", "dataset": name, "model": m,
-                         "p": 1, "seed": s, "solo": True,
-                         "config": dict(base, data=str(central),
-                                        out=str(outdir / f"{name}-{m}-central-s{s}.h5"))})
-            for p in parts:
-                jobs.append({"tag": f"{name}/{m}/p{p}/s{s}", "dataset": name, "model": m, "p": p,
-                             "seed": s,
-                             "config": dict(base, data=str(stores[p]),
-                                            out=str(outdir / f"{name}-{m}-p{p}-s{s}.h5"))})
+                         "p": 1, "seed": s, "opt": "central", "epochs": epochs, "hops": 0,
+                         "config": dict(base, data=str(central), average_optimizer=False,
+                                        out=str(outdir / f"{name}-{m}-central-e{epochs}-s{s}.h5"))})
+            for p, store in stores.items():
+                for o in opts:
+                    jobs.append({"tag": f"{name}/{m}/p{p}/{o}/s{s}", "dataset": name, "model": m,
+                                 "p": p, "seed": s, "opt": o, "epochs": epochs, "hops": hops,
+                                 "config": dict(base, data=str(store), average_optimizer=o == "avg",
+                                                out=str(outdir / f"{name}-{m}-p{p}-{o}-h{hops}-"
+                                                        f"e{epochs}-s{s}.h5"))})
     return jobs
 
 
-def table(rows: list[dict]) -> tuple[list[dict], str]:
+def key(r: dict) -> tuple:
+    return r["tag"], int(r["epochs"]), int(r.get("hops", 0))
+
+
+def table(rows: list[dict], partitioners: dict) -> tuple[list[dict], str]:
+    """Mean/std over seeds per (dataset, model, p, optimiser, epochs, hops) against centralised."""
     groups: dict[tuple, list[float]] = {}
     for r in rows:
-        groups.setdefault((r["dataset"], r["model"], r["p"]), []).append(100 * r["test_acc"])
-    out, lines = [], ["| dataset | model | p | partitioner | test acc (mean ± std, %) | "
-                      "centralised (%) | gap (points) | within 1.5 |",
-                      "|---|---|---|---|---|---|---|---|"]
-    for (d, m, p), accs in sorted(groups.items()):
-        if p == 1 or (d, m, 1) not in groups:
+        groups.setdefault((r["dataset"], r["model"], r["p"], r["opt"], r["epochs"], r["hops"]),
+                          []).append(100 * r["test_acc"])
+    out, lines = [], ["| dataset | model | p | optimiser | epochs | partitioner | seeds | "
+                      "test acc (mean ± std, %) | centralised (%) | gap (points) | within 1.5 |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (d, m, p, o, e, h), accs in sorted(groups.items(), key=lambda kv: (
+            kv[0][0], ["gcn", "sage", "gat"].index(kv[0][1]) if kv[0][1] in MODELS else 9,
+            kv[0][2], kv[0][3], kv[0][4], kv[0][5])):
+        cen = groups.get((d, m, 1, "central", e, 0))
+        if p == 1 or not cen:
             continue
-        c = groups[(d, m, 1)]
-        gap = float(np.mean(accs) - np.mean(c))
-        rec = {"dataset": d, "model": m, "p": p, "mean": float(np.mean(accs)),
-               "std": float(np.std(accs)), "central_mean": float(np.mean(c)),
-               "central_std": float(np.std(c)), "gap_points": gap, "seeds": len(accs),
-               "ok": abs(gap) <= 1.5,
-               "partitioner": next(r["partitioner"] for r in rows if r["dataset"] == d
-                                   and r["p"] == p)}
+        gap = float(np.mean(accs) - np.mean(cen))
+        part = partitioners.get(f"{d}/p{p}/h{h}", "?")
+        rec = {"dataset": d, "model": m, "p": p, "optimizer": o, "epochs": e, "hops": h,
+               "partitioner": part, "seeds": len(accs), "central_seeds": len(cen),
+               "mean": float(np.mean(accs)), "std": float(np.std(accs)),
+               "central_mean": float(np.mean(cen)), "central_std": float(np.std(cen)),
+               "gap_points": gap, "ok": abs(gap) <= 1.5}
         out.append(rec)
-        lines.append(f"| {d} | {m} | {p} | {rec['partitioner']} | {rec['mean']:.2f} ± "
-                     f"{rec['std']:.2f} | {rec['central_mean']:.2f} ± {rec['central_std']:.2f} | "
-                     f"{gap:+.2f} | {'yes' if rec['ok'] else 'NO'} |")
+        lines.append(f"| {d} | {m} | {p} | {o} | {e} | {part}{'' if h == 1 else f' ({h} hops)'} | "
+                     f"{len(accs)} | {rec['mean']:.2f} ± {rec['std']:.2f} | "
+                     f"{rec['central_mean']:.2f} ± {rec['central_std']:.2f} | {gap:+.2f} | "
+                     f"{'yes' if rec['ok'] else 'NO'} |")
     return out, "\n".join(lines)
+
+
+def _stores(name: str, data: Path, parts: list[int], work: Path, hops: int,
+            partitioners: dict) -> dict[int, Path]:
+    stores = {}
+    for p in parts:
+        stores[p] = work / f"{name}-spring{p}" if hops == 1 else work / f"{name}-spring{p}-h{hops}"
+        partitioners[f"{name}/p{p}/h{hops}"] = ac.partition(data, p, stores[p], hops=hops)
+    return stores
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", type=Path, help="results folder")
-    ap.add_argument("--datasets", default="cora,citeseer")
-    ap.add_argument("--models", default="gcn,sage,gat")
-    ap.add_argument("--parts", default="2,4")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("results", type=Path, help="results folder (JSON, markdown, runs log)")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="folder for inputs, partition stores and per-run HDF5 (default: "
+                         "RESULTS/work)")
+    ap.add_argument("--datasets", default="cora,citeseer",
+                    help="Planetoid datasets from ../shared/datasets ('' for none; default: "
+                         "cora,citeseer)")
+    ap.add_argument("--models", default="gcn,sage,gat", help="models (default: gcn,sage,gat)")
+    ap.add_argument("--parts", default="2,4", help="partition counts p (default: 2,4)")
+    ap.add_argument("--seeds", default="5",
+                    help="N (seeds 0..N-1) or a comma list of seeds, e.g. 3,4 (default: 5)")
+    ap.add_argument("--epochs", type=int, default=50, help="epochs, Planetoid (default: 50)")
+    ap.add_argument("--optimizer", choices=("avg", "local", "both"), default="avg",
+                    help="Adam state of the partitioned runs: averaged with the model (avg, "
+                         "default), local to each partition (local, CATGNN's choice) or both")
+    ap.add_argument("--local-optimizer", action="store_true",
+                    help="same as --optimizer local (kept for old command lines)")
     ap.add_argument("--ranks", type=int, default=2, help="MPI ranks for training (default 2)")
     ap.add_argument("--solo", action="store_true",
                     help="run every job on one rank (p partitions trained cyclically; the same "
@@ -102,60 +148,85 @@ def main() -> None:
                          "vertices their exact 2-layer receptive field at a higher replication "
                          "factor, but measured no better on Cora GCN p=4, see docs/training.md)")
     ap.add_argument("--csbm-nodes", type=int, default=0, help="also a CSBM graph of N nodes")
-    ap.add_argument("--csbm-parts", default="4,8")
-    ap.add_argument("--csbm-seeds", type=int, default=3)
-    ap.add_argument("--csbm-epochs", type=int, default=50)
-    ap.add_argument("--csbm-models", default="gcn,sage,gat")
-    ap.add_argument("--time-limit", type=float, default=1500,
-                    help="seconds for the training jobs; past it the finished ones are reported")
-    ap.add_argument("--local-optimizer", action="store_true",
-                    help="keep the Adam state local to each partition (the paper's choice) "
-                         "instead of averaging it")
+    ap.add_argument("--csbm-parts", default="4,8", help="p for the CSBM graph (default: 4,8)")
+    ap.add_argument("--csbm-seeds", default="3",
+                    help="seeds for the CSBM graph, N or a comma list (default: 3)")
+    ap.add_argument("--csbm-epochs", type=int, default=50, help="epochs, CSBM (default: 50)")
+    ap.add_argument("--csbm-models", default="gcn,sage,gat",
+                    help="models on the CSBM graph (default: gcn,sage,gat)")
+    ap.add_argument("--time-limit", type=float, default=540,
+                    help="seconds for the training jobs of this invocation; past it the finished "
+                         "ones are recorded and the rest can be run by calling again (default 540)")
+    ap.add_argument("--rerun", action="store_true",
+                    help="run jobs again even when the runs log has them")
+    ap.add_argument("--merge-only", action="store_true",
+                    help="train nothing; rebuild the JSON and table from the runs log")
     args = ap.parse_args()
-    global AVERAGE_OPTIMIZER
-    AVERAGE_OPTIMIZER = not args.local_optimizer
+    opts = ["local"] if args.local_optimizer else (
+        list(OPT_MODES) if args.optimizer == "both" else [args.optimizer])
     res = args.results
-    data_dir, runs = res / "data", res / "runs"
-    models = args.models.split(",") if args.models else []
-    jobs, partitioners = [], {}
-    t0 = time.perf_counter()
-    for name in [d for d in args.datasets.split(",") if d]:
-        data = ac.convert_planetoid(name, data_dir / name)
-        parts = [int(p) for p in args.parts.split(",")]
-        stores = {}
-        for p in parts:
-            stores[p] = data_dir / f"{name}-spring{p}" if args.hops == 1 else \
-                data_dir / f"{name}-spring{p}-h{args.hops}"
-            partitioners[(name, p)] = ac.partition(data, p, stores[p], hops=args.hops)
-        central = ac.whole(data, data_dir / f"{name}-whole")
-        jobs += jobs_for(name, stores[parts[0]], central, parts, stores, models, args.seeds,
-                         args.epochs, runs)
-    if args.csbm_nodes:
-        name = f"csbm{args.csbm_nodes // 1000}k"
-        data = ac.csbm(data_dir / name, args.csbm_nodes)
-        parts = [int(p) for p in args.csbm_parts.split(",")]
-        stores = {}
-        for p in parts:
-            stores[p] = data_dir / f"{name}-spring{p}" if args.hops == 1 else \
-                data_dir / f"{name}-spring{p}-h{args.hops}"
-            partitioners[(name, p)] = ac.partition(data, p, stores[p], hops=args.hops)
-        central = ac.whole(data, data_dir / f"{name}-whole")
-        jobs += jobs_for(name, stores[parts[0]], central, parts, stores,
-                         args.csbm_models.split(","), args.csbm_seeds, args.csbm_epochs, runs)
-    if args.solo:
-        for j in jobs:
-            j["solo"] = True
-    rows = ac.run_jobs(jobs, runs, args.ranks, timeout=args.time_limit)
-    for r in rows:
-        r["partitioner"] = partitioners.get((r["dataset"], r["p"]), "whole")
-    summary, md = table(rows)
-    out = {"benchmark": "averaging_accuracy", "ranks": args.ranks, "solo": args.solo, "epochs": args.epochs,
-           "hops": args.hops, "average_optimizer": AVERAGE_OPTIMIZER, "seeds": args.seeds,
-           "hyper_parameters": MODELS, "summary": summary,
-           "all_within_1p5": all(s["ok"] for s in summary), "runs": rows,
-           "wall_s": time.perf_counter() - t0}
+    work = args.work or res / "work"
+    data_dir, runs = work / "data", work / "runs"
     res.mkdir(parents=True, exist_ok=True)
-    (res / "averaging_accuracy.json").write_text(json.dumps(out, indent=1, default=float))
+    log_path = res / "averaging_accuracy.runs.jsonl"
+    old = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] \
+        if log_path.exists() else []
+    meta_path = res / "averaging_accuracy.partitioners.json"
+    partitioners = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+
+    def seed_list(text: str) -> list[int]:
+        return [int(t) for t in text.split(",")] if "," in text else list(range(int(text)))
+
+    jobs = []
+    t0 = time.perf_counter()
+    loads = [os.getloadavg()]
+    if not args.merge_only:
+        models = [m for m in args.models.split(",") if m]
+        for name in [d for d in args.datasets.split(",") if d]:
+            data = ac.convert_planetoid(name, data_dir / name)
+            stores = _stores(name, data, [int(p) for p in args.parts.split(",")], data_dir,
+                             args.hops, partitioners)
+            central = ac.whole(data, data_dir / f"{name}-whole")
+            jobs += jobs_for(name, central, stores, models, seed_list(args.seeds), args.epochs,
+                             runs, opts, args.hops)
+        if args.csbm_nodes:
+            name = f"csbm{args.csbm_nodes // 1000}k"
+            data = ac.csbm(data_dir / name, args.csbm_nodes)
+            stores = _stores(name, data, [int(p) for p in args.csbm_parts.split(",")], data_dir,
+                             args.hops, partitioners)
+            central = ac.whole(data, data_dir / f"{name}-whole")
+            jobs += jobs_for(name, central, stores, [m for m in args.csbm_models.split(",") if m],
+                             seed_list(args.csbm_seeds), args.csbm_epochs, runs, opts, args.hops)
+        meta_path.write_text(json.dumps(partitioners, indent=1))
+        done = {key(r) for r in old}
+        if not args.rerun:
+            jobs = [j for j in jobs if key(j) not in done]
+        if args.solo:
+            for j in jobs:
+                j["solo"] = True
+        print(f"{len(jobs)} jobs to run", file=sys.stderr)
+        new = ac.run_jobs(jobs, runs, args.ranks, timeout=args.time_limit) if jobs else []
+        new = [dict(r, ranks=1 if r.get("solo") else args.ranks, run_load=loads[0])
+               for r in new]
+        with open(log_path, "a") as fh:
+            for r in new:
+                fh.write(json.dumps(r, default=float) + "\n")
+        latest = {key(r): r for r in old + new}
+        old = list(latest.values())
+        loads.append(os.getloadavg())
+    summary, md = table(old, partitioners)
+    out = {"benchmark": "averaging_accuracy", "hyper_parameters": {"models": MODELS,
+                                                                   "common": COMMON},
+           "metric": "test accuracy at the best-validation epoch, full-graph evaluation",
+           "summary": summary,
+           "all_within_1p5": {o: all(s["ok"] for s in summary if s["optimizer"] == o)
+                              for o in sorted({s["optimizer"] for s in summary})},
+           "partitioners": partitioners, "runs": old,
+           "this_invocation": {"jobs": len(jobs), "wall_s": time.perf_counter() - t0,
+                               "loadavg": loads, "argv": sys.argv[1:]}}
+    tmp = res / "averaging_accuracy.json.tmp"
+    tmp.write_text(json.dumps(out, indent=1, default=float))
+    os.replace(tmp, res / "averaging_accuracy.json")
     (res / "averaging_accuracy.md").write_text(md + "\n")
     print(md)
 
