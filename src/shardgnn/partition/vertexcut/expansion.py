@@ -70,6 +70,21 @@ class ExpansionResult:
     iterations: int = 0
     seconds: float = 0.0
     trace: list[dict[str, Any]] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+class _Phases:
+    """Wall seconds per phase of a run, accumulated (``seconds`` of the result is their sum)."""
+
+    def __init__(self) -> None:
+        self.sec: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        """Charge the time since the previous lap to ``name``."""
+        t = time.perf_counter()
+        self.sec[name] = self.sec.get(name, 0.0) + (t - self._t)
+        self._t = t
 
 
 class _Local:
@@ -269,17 +284,21 @@ def expand(comm: Any, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult
     kernels.warmup()
     refine.warmup()
     t0 = time.perf_counter()
+    ph = _Phases()
     p, n = cfg.parts, shard.num_nodes
     loc = _Local(shard)
+    ph.lap("setup")
     st = _State(n, p)
     total_pairs = _initial_scores(comm, loc, st)
+    ph.lap("setup")
     trace: list[dict[str, Any]] = []
     it = 0
     if cfg.algo == "hash2d":
         parts = hash2d(loc.pa, loc.pb, p, cfg.salt + 1)
         _commit(comm, loc, st, np.arange(loc.npairs, dtype=np.int64), parts)
+        ph.lap("allocate")
     else:
-        it = _expansion_loop(comm, loc, st, cfg, total_pairs, trace)
+        it = _expansion_loop(comm, loc, st, cfg, total_pairs, trace, ph)
         if cfg.algo == "adadne" and cfg.refine > 0:
             cap2 = float(2 * edge_cap(total_pairs, p, cfg.ada_cap)) if cfg.ada_cap > 0 else np.inf
             st.member, st.vsize, st.esize2, moved = refine.refine(
@@ -287,9 +306,11 @@ def expand(comm: Any, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult
                 cfg.refine, cfg.refine_kmax)
             trace.append({"refine_moves": moved})
             log.get().info("%s: vertex-balance refinement moved %d edges", cfg.algo, moved)
+            ph.lap("refine")
     rec_part = _records(comm, shard, loc, st, cfg)
+    ph.lap("records")
     return ExpansionResult(rec_part=rec_part, member=st.member, vsize=st.vsize, iterations=it,
-                           seconds=time.perf_counter() - t0, trace=trace)
+                           seconds=time.perf_counter() - t0, trace=trace, phases=ph.sec)
 
 
 def edge_cap(total_pairs: int, p: int, balance: float) -> int:
@@ -298,8 +319,10 @@ def edge_cap(total_pairs: int, p: int, balance: float) -> int:
 
 
 def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
-                    total_pairs: int, trace: list[dict[str, Any]]) -> int:
+                    total_pairs: int, trace: list[dict[str, Any]],
+                    ph: _Phases | None = None) -> int:
     """The DNE / AdaDNE iterations; returns their count. Collective over comm."""
+    ph = ph or _Phases()
     p = cfg.parts
     capped = cfg.algo == "dne" or cfg.ada_cap > 0
     alpha = cfg.balance if cfg.algo == "dne" else cfg.ada_cap
@@ -309,6 +332,7 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
     mark = np.zeros(loc.npairs, dtype=bool)
     it = stalled = 0
     logger = log.get()
+    ph.lap("loop_setup")
     while int(st.esize2.sum()) < 2 * total_pairs:
         open_ = st.esize2 < cap2
         if stalled >= 3:
@@ -332,24 +356,33 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
         else:
             lam = np.full(p, cfg.lam)
         hub = cfg.hub_defer * total_pairs / p if cfg.algo == "adadne" and cfg.hub_defer > 0 else np.inf
-        req = _route_requests(comm, exp.requests(st, lam, open_, hub), cfg.salt)
+        ph.lap("lambda")
+        req = exp.requests(st, lam, open_, hub)
+        ph.lap("select")
+        req = _route_requests(comm, req, cfg.salt)
+        ph.lap("route")
         room = None
         if capped:
             room = ((cap2 - st.esize2) // 2).clip(0).astype(np.int64)
         pairs, parts = kernels.one_hop_propose(loc.lids(req[:, 0]), req[:, 1], loc.indptr,
                                                loc.adj, loc.assign, st.esize2, best)
+        ph.lap("one_hop")
         keep = _quota_cut(comm, parts, room)
         joined = _commit(comm, loc, st, pairs[keep], parts[keep])
+        ph.lap("commit")
         exp.add_joined(joined)
+        ph.lap("boundary")
         jv = np.unique(joined // p)
         jl = loc.lids(jv)
         jl = jl[jl >= 0]
         pairs2, parts2 = kernels.two_hop_propose(jl, loc.indptr, loc.adj, loc.assign, loc.pa,
                                                  loc.pb, st.member, st.esize2, cap2, p, mark)
+        ph.lap("two_hop")
         if capped:
             room = ((cap2 - st.esize2) // 2).clip(0).astype(np.int64)
         keep2 = _quota_cut(comm, parts2, room)
         _commit(comm, loc, st, pairs2[keep2], parts2[keep2])
+        ph.lap("commit")
         trace.append({"iteration": it, "edges": st.esize2 // 2, "vertices": st.vsize.copy(),
                       "lam": lam.copy()})
         it += 1
@@ -357,6 +390,8 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
         if it % 50 == 0:
             logger.info("%s: iteration %d, %.1f%% of edges allocated", cfg.algo, it,
                         50.0 * st.esize2.sum() / max(total_pairs, 1))
+        ph.lap("loop_other")
+    ph.lap("leftover")
     return it
 
 

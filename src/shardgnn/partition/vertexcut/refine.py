@@ -21,23 +21,38 @@ from numba import njit
 def vertex_moves(lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: np.ndarray,
                  pb: np.ndarray, assign: np.ndarray, work: np.ndarray, vsize: np.ndarray,
                  esize2: np.ndarray, heavy: np.ndarray, room: np.ndarray, cap2: float,
-                 kmax: int) -> np.ndarray:
+                 kmax: int, vtrack: np.ndarray) -> np.ndarray:
     """Greedy evictions of local vertices from heavy partitions; rows (pair, x, y, h, l).
 
     A vertex ``x`` with ``c <= kmax`` edges in a heavy partition ``h``, all of them on this
     rank, moves them to a partition ``l`` that already holds every other end ``y``: ``x``
     leaves ``h`` and joins ``l`` at most (pure when ``x`` is already in ``l``). Passes
-    c = 1, 2, ..., kmax. Updates ``assign`` and the scratch ``work``, ``heavy``, ``room``,
-    ``esize2``.
+    c = 1, 2, ..., kmax over the local vertices; only partitions with a positive ``heavy``
+    budget are visited, and the scan stops once every budget is spent. ``vsize`` is the
+    round's snapshot used to rank targets. Updates in place: ``assign``, the counts ``work``
+    (with ``vtrack``, the vertex count per partition, following every count that reaches or
+    leaves zero), and the scratch ``heavy``, ``room``, ``esize2``.
     """
     p = work.shape[1]
     out = np.empty((adj.size // 2 + 1, 5), np.int64)
     buf = np.empty(kmax, np.int64)
+    hl = np.empty(p, np.int64)
+    nh = 0
+    for h in range(p):
+        if heavy[h] > 0:
+            hl[nh] = h
+            nh += 1
+    left = nh
     k = 0
     for c in range(1, kmax + 1):
+        if left == 0:
+            break
         for xi in range(lv.size):
+            if left == 0:
+                break
             x = lv[xi]
-            for h in range(p):
+            for hj in range(nh):
+                h = hl[hj]
                 if heavy[h] <= 0 or work[x, h] != c:
                     continue
                 m = 0
@@ -72,6 +87,8 @@ def vertex_moves(lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: np.nda
                 if best < 0:
                     continue
                 heavy[h] -= 1
+                if heavy[h] == 0:
+                    left -= 1
                 if not best_pure:
                     room[best] -= 1
                 esize2[best] += 2 * c
@@ -79,10 +96,7 @@ def vertex_moves(lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: np.nda
                 for q in range(c):
                     e = buf[q]
                     y = pb[e] if pa[e] == x else pa[e]
-                    work[x, h] -= 1
-                    work[y, h] -= 1
-                    work[x, best] += 1
-                    work[y, best] += 1
+                    _move_counts(work, vtrack, x, y, h, best)
                     assign[e] = best
                     out[k, 0] = e
                     out[k, 1] = x
@@ -94,21 +108,76 @@ def vertex_moves(lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: np.nda
 
 
 @njit(cache=True)
-def apply_moves(cnt: np.ndarray, moves: np.ndarray) -> None:
-    """Apply all-gathered move rows (x, y, h, l) to the replicated counts."""
+def _move_counts(cnt: np.ndarray, vsize: np.ndarray, x: int, y: int, h: int, l: int) -> None:
+    """One edge (x, y) leaves partition h for l: counts and vertex counts per partition."""
+    cnt[x, h] -= 1
+    if cnt[x, h] == 0:
+        vsize[h] -= 1
+    cnt[y, h] -= 1
+    if cnt[y, h] == 0:
+        vsize[h] -= 1
+    if cnt[x, l] == 0:
+        vsize[l] += 1
+    cnt[x, l] += 1
+    if cnt[y, l] == 0:
+        vsize[l] += 1
+    cnt[y, l] += 1
+
+
+@njit(cache=True)
+def apply_moves(cnt: np.ndarray, moves: np.ndarray, skip_lo: int, skip_hi: int,
+                vsize: np.ndarray, esize2: np.ndarray) -> None:
+    """Apply all-gathered move rows (x, y, h, l) to the replicated counts.
+
+    Rows ``[skip_lo, skip_hi)`` (this rank's own, already in ``cnt`` and ``vsize``) only
+    update ``esize2``. Each row is one edge, so no count goes below zero in any order and the
+    tracked ``vsize`` equals the number of positive counts per partition afterwards.
+    """
     for j in range(moves.shape[0]):
         x, y, h, l = moves[j, 0], moves[j, 1], moves[j, 2], moves[j, 3]
-        cnt[x, h] -= 1
-        cnt[y, h] -= 1
-        cnt[x, l] += 1
-        cnt[y, l] += 1
+        esize2[h] -= 2
+        esize2[l] += 2
+        if skip_lo <= j < skip_hi:
+            continue
+        _move_counts(cnt, vsize, x, y, h, l)
 
 
+@njit(cache=True)
+def count_matrix(pa: np.ndarray, pb: np.ndarray, assign: np.ndarray, n: int,
+                 p: int) -> np.ndarray:
+    """(n, p) int32 count of each vertex's local edges per partition (assigned pairs only)."""
+    cnt = np.zeros((n, p), np.int32)
+    for e in range(assign.size):
+        i = assign[e]
+        if i >= 0:
+            cnt[pa[e], i] += 1
+            cnt[pb[e], i] += 1
+    return cnt
+
+
+@njit(cache=True)
+def column_stats(cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per partition: vertices with a positive count, and the sum of counts (2 |E_i|)."""
+    p = cnt.shape[1]
+    vsize = np.zeros(p, np.int64)
+    esize2 = np.zeros(p, np.int64)
+    for v in range(cnt.shape[0]):
+        for i in range(p):
+            c = cnt[v, i]
+            if c > 0:
+                vsize[i] += 1
+                esize2[i] += c
+    return vsize, esize2
+
+
+@njit(cache=True)
 def member_bits(cnt: np.ndarray, words: int) -> np.ndarray:
-    """(n, words) uint64 membership bits of ``cnt > 0``. Pure."""
-    member = np.zeros((cnt.shape[0], words), dtype=np.uint64)
-    for i in range(cnt.shape[1]):
-        member[:, i >> 6] |= (cnt[:, i] > 0).astype(np.uint64) << np.uint64(i & 63)
+    """(n, words) uint64 membership bits of ``cnt > 0``."""
+    member = np.zeros((cnt.shape[0], words), np.uint64)
+    for v in range(cnt.shape[0]):
+        for i in range(cnt.shape[1]):
+            if cnt[v, i] > 0:
+                member[v, i >> 6] |= np.uint64(1) << np.uint64(i & 63)
     return member
 
 
@@ -118,19 +187,17 @@ def refine(comm: Any, lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: n
                                                                 np.ndarray, int]:
     """Leaf-move rounds on the final assignment (``assign`` updated in place).
 
+    The count matrix is built once; per round only the moves touch it (this rank's in the
+    kernel, the others' from the all-gather), and the vertex/edge counts per partition follow
+    the moves, so a round costs O(local vertices x heavy partitions + moves), not O(|V| p).
     Returns (member bits, vsize, esize2, moves made). Collective over comm.
     """
     P = comm.size
-    cnt = np.zeros(n * p, dtype=np.int32)
-    ok = assign >= 0
-    for ends in (pa, pb):
-        cnt += np.bincount(ends[ok] * p + assign[ok], minlength=n * p).astype(np.int32)
+    cnt = count_matrix(pa, pb, assign, n, p)
     comm.allreduce(cnt, "sum")
-    cnt = cnt.reshape(n, p)
+    vsize, esize2 = column_stats(cnt)
     total = 0
     for _ in range(rounds):
-        vsize = (cnt > 0).sum(axis=0).astype(np.int64)
-        esize2 = cnt.sum(axis=0, dtype=np.int64)
         mean = vsize.mean()
         if vsize.max() <= (1 + tol) * mean:
             break
@@ -142,15 +209,15 @@ def refine(comm: Any, lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: n
         local_e2 = esize2.copy()
         if np.isfinite(cap2):   # each rank may use 1/P of a partition's remaining edge room
             local_e2 = int(cap2) - (int(cap2) - esize2).clip(0) // P
-        mv = vertex_moves(lv, indptr, adj, pa, pb, assign, cnt.copy(), vsize, local_e2,
-                          heavy, room, cap2, kmax)
+        mv = vertex_moves(lv, indptr, adj, pa, pb, assign, cnt, vsize.copy(), local_e2,
+                          heavy, room, cap2, kmax, vsize)
         allmv = comm.allgatherv(np.ascontiguousarray(mv[:, 1:]))
-        if int(comm.allreduce_scalar(int(mv.shape[0]), "sum")) == 0:
+        per_rank = comm.allgatherv(np.array([mv.shape[0]], dtype=np.int64))
+        lo = int(per_rank[:comm.rank].sum())
+        apply_moves(cnt, allmv, lo, lo + int(mv.shape[0]), vsize, esize2)
+        if allmv.shape[0] == 0:
             break
-        apply_moves(cnt, allmv)
         total += int(allmv.shape[0])
-    vsize = (cnt > 0).sum(axis=0).astype(np.int64)
-    esize2 = cnt.sum(axis=0, dtype=np.int64)
     return member_bits(cnt, (p + 63) // 64), vsize, esize2, total
 
 
@@ -158,7 +225,10 @@ def warmup() -> None:
     """Compile or load the kernels once on tiny inputs (keeps JIT time out of timings)."""
     z = np.zeros(1, np.int64)
     work = np.zeros((2, 2), np.int32)
+    v2 = np.zeros(2, np.int64)
     vertex_moves(np.arange(2), np.array([0, 1, 2]), np.zeros(2, np.int64), z, z + 1, z.copy(),
-                 work, np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64),
-                 np.zeros(2, np.int64), 1.0, 1)
-    apply_moves(work, np.zeros((0, 4), np.int64))
+                 work, v2, v2.copy(), v2.copy(), v2.copy(), 1.0, 1, v2.copy())
+    apply_moves(work, np.zeros((0, 4), np.int64), 0, 0, v2.copy(), v2.copy())
+    cnt = count_matrix(z, z + 1, z.copy(), 2, 2)
+    column_stats(cnt)
+    member_bits(cnt, 1)
