@@ -23,7 +23,7 @@ def results(tmp_path_factory, datasets):
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_distributed_spring_rf_drift(results, n):
-    for name in ("spring-4", "spring-3", "spring-7"):
+    for name in ("spring-4", "spring-3", "spring-7", "spring-adj-5"):
         one, many = results[1][name]["rf"], results[n][name]["rf"]
         assert abs(many - one) / one <= 0.10, (name, one, many)
         assert results[n][name]["vb"] <= 1.10

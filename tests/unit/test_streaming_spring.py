@@ -22,6 +22,7 @@ from shardgnn.io.canonical import write_dataset  # noqa: E402
 from shardgnn.partition.streaming.baselines import BaselineParams  # noqa: E402
 from shardgnn.partition.streaming.pipeline import (ALGORITHMS, AutoParts, PartitionConfig,  # noqa: E402
                                                    auto_parts, main)
+from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +63,39 @@ def test_spring_equals_algorithm1_oracle(comm, cora, tmp_path, p):
     owner, _ = check_store(out, edges, n, x=x)
     assert np.array_equal(owner, spring_oracle(edges, n, p))
     assert m["vertex_balance_owned"] <= 1.10
+
+
+@pytest.mark.parametrize("p,chunk", [(2, 1 << 20), (4, 300), (8, 1)])
+def test_spring_adjacency_order_equals_oracle(comm, cora, tmp_path, p, chunk):
+    """--stream-order adjacency: the bidirected list grouped by source (the authors' input),
+    streamed from a scratch targets file that is removed afterwards."""
+    d, edges, n, x = cora
+    scratch = tmp_path / "scratch"
+    m, out = run(comm, d, tmp_path, p=p, chunk=chunk,
+                 spring=SpringParams(stream_order="adjacency", scratch=str(scratch)))
+    owner, _ = check_store(out, edges, n, x=x)
+    assert np.array_equal(owner, spring_oracle(edges, n, p, order="adjacency"))
+    assert m["vertex_balance_owned"] <= 1.10
+    assert "adjacency" in m["seconds_per_pass"]
+    assert not any(scratch.iterdir())
+
+
+def test_adjacency_source_bounds_and_chunks(tmp_path):
+    from shardgnn.partition.streaming.adjacency import AdjacencyShard, source_bounds
+
+    deg = np.array([3, 0, 5, 1, 1, 6, 0, 2])
+    for P in (1, 2, 3, 4, 9):
+        b = source_bounds(deg, P)
+        assert b[0] == 0 and b[-1] == deg.size and np.all(np.diff(b) >= 0) and b.size == P + 1
+    indptr = np.concatenate([[0], np.cumsum(deg)])
+    tgt = np.arange(indptr[-1], dtype=np.int32)
+    (tmp_path / "a").mkdir()
+    tgt.tofile(tmp_path / "a" / "t.bin")
+    for chunk in (1, 4, 100):
+        sh = AdjacencyShard(0, deg.size, indptr, tmp_path / "a" / "t.bin", np.dtype(np.int32), chunk)
+        e = np.concatenate(list(sh.chunks()))
+        assert np.array_equal(e[:, 0], np.repeat(np.arange(deg.size), deg))
+        assert np.array_equal(e[:, 1], tgt)
 
 
 def test_two_cliques_joined_by_a_bridge(comm, tmp_path):

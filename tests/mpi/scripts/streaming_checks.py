@@ -23,6 +23,7 @@ from shardgnn.comm import world  # noqa: E402
 from shardgnn.io.canonical import write_dataset  # noqa: E402
 from shardgnn.partition.streaming.baselines import BaselineParams  # noqa: E402
 from shardgnn.partition.streaming.pipeline import PartitionConfig, main  # noqa: E402
+from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
 
 comm = world()
 out = Path(sys.argv[1])
@@ -38,11 +39,14 @@ if comm.rank == 0:
 comm.barrier()
 
 runs = [("spring-4", cora, "spring", 4, {}), ("spring-3", cora, "spring", 3, {}),
-        ("spring-7", cora, "spring", 7, {"chunk": 500}), ("spring-hops2", cora, "spring", 4, {"hops": 2}),
+        ("spring-7", cora, "spring", 7, {"chunk": 500}),
+        ("spring-adj-5", cora, "spring", 5, {"chunk": 900, "spring": SpringParams(stream_order="adjacency")}),
+        ("spring-hops2", cora, "spring", 4, {"hops": 2}),
         ("spring-hops0", cora, "spring", 4, {"hops": 0}), ("spring-refine", cora, "spring", 4, {"refine": 6, "refine_clusters": 2}),
         ("hdrf-3", cora, "hdrf", 3, {}), ("dbh-5", cora, "dbh", 5, {}), ("greedy-4", cora, "greedy", 4, {}),
         ("2ps-l-5", cora, "2ps-l", 5, {"chunk": 700}), ("2ps-port-4", cora, "2ps-l", 4, {"port": True}),
         ("hash-2", cora, "hash", 2, {}), ("tiny-spring-2", tiny, "spring", 2, {}),
+        ("tiny-adj-3", tiny, "spring", 3, {"chunk": 1, "spring": SpringParams(stream_order="adjacency")}),
         ("tiny-hdrf-3", tiny, "hdrf", 3, {})]
 result = {}
 for name, d, algo, p, kw in runs:
@@ -60,5 +64,9 @@ if comm.rank == 0:
     if P == 1:
         for name, p in (("spring-4", 4), ("spring-3", 3), ("spring-7", 7)):
             assert result[name]["owner"] == spring_oracle(edges, n, p).tolist(), name
+        assert result["spring-adj-5"]["owner"] == spring_oracle(edges, n, 5, order="adjacency").tolist()
+        assert result["tiny-adj-3"]["owner"] == spring_oracle(tiny_edges, 6, 3, order="adjacency").tolist()
+    # the adjacency order's scratch targets files are gone on every rank
+    assert not list(out.glob("shardgnn-adj-*"))
     (out / f"result-{P}.json").write_text(json.dumps(result))
 comm.barrier()

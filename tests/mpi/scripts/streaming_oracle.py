@@ -7,9 +7,20 @@ from pathlib import Path
 import numpy as np
 
 
+def bidirected_lines(edges: list[tuple[int, int]], order: str) -> list[tuple[int, int]]:
+    """The bidirected stream: interleaved (u,v),(v,u) per edge, or adjacency (those lines
+    stably sorted by source: grouped by source, file order within a source)."""
+    lines = [ln for a, b in edges for ln in ((a, b), (b, a))]
+    if order == "adjacency":
+        lines.sort(key=lambda ln: ln[0])  # stable
+    return lines
+
+
 def spring_oracle(edges: np.ndarray, n: int, p: int, beta: float = 1.05,
-                  tau: float = 0.1) -> np.ndarray:
-    """Algorithm 1 of the CATGNN paper, line by line, over the interleaved bidirected stream."""
+                  tau: float = 0.1, order: str = "interleaved") -> np.ndarray:
+    """Algorithm 1 of the CATGNN paper, line by line, over the bidirected stream in ``order``
+    (interleaved: both ends' richest neighbours updated per line, as our one-pass kernel;
+    adjacency: line (u, v) updates v's only, as Algorithm 1 reads)."""
     edges = [(int(a), int(b)) for a, b in np.asarray(edges).reshape(-1, 2)]
     deg = [0] * n
     for u, v in edges:
@@ -21,32 +32,31 @@ def spring_oracle(edges: np.ndarray, n: int, p: int, beta: float = 1.05,
     C: dict[int, set[int]] = {}
     rich: list[int | None] = [None] * n
     k = 1
-    for a, b in edges:
-        for u, v in ((a, b), (b, a)):
-            for x in (u, v):
-                if c[x] == 0:
-                    c[x] = k
-                    k += 1
-                    vol[c[x]] += deg[x]
-                    C[c[x]] = {x}
-            cu, cv = c[u], c[v]
-            if vol[cu] <= tau_vol and vol[cv] <= tau_vol:
-                if vol[cu] <= vol[cv]:
-                    vol[cu] -= deg[u]
-                    C[cu].discard(u)
-                    vol[cv] += deg[u]
-                    C[cv].add(u)
-                    c[u] = cv
-                else:
-                    vol[cu] += deg[v]
-                    C[cu].add(v)
-                    vol[cv] -= deg[v]
-                    C[cv].discard(v)
-                    c[v] = cu
-            if rich[u] is None or deg[rich[u]] < deg[v]:
-                rich[u] = v
-            if rich[v] is None or deg[rich[v]] < deg[u]:
-                rich[v] = u
+    for u, v in bidirected_lines(edges, order):
+        for x in (u, v):
+            if c[x] == 0:
+                c[x] = k
+                k += 1
+                vol[c[x]] += deg[x]
+                C[c[x]] = {x}
+        cu, cv = c[u], c[v]
+        if vol[cu] <= tau_vol and vol[cv] <= tau_vol:
+            if vol[cu] <= vol[cv]:
+                vol[cu] -= deg[u]
+                C[cu].discard(u)
+                vol[cv] += deg[u]
+                C[cv].add(u)
+                c[u] = cv
+            else:
+                vol[cu] += deg[v]
+                C[cu].add(v)
+                vol[cv] -= deg[v]
+                C[cv].discard(v)
+                c[v] = cu
+        if order != "adjacency" and (rich[u] is None or deg[rich[u]] < deg[v]):
+            rich[u] = v
+        if rich[v] is None or deg[rich[v]] < deg[u]:
+            rich[v] = u
     for v in range(n):
         if c[v] == 0:
             c[v] = k

@@ -3,7 +3,9 @@
 Every function here is a numba ``@njit(cache=True)`` kernel over numpy arrays. Edge chunks are
 ``(k, 2)`` int64 arrays holding each stored edge once; ``mode`` says which directed lines of the
 bidirected stream a kernel sees: 0 = (u, v) only, 1 = (v, u) only, 2 = (u, v) then (v, u) per
-stored edge. Presence sets are bitmasks: ``(n, words)`` uint64, bit ``i`` of word ``i // 64`` set
+stored edge. Mode 3 = the single directed line (u, v) as stored (a source-grouped
+adjacency stream, :mod:`.adjacency`): only v's richest neighbour is updated, as Algorithm 1 does
+for line (u, v). Presence sets are bitmasks: ``(n, words)`` uint64, bit ``i`` of word ``i // 64`` set
 when partition ``i`` holds the vertex.
 """
 from __future__ import annotations
@@ -57,7 +59,8 @@ def cluster_chunk(edges, mode, vs, vol, tau, k):
     per call. Cluster sizes are not needed while streaming (recomputed from the ids).
     """
     first = 1 if mode == 1 else 0
-    last = 0 if mode == 0 else 1
+    last = 0 if mode == 0 or mode == 3 else 1
+    both_rich = mode != 3
     for j in range(edges.shape[0]):
         for d in range(first, last + 1):
             u = edges[j, d]
@@ -85,7 +88,7 @@ def cluster_chunk(edges, mode, vs, vol, tau, k):
                     vol[cu] += dv
                     vol[cv] -= dv
                     vs[v, 0] = cu
-            if vs[u, 1] < 0 or vs[u, 2] < dv:
+            if both_rich and (vs[u, 1] < 0 or vs[u, 2] < dv):
                 vs[u, 1] = v
                 vs[u, 2] = dv
             if vs[v, 1] < 0 or vs[v, 2] < du:

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from shardgnn.errors import ShardError, input_error
 from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_meta
 from shardgnn.io.results import ResultWriter
 from shardgnn.partition import metrics, store
-from shardgnn.partition.streaming import kernels, passes
+from shardgnn.partition.streaming import adjacency, kernels, passes
 from shardgnn.partition.streaming.baselines import (BaselineParams, hash_owner, load_user_class,
                                                     vertexcut_owner)
 from shardgnn.partition.streaming.spring import SpringParams, spring_owner
@@ -155,6 +155,10 @@ def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
     timer = passes.PassTimer()
     t0 = time.perf_counter()
     kernels.warmup()
+    if cfg.algo == "spring" and cfg.spring.stream_order == "adjacency":
+        adjacency.warmup()
+        if cfg.spring.scratch is None:  # the targets file goes beside the output
+            cfg = replace(cfg, spring=replace(cfg.spring, scratch=str(Path(cfg.out).absolute().parent)))
     timer.add("jit", time.perf_counter() - t0, 0)
     owner, info = _owners(cfg, comm, stream, p, timer)
     labels = info.pop("labels", None)

@@ -16,6 +16,7 @@ from numba import njit
 
 from shardgnn import log
 from shardgnn.io.canonical import EdgeStream
+from shardgnn.partition.streaming import adjacency
 from shardgnn.partition.streaming import kernels as K
 from shardgnn.partition.streaming import passes
 from shardgnn.partition.streaming.passes import PassTimer
@@ -29,7 +30,10 @@ class SpringParams:
     tau: float = 0.1              #: tau_vol = tau * |E| / p, |E| = directed lines (2 per edge)
     merge: str = "static"         #: static (Algorithm 1, authors' code) or resort (paper prose)
     assign_order: str = "sorted"  #: sorted (Algorithm 1 line 30) or appearance (authors' code)
-    stream_order: str = "interleaved"  #: interleaved (u,v),(v,u) or concat (all (u,v), then (v,u))
+    #: interleaved (u,v),(v,u) per stored edge; concat (all (u,v), then all (v,u)); adjacency
+    #: (bidirected lines grouped by source, file order within a source: the authors' input)
+    stream_order: str = "interleaved"
+    scratch: str | None = None    #: folder for the adjacency order's per-rank targets file
 
 
 @dataclass
@@ -49,8 +53,10 @@ def directed_lines(stream: EdgeStream) -> int:
 
 
 def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
-                 modes: tuple[int, ...], timer: PassTimer, name: str = "cluster") -> Clustering:
-    """Streaming clustering (Algorithm 1 lines 2-21) over this rank's shard, then agreement
+                 modes: tuple[int, ...], timer: PassTimer, name: str = "cluster",
+                 source: adjacency.AdjacencyShard | None = None) -> Clustering:
+    """Streaming clustering (Algorithm 1 lines 2-21) over this rank's shard (or, with
+    ``source``, over its share of the source-grouped stream, one line at a time), then agreement
     on the largest-volume cluster and richest neighbour per vertex. Collective over comm."""
     n = deg.shape[0]
     dt = K.state_dtype(n, int(deg.sum()))
@@ -58,12 +64,20 @@ def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
     vol = np.zeros(n + 2, dt)
     k = 1
     t0 = time.perf_counter()
-    for mode in modes:
-        with log.Progress(stream.hi - stream.lo, f"{name} ({'uv' if mode == 0 else 'vu' if mode == 1 else 'both'})",
+    if source is not None:
+        with log.Progress(int(source.indptr[-1]), f"{name} (adjacency)", unit="line",
                           enabled=comm.rank == 0) as bar:
-            for e in passes.native(stream):
-                k = K.cluster_chunk(e, mode, vs, vol, tau_vol, k)
+            for e in source.chunks():
+                k = K.cluster_chunk(e, 3, vs, vol, tau_vol, k)
                 bar.update(len(e))
+        modes = (0,)
+    else:
+        for mode in modes:
+            with log.Progress(stream.hi - stream.lo, f"{name} ({'uv' if mode == 0 else 'vu' if mode == 1 else 'both'})",
+                              enabled=comm.rank == 0) as bar:
+                for e in passes.native(stream):
+                    k = K.cluster_chunk(e, mode, vs, vol, tau_vol, k)
+                    bar.update(len(e))
     c = vs[:, K.VS_CLUSTER].astype(np.int64)
     rich = vs[:, K.VS_RICH].astype(np.int64)
     del vs
@@ -159,8 +173,17 @@ def spring_owner(stream: EdgeStream, comm: Any, deg: np.ndarray, p: int, params:
     # exceed tau, so line (v,u) moves nothing and repeats the same richest-neighbour updates;
     # one (u,v) pass gives exactly the same state (the tests check it against Algorithm 1
     # run line by line on the bidirected stream).
-    modes = (0,) if stream.meta.directed or params.stream_order == "interleaved" else (0, 1)
-    cl = cluster_pass(stream, comm, deg, tau_vol, modes, timer)
+    # The adjacency order (the authors' input: bidirected lines grouped by source) is streamed
+    # from a per-rank targets file built by one routing pass (adjacency.py).
+    modes = (0,) if stream.meta.directed or params.stream_order != "concat" else (0, 1)
+    source = None
+    if params.stream_order == "adjacency" and not stream.meta.directed:
+        source = adjacency.build(stream, comm, deg, params.scratch, timer)
+    try:
+        cl = cluster_pass(stream, comm, deg, tau_vol, modes, timer, source=source)
+    finally:
+        if source is not None:
+            source.remove()
     t0 = time.perf_counter()
     owner, label, info = merge_and_assign(cl, deg, p, params)
     info["labels"] = [label, cl.c]

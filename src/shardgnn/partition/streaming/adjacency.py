@@ -1,0 +1,169 @@
+"""The source-grouped ("adjacency") stream: the bidirected edge list ordered by source vertex.
+
+The CATGNN authors ran SPRING on a bidirected edge list grouped by source vertex (ascending id),
+each vertex's lines in the order its edges appear in the file: a stable sort by source of the
+interleaved stream (u, v), (v, u) per stored edge. Their RF is reproduced exactly only in that
+order (``docs/partitioning.md``). This module streams a rank's share of that order without
+holding the edge list:
+
+1. source ranges: rank r streams the lines of sources ``[b_r, b_{r+1})``, the bounds splitting
+   the 2|E| lines (degrees) evenly;
+2. one streaming pass over the rank's shard of ``edges.bin`` routes each line (u, v) and (v, u)
+   to the rank owning its source (``Alltoallv``, per chunk) which scatters the target into its
+   own scratch file at ``indptr[src] + lines of src from lower ranks + lines seen so far`` —
+   a CSR ``indices`` file of its source range, in global file order within each source;
+3. the clustering then streams that file: line (s, t) for every s in range, t in row s.
+
+Memory per rank: O(|V|) (row pointers of its range, per-sender row cursors: P x range) plus
+one chunk; disk: 4 (int32 ids) or 8 bytes per line of its range, removed after the pass.
+Directed graphs are not reordered (their stream is already one line per stored edge).
+Functions taking ``comm`` are collective over comm.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+from numba import njit
+
+from shardgnn.io.canonical import EdgeStream
+from shardgnn.partition.streaming import kernels as K
+from shardgnn.partition.streaming import passes
+
+
+@njit(cache=True)
+def interleave(edges, out):
+    """out[2k] = (u, v), out[2k+1] = (v, u) for stored edge k = (u, v)."""
+    for k in range(edges.shape[0]):
+        u = edges[k, 0]
+        v = edges[k, 1]
+        out[2 * k, 0] = u
+        out[2 * k, 1] = v
+        out[2 * k + 1, 0] = v
+        out[2 * k + 1, 1] = u
+
+
+@njit(cache=True)
+def scatter_lines(lines, lo, cursor, out):
+    """Write the target of each line (s, t) at ``cursor[s - lo]`` (then advance it)."""
+    for k in range(lines.shape[0]):
+        s = lines[k, 0] - lo
+        out[cursor[s]] = lines[k, 1]
+        cursor[s] += 1
+
+
+def source_bounds(deg: np.ndarray, size: int) -> np.ndarray:
+    """P + 1 source-vertex bounds splitting the lines (degrees) evenly. Pure."""
+    cum = np.cumsum(deg, dtype=np.int64)
+    total = int(cum[-1]) if cum.size else 0
+    n = deg.shape[0]
+    cuts = [int(np.searchsorted(cum, total * r // size, side="right")) if total else n * r // size
+            for r in range(1, size)]
+    return np.array([0, *cuts, n], np.int64)
+
+
+@dataclass
+class AdjacencyShard:
+    """This rank's sources [lo, hi): row pointers (local, from 0) and the targets file."""
+
+    lo: int
+    hi: int
+    indptr: np.ndarray
+    path: Path
+    dtype: np.dtype
+    chunk: int
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """Yield (k, 2) lines (s, t) in stream order, about ``chunk`` lines each."""
+        total = int(self.indptr[-1])
+        if total == 0:
+            return
+        tgt = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(total,))
+        src = np.arange(self.lo, self.hi, dtype=self.dtype)
+        s = 0
+        nrows = self.hi - self.lo
+        while s < nrows:
+            end = int(np.searchsorted(self.indptr, self.indptr[s] + self.chunk, side="right")) - 1
+            end = min(max(end, s + 1), nrows)
+            a, b = int(self.indptr[s]), int(self.indptr[end])
+            if b > a:
+                e = np.empty((b - a, 2), self.dtype)
+                e[:, 0] = np.repeat(src[s:end], np.diff(self.indptr[s:end + 1]))
+                e[:, 1] = tgt[a:b]
+                yield e
+            s = end
+        del tgt
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path.parent, ignore_errors=True)
+
+
+def build(stream: EdgeStream, comm: Any, deg: np.ndarray, scratch: str | os.PathLike | None,
+          timer: passes.PassTimer) -> AdjacencyShard:
+    """Route this rank's lines to the source-range owners and write its range's targets file
+    (module docstring). ``deg``: global degrees. Collective over comm."""
+    t0 = time.perf_counter()
+    P, r = comm.size, comm.rank
+    dt = stream.meta.np_dtype
+    bounds = source_bounds(deg, P)
+    lo, hi = int(bounds[r]), int(bounds[r + 1])
+    indptr = np.zeros(hi - lo + 1, np.int64)
+    np.cumsum(deg[lo:hi], out=indptr[1:])
+    if scratch is not None:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"shardgnn-adj-{r}-", dir=scratch))
+    path = folder / "targets.bin"
+    total = int(indptr[-1])
+    out = np.memmap(path, dtype=dt, mode="w+", shape=(max(total, 1),))
+    if P == 1:
+        cursor = [indptr[:-1].copy()]
+    else:
+        # lines of each source sent by each lower rank: local counts of this rank's shard,
+        # exchanged so rank r receives every sender's counts for its own range
+        local = np.zeros(deg.shape[0], np.int64)
+        for e in passes.native(stream):
+            K.count_degrees(e, local, False)
+        sizes = np.diff(bounds)
+        got = comm.alltoallv(local, sizes).reshape(P, hi - lo) if hi > lo else np.zeros((P, 0), np.int64)
+        del local
+        before = np.cumsum(got, axis=0) - got
+        cursor = [indptr[:-1] + before[q] for q in range(P)]
+        del got, before
+    buf = np.empty((min(stream.chunk, max(stream.hi - stream.lo, 1)) * 2, 2), dt)
+    for e in passes.lockstep(stream, comm, raw=True):
+        lines = buf[:2 * e.shape[0]]
+        interleave(e, lines)
+        if P == 1:
+            scatter_lines(lines, lo, cursor[0], out)
+            continue
+        dest = np.searchsorted(bounds, lines[:, 0], side="right") - 1
+        order = np.argsort(dest, kind="stable")
+        counts = np.bincount(dest, minlength=P).astype(np.int64)
+        recv_counts = comm.alltoall_counts(counts)
+        got = comm.alltoallv(np.ascontiguousarray(lines[order]), counts, recvcounts=recv_counts,
+                             op_name="adjacency_route")
+        pos = 0
+        for q in range(P):
+            c = int(recv_counts[q])
+            if c:
+                scatter_lines(got[pos:pos + c], lo, cursor[q], out)
+                pos += c
+    out.flush()
+    del out
+    timer.add("adjacency", time.perf_counter() - t0, stream.hi - stream.lo)
+    return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk)
+
+
+def warmup() -> None:
+    """Load the kernels of this module (pass timings exclude the JIT)."""
+    for dt in (np.int32, np.int64):
+        e = np.array([[0, 1]], dt)
+        lines = np.empty((2, 2), dt)
+        interleave(e, lines)
+        scatter_lines(lines, 0, np.array([0, 1], np.int64), np.empty(2, dt))
