@@ -124,7 +124,7 @@ def _load(comm: Any, cfg: AveragingConfig) -> tuple[dict[str, Any], list[int], l
     except ShardError as exc:
         err = str(exc)
     comm.agree(not err, err)
-    mine = averaging.assign_partitions(int(meta["parts"]), comm.size, comm.rank)
+    mine = comm.run_agreed(averaging.assign_partitions, int(meta["parts"]), comm.size, comm.rank)
     graphs = comm.run_agreed(lambda: [load_partition(cfg.data, i, int(meta["num_features"]))
                                       for i in mine])
     return meta, mine, graphs

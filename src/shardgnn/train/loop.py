@@ -50,10 +50,12 @@ def _resume(comm: Any, cfg: AveragingConfig, workers: list[_Worker], mine: list[
     ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, mine)
     mine_cfg = json.loads(json.dumps(asdict(cfg), default=str))
     bad = [k for k in RESUME_KEYS if ck["config"].get(k) != mine_cfg.get(k)]
+    msg = ""
     if bad:
         k = bad[0]
-        raise ShardError(f"{cfg.resume}: checkpoint has {k}={ck['config'].get(k)!r}, this run "
-                         f"{mine_cfg.get(k)!r}; expected the same {', '.join(bad)}")
+        msg = (f"{cfg.resume}: checkpoint has {k}={ck['config'].get(k)!r}, this run "
+               f"{mine_cfg.get(k)!r}; expected the same {', '.join(bad)}")
+    comm.agree(not bad, msg)  # the same verdict on every rank: the CLI exits 2 without abort
     for w in workers:
         w.torch_rng, w.np_rng = checkpoint.restore_partition(ck["parts"][w.graph.index],
                                                              w.model, w.opt)
