@@ -10,12 +10,23 @@ apart as ``wait``), and bytes per rank. Then times the uniform neighbour sampler
 (fanouts 25,10, batch 512) against a per-node ``numpy.random.Generator.choice`` loop (baseline).
 Writes ``RESULTS/averaging_sync.json`` and ``RESULTS/averaging_sync.md``.
 
-Run heavy: ``flock /tmp/shardgnn-heavy.lock python run/bench/averaging_sync.py RESULTS``.
+Runs can be split into pieces (``--models``, ``--ks``, ``--variants``, ``--no-sampler``): every
+finished run is appended to ``RESULTS/averaging_sync.runs.jsonl`` and skipped when asked for
+again (same tag, nodes, parts, epochs, seed, ranks), and every invocation rebuilds the JSON and
+table from ALL recorded runs (``--merge-only``: only that). Inputs, partition stores and per-run
+HDF5 files go under ``--work`` (default ``RESULTS/work``; the same as
+``averaging_accuracy.py``'s, so the CSBM graph and its stores are shared).
+
+Run heavy, in pieces of <= 10 minutes, e.g.::
+
+    flock /tmp/shardgnn-heavy.lock nice -n 10 python run/bench/averaging_sync.py RESULTS \
+        --models gcn --variants k --time-limit 540
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -75,70 +86,136 @@ def sampler_bench(store: Path, batches: int = 20, batch: int = 512, fanouts=(25,
             "numpy_loop_edges_per_s": nedges / slow, "speedup": (batches / fast) / (nb_batches / slow)}
 
 
+def _variants(mode: str, ks: list[str], which: list[str]) -> list[tuple[str, dict]]:
+    out = []
+    if "k" in which:
+        out += [(f"k={k}", {"sync": "avg", "sync_every": int(k)}) for k in ks]
+    if "avgopt" in which:
+        out += [(f"k={k} +avg-optimizer", {"sync": "avg", "sync_every": int(k),
+                                           "average_optimizer": True}) for k in ks]
+    if "grad" in which and mode == "minibatch":
+        out.append(("grad every batch", {"sync": "grad"}))
+    return out
+
+
+def _row_line(r: dict) -> str:
+    return (f"| {r['model']} | {r['variant']} | {r['epochs']} | {r['syncs']} | "
+            f"{100 * r['final_test_acc']:.2f} | {100 * r['test_acc']:.2f} | "
+            f"{r['total_sync_time']:.3f} | {r['total_sync_wait']:.2f} | "
+            f"{r['total_sync_bytes_per_rank'] / 1e6:.2f} | {r['total_epoch_time']:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", type=Path)
-    ap.add_argument("--nodes", type=int, default=100_000)
-    ap.add_argument("--parts", type=int, default=4)
-    ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--ks", default="1,5,10,20")
-    ap.add_argument("--models", default="gcn,sage")
+    ap.add_argument("results", type=Path, help="results folder (JSON, markdown, runs log)")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="folder for the CSBM graph, its partition store and per-run HDF5 "
+                         "(default: RESULTS/work)")
+    ap.add_argument("--nodes", type=int, default=100_000, help="CSBM nodes (default: 100000)")
+    ap.add_argument("--parts", type=int, default=4, help="SPRING partitions p (default: 4)")
+    ap.add_argument("--ranks", type=int, default=2, help="MPI ranks P (default: 2)")
+    ap.add_argument("--ks", default="1,5,10,20", help="sync intervals k (default: 1,5,10,20)")
+    ap.add_argument("--models", default="gcn,sage", help="gcn and/or sage (default: both)")
+    ap.add_argument("--variants", default="k,avgopt,grad",
+                    help="k: model averaging every k epochs, local Adam; avgopt: the same with the "
+                         "Adam state averaged too; grad: per-batch gradient averaging (sage only) "
+                         "(default: k,avgopt,grad)")
+    ap.add_argument("--avgopt-ks", default="1,10",
+                    help="k values of the avgopt variant (default: 1,10)")
     ap.add_argument("--epochs", default="gcn:100,sage:40", help="epochs per model")
-    ap.add_argument("--eval-every", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--time-limit", type=float, default=720,
-                    help="seconds for the training jobs; past it the finished ones are reported")
+    ap.add_argument("--eval-every", type=int, default=5,
+                    help="evaluate every N synchronised epochs (default: 5)")
+    ap.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    ap.add_argument("--no-sampler", action="store_true",
+                    help="skip the sampler throughput measurement")
+    ap.add_argument("--time-limit", type=float, default=540,
+                    help="seconds for the training jobs of this invocation; past it the finished "
+                         "ones are recorded (default: 540)")
+    ap.add_argument("--rerun", action="store_true", help="run again what the runs log has")
+    ap.add_argument("--merge-only", action="store_true",
+                    help="train nothing; rebuild the JSON and table from the runs log")
     args = ap.parse_args()
     res = args.results
+    work = args.work or res / "work"
+    res.mkdir(parents=True, exist_ok=True)
+    log_path = res / "averaging_sync.runs.jsonl"
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] \
+        if log_path.exists() else []
+    old_json = res / "averaging_sync.json"
+    prev = json.loads(old_json.read_text()) if old_json.exists() else {}
+    samp, partitioner = prev.get("sampler"), prev.get("partitioner", "?")
     t_start = time.perf_counter()
-    data = ac.csbm(res / "data" / f"csbm{args.nodes // 1000}k", args.nodes)
-    store = res / "data" / f"csbm{args.nodes // 1000}k-spring{args.parts}"
-    partitioner = ac.partition(data, args.parts, store)
-    epochs = dict(kv.split(":") for kv in args.epochs.split(","))
-    jobs = []
-    for m in args.models.split(","):
-        e = int(epochs[m])
-        base = dict(SETUPS[m], data=str(store), epochs=e, seed=args.seed, layers=2,
-                    dropout=0.5, lr=0.01, weight_decay=5e-4, eval_every=args.eval_every)
-        variants = [(f"k={k}", {"sync": "avg", "sync_every": int(k)}) for k in args.ks.split(",")]
-        variants += [("k=1 +avg-optimizer", {"sync": "avg", "sync_every": 1,
-                                             "average_optimizer": True}),
-                     ("k=10 +avg-optimizer", {"sync": "avg", "sync_every": 10,
-                                              "average_optimizer": True})]
-        if SETUPS[m]["mode"] == "minibatch":
-            variants.append(("grad every batch", {"sync": "grad"}))
-        for name, v in variants:
-            tag = f"{m}/{name}"
-            out = res / "runs" / (tag.replace("/", "-").replace(" ", "_").replace("=", "") + ".h5")
-            jobs.append({"tag": tag, "model": m, "variant": name,
-                         "config": dict(base, **v, out=str(out))})
-    rows = ac.run_jobs(jobs, res / "runs", args.ranks, timeout=args.time_limit)
-    lines = ["| model | sync | epochs | epochs with sync | final test acc (%) | best-val test acc (%) | "
-             "all-reduce time (s) | wait before sync (s) | MB per rank | train time (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    loads = [os.getloadavg()]
+
+    def key(r: dict) -> tuple:
+        return r["tag"], r["nodes"], r["p"], r["epochs"], r["seed"], r["ranks"]
+
+    jobs: list[dict] = []
+    if not args.merge_only:
+        data = ac.csbm(work / "data" / f"csbm{args.nodes // 1000}k", args.nodes)
+        store = work / "data" / f"csbm{args.nodes // 1000}k-spring{args.parts}"
+        partitioner = ac.partition(data, args.parts, store)
+        epochs = dict(kv.split(":") for kv in args.epochs.split(","))
+        which = args.variants.split(",")
+        for m in args.models.split(","):
+            e = int(epochs[m])
+            base = dict(SETUPS[m], data=str(store), epochs=e, seed=args.seed, layers=2,
+                        dropout=0.5, lr=0.01, weight_decay=5e-4, eval_every=args.eval_every)
+            vs = _variants(SETUPS[m]["mode"], args.ks.split(","), [w for w in which if w != "avgopt"])
+            if "avgopt" in which:
+                vs += _variants(SETUPS[m]["mode"], args.avgopt_ks.split(","), ["avgopt"])
+            for name, v in vs:
+                tag = f"{m}/{name}"
+                out = work / "runs" / (f"sync-n{args.nodes}-p{args.parts}-P{args.ranks}-e{e}-"
+                                       f"s{args.seed}-" + tag.replace("/", "-").replace(" ", "_")
+                                       .replace("=", "") + ".h5")
+                jobs.append({"tag": tag, "model": m, "variant": name, "nodes": args.nodes,
+                             "p": args.parts, "epochs": e, "seed": args.seed,
+                             "ranks": args.ranks, "h5": str(out),
+                             "config": dict(base, **v, out=str(out))})
+        done = {key(r) for r in rows}
+        if not args.rerun:
+            jobs = [j for j in jobs if key(j) not in done]
+        print(f"{len(jobs)} jobs to run", file=sys.stderr)
+        new = ac.run_jobs(jobs, work / "runs", args.ranks, timeout=args.time_limit) if jobs else []
         import h5py
 
-        with h5py.File(r["config_out"] if "config_out" in r else
-                       next(j["config"]["out"] for j in jobs if j["tag"] == r["tag"])) as f:
-            syncs = int((np.asarray(f["train/sync_bytes"]) > 0).sum())
-        r["syncs"] = syncs
-        lines.append(f"| {r['model']} | {r['variant']} | {r['epochs']} | {syncs} | "
-                     f"{100 * r['final_test_acc']:.2f} | {100 * r['test_acc']:.2f} | "
-                     f"{r['total_sync_time']:.3f} | {r['total_sync_wait']:.2f} | "
-                     f"{r['total_sync_bytes_per_rank'] / 1e6:.2f} | {r['total_epoch_time']:.1f} |")
-    samp = sampler_bench(store)
-    md = "\n".join(lines) + (
-        f"\n\nSampler (partition 0: {samp['partition_nodes']} nodes, fanouts 25,10, batch 512): "
-        f"{samp['numba_seeds_per_s']:.0f} seeds/s, {samp['numba_edges_per_s'] / 1e6:.2f} M sampled "
-        f"edges/s; per-node numpy loop {samp['numpy_loop_edges_per_s'] / 1e6:.3f} M edges/s "
-        f"(x{samp['speedup']:.1f}).\n")
-    out = {"benchmark": "averaging_sync", "nodes": args.nodes, "parts": args.parts,
-           "ranks": args.ranks, "partitioner": partitioner, "runs": rows, "sampler": samp,
-           "wall_s": time.perf_counter() - t_start}
-    res.mkdir(parents=True, exist_ok=True)
-    (res / "averaging_sync.json").write_text(json.dumps(out, indent=1, default=float))
+        for r in new:
+            with h5py.File(r["h5"]) as f:
+                r["syncs"] = int((np.asarray(f["train/sync_bytes"]) > 0).sum())
+            r["run_load"] = loads[0]
+            r["partitioner"] = partitioner
+        with open(log_path, "a") as fh:
+            for r in new:
+                fh.write(json.dumps(r, default=float) + "\n")
+        rows = list({key(r): r for r in rows + new}.values())
+        if not args.no_sampler:
+            samp = sampler_bench(store)
+        loads.append(os.getloadavg())
+    order = {"gcn": 0, "sage": 1}
+    rows.sort(key=lambda r: (r["nodes"], r["p"], order.get(r["model"], 9), "grad" in r["variant"],
+                             "avg-optimizer" in r["variant"], int(r["variant"].split()[0][2:])
+                             if r["variant"].startswith("k=") else 0))
+    lines = [f"CSBM {r0['nodes']} nodes, p = {r0['p']} SPRING partitions on P = {r0['ranks']} ranks"
+             for r0 in rows[:1]]
+    lines += ["", "| model | sync | epochs | epochs with sync | final test acc (%) | "
+              "best-val test acc (%) | all-reduce time (s) | wait before sync (s) | MB per rank | "
+              "train time (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_row_line(r) for r in rows]
+    md = "\n".join(lines) + "\n"
+    if samp:
+        md += (f"\nSampler (partition 0: {samp['partition_nodes']} nodes, fanouts 25,10, batch "
+               f"512): {samp['numba_seeds_per_s']:.0f} seeds/s, "
+               f"{samp['numba_edges_per_s'] / 1e6:.2f} M sampled edges/s; per-node numpy loop "
+               f"{samp['numpy_loop_edges_per_s'] / 1e6:.3f} M edges/s (x{samp['speedup']:.1f}).\n")
+    out = {"benchmark": "averaging_sync", "partitioner": partitioner, "runs": rows,
+           "sampler": samp, "this_invocation": {"jobs": len(jobs), "argv": sys.argv[1:],
+                                                "wall_s": time.perf_counter() - t_start,
+                                                "loadavg": loads}}
+    tmp = res / "averaging_sync.json.tmp"
+    tmp.write_text(json.dumps(out, indent=1, default=float))
+    os.replace(tmp, res / "averaging_sync.json")
     (res / "averaging_sync.md").write_text(md)
     print(md)
 
