@@ -34,7 +34,9 @@ from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
 
 #: name -> (algo, config overrides)
 VARIANTS = {
-    "spring": ("spring", {}),
+    # Algorithm 1 as `shardgnn partition --refine 0` runs it: the authors' stream order
+    "spring": ("spring", {"stream_order": "adjacency"}),
+    "spring(interleaved)": ("spring", {"stream_order": "interleaved"}),
     "spring+refine": ("spring", {"refine": 16, "refine_clusters": 4, "refine_frac": 0.8, "tau": 0.05}),
     "hdrf": ("hdrf", {}),
     "hdrf(cap)": ("hdrf", {"vcut_balance": 1.05}),

@@ -167,3 +167,6 @@ def warmup() -> None:
         lines = np.empty((2, 2), dt)
         interleave(e, lines)
         scatter_lines(lines, 0, np.array([0, 1], np.int64), np.empty(2, dt))
+        for st in (np.int32, np.int64):
+            vs = K.new_vertex_state(np.ones(2, np.int64), st)
+            K.cluster_lines(lines, vs, np.zeros(4, st), 1.0, 1)

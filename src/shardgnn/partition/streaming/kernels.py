@@ -3,9 +3,8 @@
 Every function here is a numba ``@njit(cache=True)`` kernel over numpy arrays. Edge chunks are
 ``(k, 2)`` int64 arrays holding each stored edge once; ``mode`` says which directed lines of the
 bidirected stream a kernel sees: 0 = (u, v) only, 1 = (v, u) only, 2 = (u, v) then (v, u) per
-stored edge. Mode 3 = the single directed line (u, v) as stored (a source-grouped
-adjacency stream, :mod:`.adjacency`): only v's richest neighbour is updated, as Algorithm 1 does
-for line (u, v). Presence sets are bitmasks: ``(n, words)`` uint64, bit ``i`` of word ``i // 64`` set
+stored edge (:func:`cluster_lines` takes single directed lines instead). Presence sets are
+bitmasks: ``(n, words)`` uint64, bit ``i`` of word ``i // 64`` set
 when partition ``i`` holds the vertex.
 """
 from __future__ import annotations
@@ -59,8 +58,7 @@ def cluster_chunk(edges, mode, vs, vol, tau, k):
     per call. Cluster sizes are not needed while streaming (recomputed from the ids).
     """
     first = 1 if mode == 1 else 0
-    last = 0 if mode == 0 or mode == 3 else 1
-    both_rich = mode != 3
+    last = 0 if mode == 0 else 1
     for j in range(edges.shape[0]):
         for d in range(first, last + 1):
             u = edges[j, d]
@@ -88,12 +86,48 @@ def cluster_chunk(edges, mode, vs, vol, tau, k):
                     vol[cu] += dv
                     vol[cv] -= dv
                     vs[v, 0] = cu
-            if both_rich and (vs[u, 1] < 0 or vs[u, 2] < dv):
+            if vs[u, 1] < 0 or vs[u, 2] < dv:
                 vs[u, 1] = v
                 vs[u, 2] = dv
             if vs[v, 1] < 0 or vs[v, 2] < du:
                 vs[v, 1] = u
                 vs[v, 2] = du
+    return k
+
+
+@njit(cache=True)
+def cluster_lines(lines, vs, vol, tau, k):
+    """:func:`cluster_chunk` over single directed lines (u, v) of a source-grouped stream
+    (:mod:`.adjacency`): line (u, v) updates only v's richest neighbour, as Algorithm 1 reads."""
+    for j in range(lines.shape[0]):
+        u = lines[j, 0]
+        v = lines[j, 1]
+        du = vs[u, 3]
+        dv = vs[v, 3]
+        cu = vs[u, 0]
+        if cu == 0:
+            cu = k
+            vs[u, 0] = k
+            vol[k] += du
+            k += 1
+        cv = vs[v, 0]
+        if cv == 0:
+            cv = k
+            vs[v, 0] = k
+            vol[k] += dv
+            k += 1
+        if vol[cu] <= tau and vol[cv] <= tau:
+            if vol[cu] <= vol[cv]:
+                vol[cu] -= du
+                vol[cv] += du
+                vs[u, 0] = cv
+            else:
+                vol[cu] += dv
+                vol[cv] -= dv
+                vs[v, 0] = cu
+        if vs[v, 1] < 0 or vs[v, 2] < du:
+            vs[v, 1] = u
+            vs[v, 2] = du
     return k
 
 

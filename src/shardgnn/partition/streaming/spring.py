@@ -68,7 +68,7 @@ def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
         with log.Progress(int(source.indptr[-1]), f"{name} (adjacency)", unit="line",
                           enabled=comm.rank == 0) as bar:
             for e in source.chunks():
-                k = K.cluster_chunk(e, 3, vs, vol, tau_vol, k)
+                k = K.cluster_lines(e, vs, vol, tau_vol, k)
                 bar.update(len(e))
         modes = (0,)
     else:
