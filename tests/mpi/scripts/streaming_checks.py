@@ -45,7 +45,8 @@ runs = [("spring-4", cora, "spring", 4, {}), ("spring-3", cora, "spring", 3, {})
         ("spring-hops0", cora, "spring", 4, {"hops": 0}), ("spring-refine", cora, "spring", 4, {"refine": 6, "refine_clusters": 2}),
         ("hdrf-3", cora, "hdrf", 3, {}), ("dbh-5", cora, "dbh", 5, {}), ("greedy-4", cora, "greedy", 4, {}),
         ("2ps-l-5", cora, "2ps-l", 5, {"chunk": 700}), ("2ps-port-4", cora, "2ps-l", 4, {"port": True}),
-        ("hash-2", cora, "hash", 2, {}), ("tiny-spring-2", tiny, "spring", 2, {}),
+        ("hash-2", cora, "hash", 2, {}), ("spring-13", cora, "spring", 13, {"chunk": 800}),
+        ("hash-70", cora, "hash", 70, {"chunk": 1500}), ("tiny-spring-2", tiny, "spring", 2, {}),
         ("tiny-adj-3", tiny, "spring", 3, {"chunk": 1, "spring": SpringParams(stream_order="adjacency")}),
         ("tiny-hdrf-3", tiny, "hdrf", 3, {})]
 result = {}

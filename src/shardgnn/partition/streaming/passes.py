@@ -6,6 +6,7 @@ Functions taking ``comm`` are collective over comm.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -158,6 +159,60 @@ def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, p: int, sink: Any
                 pos += int(c)
 
 
+class _MaskedExchange:
+    """P > 1 routing of one chunk: each edge travels once to every rank writing one of its
+    partitions, with its presence mask (``ceil(p/8)`` bytes), instead of once per partition;
+    the receiver expands it into per-partition records. Buffers are reused across chunks."""
+
+    def __init__(self, rank: int, P: int, p: int, dt: np.dtype) -> None:
+        self.rank, self.P, self.p, self.dt = rank, P, p, dt
+        self.w = words_for(p)
+        self.rankbits = np.zeros((P, self.w), np.uint64)
+        for i in range(p):
+            self.rankbits[i % P, i // 64] |= np.uint64(1) << np.uint64(i % 64)
+        self.mine = np.arange(rank, p, P, dtype=np.int64)
+        # bytes of a mask on the wire: only the low ceil(p/8) bytes carry bits (little endian)
+        self.mb = (p + 7) // 8 if sys.byteorder == "little" else 8 * self.w
+        self.send_e = np.empty((0, 2), dt)
+        self.send_m = np.empty((0, self.w), np.uint64)
+        self.recs = np.empty((0, 2), dt)
+        self.counts = np.zeros(self.w * 64, np.int64)
+        self.offsets = np.zeros(self.w * 64, np.int64)
+
+    def exchange(self, comm: Any, e: np.ndarray, masks: np.ndarray, sink: Any) -> None:
+        """Route chunk ``e`` (masks: partitions holding both ends). Collective over comm."""
+        P, w, mb = self.P, self.w, self.mb
+        rc = np.zeros(P, np.int64)
+        K.rank_counts(masks, self.rankbits, rc)
+        tot = int(rc.sum())
+        if self.send_e.shape[0] < tot:
+            size = max(tot, 2 * self.send_e.shape[0])
+            self.send_e = np.empty((size, 2), self.dt)
+            self.send_m = np.empty((size, w), np.uint64)
+        off = np.cumsum(rc) - rc
+        K.rank_fill(e, masks, self.rankbits, off, self.send_e, self.send_m)
+        recv = comm.alltoall_counts(rc)
+        got_e = comm.alltoallv(self.send_e[:tot], rc, recvcounts=recv, op_name="partition_route")
+        wire = np.ascontiguousarray(self.send_m[:tot].view(np.uint8).reshape(tot, 8 * w)[:, :mb])
+        got_b = comm.alltoallv(wire, rc, recvcounts=recv, op_name="partition_route")
+        k = int(recv.sum())
+        got_m = np.zeros((k, w), np.uint64)
+        got_m.view(np.uint8).reshape(k, 8 * w)[:, :mb] = got_b
+        counts, offsets = self.counts, self.offsets
+        counts[:] = 0
+        K.local_mask_counts(got_m, self.rankbits[self.rank], counts)
+        mine = self.mine
+        offsets[mine] = np.cumsum(counts[mine]) - counts[mine]
+        total = int(counts[mine].sum())
+        if self.recs.shape[0] < total:
+            self.recs = np.empty((max(total, 2 * self.recs.shape[0]), 2), self.dt)
+        start = offsets.copy()
+        K.route_fill(got_e, got_m, offsets, self.recs)
+        for i in mine:
+            if offsets[i] > start[i]:
+                sink(int(i), self.recs[start[i]:offsets[i]])
+
+
 def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: Any,
                pres: np.ndarray | None = None, owner: np.ndarray | None = None,
                seed: int = 0) -> None:
@@ -181,9 +236,16 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
         offsets = np.zeros(w * 64, np.int64)
         recs = np.empty((0, 2), dt)
         hist = np.zeros(1 << p, np.int64) if w == 1 and p <= K.ROUTE_HIST_MAX_P else None
+        mx = _MaskedExchange(comm.rank, P, p, dt)
     with _progress(stream, comm, "assign edges") as bar:
         for e in lockstep(stream, comm, raw=True):
-            if pres is not None:
+            if pres is not None and P > 1:
+                if hist is not None:
+                    K.route_count_hist(e, pres, masks, hist)
+                else:
+                    K.route_count(e, pres, masks, counts)
+                mx.exchange(comm, e, masks[:e.shape[0]], sink)
+            elif pres is not None:
                 counts[:] = 0
                 if hist is not None:
                     hist[:] = 0
@@ -197,12 +259,9 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
                     recs = np.empty((max(total, 2 * recs.shape[0]), 2), dt)
                 start = offsets[:p].copy()
                 K.route_fill(e, masks, offsets, recs)
-                if P == 1:  # no exchange: partition i's records are recs[start[i]:offsets[i]]
-                    for i in range(p):
-                        if offsets[i] > start[i]:
-                            sink(i, recs[start[i]:offsets[i]])
-                else:
-                    _exchange(comm, recs[:total], counts[:p].copy(), p, sink)
+                for i in range(p):  # partition i's records are recs[start[i]:offsets[i]]
+                    if offsets[i] > start[i]:
+                        sink(i, recs[start[i]:offsets[i]])
             else:
                 assert owner is not None
                 parts = np.empty(e.shape[0], np.int64)
