@@ -148,6 +148,7 @@ def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
     from perfmodel.engine_probe import mask_timer
 
     t_mask = _median_max(comm, mask_timer(rows, 128, str(dtype)), args.repeats)
+    engine_ops = _engine_ops(comm, args.repeats, str(dtype), rows, widths)
     return {
         "spmm": {"widths": widths, "rate": spmm_rate, "nodes": n, "nnz": nnz,
                  "kernel": "shardgnn.rdm.backend.Backend('torch').spmm (torch sparse CSR)"},
@@ -157,7 +158,27 @@ def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
         "elementwise": {"rate": 3.0 * rows * 128 / t, "mask_rate": rows * 128 / t_mask,
                         "what": "rate: relu + mask multiply + add over rows x 128 (3 passes); "
                                 "mask_rate: the engine's dropout_mask"},
+        "engine_ops": engine_ops,
     }
+
+
+def _engine_ops(comm: Any, repeats: int, dtype: str, rows: int,
+                widths: list[int]) -> dict[str, Any]:
+    """Elements per second of each element-wise engine operation
+    (:data:`perfmodel.engine_probe.ENGINE_OPS`), run with the engine's own code on a
+    rows × width tile on every rank at once, for each width. Collective over comm."""
+    from perfmodel.engine_probe import ENGINE_OPS, op_timers
+
+    rates: dict[str, list[float]] = {op: [] for op in ENGINE_OPS}
+    for w in widths:
+        timers, elems = op_timers(comm.rank, comm.size, rows, w, dtype)
+        for op in ENGINE_OPS:
+            t = _median_max(comm, timers[op], repeats)
+            rates[op].append(max(elems, 1) / max(t, 1e-9))
+    out: dict[str, Any] = {"widths": list(widths), "rows": rows}
+    out.update({f"rate_{op}": r for op, r in rates.items()})
+    out["what"] = "; ".join(f"{k}: {v}" for k, v in ENGINE_OPS.items())
+    return out
 
 
 def check_args(args: argparse.Namespace) -> list[int]:
@@ -217,8 +238,9 @@ def merge(profiles: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]
     for sec, body in out.items():
         if sec == "machine":
             continue
-        for key in ("latency_s", "bandwidth_Bps", "rate", "rate_tn", "mask_rate"):
-            if key in body:
+        for key in list(body):
+            if key in ("latency_s", "bandwidth_Bps", "rate", "mask_rate") \
+                    or key.startswith("rate_"):
                 body[key] = gmean([p[sec][key] for p in profiles])
         body.pop("sizes", None)
         body.pop("seconds", None)

@@ -363,8 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="measure this machine into a profile (under mpiexec)",
                        description="Run under `mpiexec -n P`: measures Alltoallv, Allreduce and "
                        "Bcast latency/bandwidth at P through shardgnn.comm, the engine's "
-                       "redistribution, and per-rank SpMM/GEMM/elementwise rates vs width with "
-                       "the engine's kernels; rank 0 writes a TOML profile.")
+                       "redistribution, per-rank SpMM/GEMM rates vs width with the engine's "
+                       "kernels, and the rate of each element-wise engine operation (dropout of "
+                       "the features, bias, activation, loss, mask gradient, bias gradient, mask "
+                       "packing; [engine_ops]) vs width, run with the engine's own code; rank 0 "
+                       "writes a TOML profile.")
     p.add_argument("--out", required=True, help="profile .toml to write (atomically), e.g. "
                    "perfmodel/machines/local-2core.toml")
     p.add_argument("--name", help="profile name (default: the file stem)")
@@ -376,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--widths", default="1,2,4,8,16,32,64,128,256",
                    help="dense widths for the SpMM/GEMM rate tables (default 1,...,256)")
     p.add_argument("--gemm-rows", type=int, default=50_000, help="rows of the GEMM test "
-                   "matrices (default 50000)")
+                   "matrices, of the element-wise operation tiles and of the redistribution "
+                   "test (default 50000; use N/P of the graph you will predict)")
     p.add_argument("--repeats", type=int, default=5, help="timed repetitions per point; the "
                    "median is kept (default 5)")
     p.add_argument("--dtype", default="float32", help="float32 (default) or float64")

@@ -92,7 +92,9 @@ class Event:
 
     ``kind``: ``redist`` / ``bcast`` / ``allreduce`` (collectives, ``calls`` MPI calls each) or
     ``spmm`` (``nnz_width`` = local nnz × local width, max over ranks) / ``gemm`` (``flops`` max
-    over ranks) / ``elementwise`` (``elems`` max over ranks).
+    over ranks) / ``elementwise`` (``elems`` max over ranks, ``passes`` sweeps included) / ``mask``.
+    ``tile_width`` is the local width of the tile an element-wise step or a redistribution
+    reads (the source tile), ``elems`` of a redistribution that tile's element count.
     """
 
     kind: str
@@ -108,6 +110,8 @@ class Event:
     flops: float = 0.0
     elems: float = 0.0
     elem_size: int = 0
+    passes: int = 1
+    tile_width: int = 0
 
 
 @dataclass
@@ -180,8 +184,12 @@ def _op_events(op: Op, grid: Grid, prob: Problem, d: int, rmax: int, nnz_panel: 
             return []
         size = 1 if op.kind == "redist_mask" else d
         b = grid.redist_elems(op.width, op.src) * size if P > 1 else zero
+        rows = int(grid.row_counts().max()) if op.src == "row" else \
+            int((grid.rows_of_panel_of_rank() * grid.col_counts(op.width)).max())
+        wloc = op.width if op.src == "row" else int(grid.col_counts(op.width).max())
         return [Event(op.kind, op.what, phase=op.phase, bytes=b, calls=1, width=op.width,
-                      elem_size=size)]
+                      elem_size=size, elems=float(rows * op.width if op.src == "row" else rows),
+                      tile_width=wloc)]
     if op.kind == "spmm":
         out: list[Event] = []
         if grid.panels > 1:
@@ -198,8 +206,10 @@ def _op_events(op: Op, grid: Grid, prob: Problem, d: int, rmax: int, nnz_panel: 
         rows = int(grid.row_counts().max()) if op.src == "row" else \
             int((grid.rows_of_panel_of_rank() * grid.col_counts(op.width)).max())
         elems = rows * op.width if op.src == "row" else rows
+        wloc = op.width if op.src == "row" else int(grid.col_counts(op.width).max())
         return [Event(op.kind, op.what, phase=op.phase, width=op.width,
-                      elems=float(elems) * max(op.k, 1))]
+                      elems=float(elems) * max(op.k, 1), passes=max(op.k, 1),
+                      tile_width=wloc)]
     if op.kind == "wgrad":
         elems = op.k * op.n + (op.n if spec.bias else 0)
         return [Event("allreduce", op.what, phase="grads", calls=1,

@@ -12,8 +12,13 @@ A profile (``perfmodel/machines/NAME.toml``) holds
   on a graph of ``nodes``/``nnz``;
 * ``[gemm]``: ``widths`` (k = n grid) and ``rate`` (flops per second per rank) as a matrix
   ``rate[i][j]`` for k = widths[i], n = widths[j];
-* ``[elementwise]``: ``rate`` (elements per second) of the engine's per-element work
-  (activation, dropout, Hadamard, optimiser) and ``passes`` per layer and pass.
+* ``[elementwise]``: ``rate`` (elements per second) of generic per-element work (optimiser,
+  and every element-wise step when ``[engine_ops]`` is absent) and ``mask_rate`` (dropout
+  masks drawn per second);
+* ``[engine_ops]`` (optional): ``widths`` and, per element-wise operation of the engine
+  (``perfmodel.engine_probe.ENGINE_OPS``: ``h0_dropout``, ``bias``, ``act``, ``loss``,
+  ``mask_grad``, ``bgrad``, ``mask_pack``), ``rate_<op>`` — elements per second of the
+  engine's own code on a rows × width tile, for each width.
 """
 from __future__ import annotations
 
@@ -64,6 +69,8 @@ class Profile:
     gemm_rate_tn: list[list[float]] | None = None
     mask_rate: float = 0.0
     redistribute: LinearCost | None = None
+    engine_op_widths: list[float] | None = None
+    engine_op_rate: dict[str, list[float]] = field(default_factory=dict)
     description: str = ""
     path: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
@@ -85,6 +92,18 @@ class Profile:
 
     def elementwise_time(self, elems: float) -> float:
         return max(0.0, elems) / self.elementwise_rate
+
+    def has_engine_op(self, op: str) -> bool:
+        return bool(self.engine_op_widths) and op in self.engine_op_rate
+
+    def engine_op_time(self, op: str, elems: float, width: int) -> float:
+        """Seconds of the engine's element-wise operation ``op`` over ``elems`` elements of a
+        tile ``width`` wide (``[engine_ops]``, interpolated in log width)."""
+        if elems <= 0:
+            return 0.0
+        assert self.engine_op_widths is not None
+        return elems / _interp_log(self.engine_op_widths, self.engine_op_rate[op],
+                                   max(width, 1))
 
     def collective(self, kind: str, ranks: int) -> LinearCost:
         """The cost line of a collective at ``ranks`` (extrapolated from the measured P₀).
@@ -172,6 +191,10 @@ def load_profile(name: str | os.PathLike) -> Profile:
             or float(raw["elementwise"]["rate"]) / 4,
             redistribute=(_linear(raw["redistribute"], f"{p}:[redistribute]")
                           if "redistribute" in raw else None),
+            engine_op_widths=([float(x) for x in raw["engine_ops"]["widths"]]
+                              if "engine_ops" in raw else None),
+            engine_op_rate=({k[5:]: [float(x) for x in v] for k, v in raw["engine_ops"].items()
+                             if k.startswith("rate_")} if "engine_ops" in raw else {}),
             description=str(m.get("description", "")), path=str(p), raw=raw)
     except KeyError as exc:
         raise PerfModelError(f"{p}: missing key {exc} (expected a profile written by "
@@ -186,6 +209,10 @@ def load_profile(name: str | os.PathLike) -> Profile:
     g = len(prof.gemm_widths)
     if g == 0 or len(prof.gemm_rate) != g or any(len(r) != g for r in prof.gemm_rate):
         raise PerfModelError(f"{p}:[gemm]: expected a {g}x{g} rate matrix")
+    for op, rates in prof.engine_op_rate.items():
+        if len(rates) != len(prof.engine_op_widths or []) or min(rates, default=1.0) <= 0:
+            raise PerfModelError(f"{p}:[engine_ops]: expected rate_{op} with one positive rate "
+                                 f"per width")
     if min(prof.spmm_rate + [x for r in prof.gemm_rate for x in r]) <= 0 \
             or prof.elementwise_rate <= 0:
         raise PerfModelError(f"{p}: expected positive rates")

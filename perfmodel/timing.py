@@ -40,22 +40,50 @@ def _params(prob: Problem, bias: bool) -> int:
     return sum(f[l - 1] * f[l] + (f[l] if bias else 0) for l in range(1, len(f)))
 
 
+def engine_op(e: Event) -> str | None:
+    """The ``[engine_ops]`` operation an element-wise or mask step is, from its name: ``""``
+    when its cost is part of another operation's (the mask drawn inside ``act``), ``None``
+    when it has no engine operation (generic element-wise rate)."""
+    w = e.what
+    if e.kind == "mask":
+        return "h0_dropout" if w == "H0.dropout" else ""
+    if w.endswith(".bias"):
+        return "bias"
+    if w.endswith(".act"):
+        return "act"
+    if w == "loss":
+        return "loss"
+    if w.endswith(".mask"):
+        return "mask_grad"
+    if w.startswith("db"):
+        return "bgrad"
+    return None
+
+
 def event_time(e: Event, prob: Profile, ranks: int, rows_max: int) -> tuple[str, float]:
     """(part, seconds) of one step on the slowest rank."""
     if e.kind == "spmm":
         return "spmm", prob.spmm_time(e.nnz_width, e.width)
     if e.kind == "gemm":
         return "gemm", prob.gemm_time(e.flops, e.k, e.n, tn=e.what.startswith("dW"))
-    if e.kind == "elementwise":
+    if e.kind in ("elementwise", "mask"):
+        op = engine_op(e)
+        if op is not None and prob.has_engine_op(op or "act"):
+            # measured with the engine's own code: one call per tile, all its passes included
+            return "other", (prob.engine_op_time(op, e.elems / max(e.passes, 1), e.tile_width)
+                             if op else 0.0)
+        if e.kind == "mask":
+            return "other", e.elems / prob.mask_rate
         return "other", prob.elementwise_time(e.elems)
-    if e.kind == "mask":
-        return "other", e.elems / prob.mask_rate
     b = 0.0 if e.bytes is None or ranks <= 1 else float(np.max(e.bytes))
     if e.kind in ("redist", "redist_mask"):
         if ranks <= 1:
             return "redistribute", 0.0
+        pack = 0.0
+        if e.kind == "redist_mask" and prob.has_engine_op("mask_pack"):
+            pack = prob.engine_op_time("mask_pack", e.elems, e.tile_width)
         if prob.redistribute is not None:
-            return "redistribute", prob.collective("redistribute", ranks).time(b)
+            return "redistribute", prob.collective("redistribute", ranks).time(b) + pack
         copies = prob.elementwise_time(2.0 * rows_max * e.width * max(e.elem_size, 1) / 4)
         return "redistribute", prob.collective("alltoallv", ranks).time(b) + copies
     if e.kind in ("allreduce", "bcast"):
