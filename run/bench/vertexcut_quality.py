@@ -8,6 +8,16 @@ endpoint, and scored with the same RF/EB/VB. Also measures peak RSS per rank of 
 R-MAT graph at P = --rss-ranks. Writes ``RESULTS/vertexcut_quality.json`` and a markdown table
 ``RESULTS/vertexcut_quality.md``; prints the table and the target checks.
 
+Time of DNE and AdaDNE (``--repeats R``, default 5): after the CLI runs of a (graph, p), one
+``mpiexec -n P`` launch of this file in ``--worker`` mode loads the shards once and runs
+``expand`` R times per algorithm, alternating DNE, AdaDNE, DNE, ... (both see the same machine
+load), with the configuration the CLI builds from the same options. The time column and the
+time check use the median of these R runs; each is the same span as the CLI's
+``seconds_partition`` (``ExpansionResult.seconds``: pair deduplication, local CSR, iterations,
+AdaDNE's refinement, self-loops; numba kernels loaded before, untimed). The single CLI time is
+kept as ``seconds_partition_cli``; the R times, the median per-phase seconds and the load
+average before/after are stored in each row.
+
     flock /tmp/shardgnn-heavy.lock python run/bench/vertexcut_quality.py --results results/vc
 """
 from __future__ import annotations
@@ -84,6 +94,61 @@ def run_partition(ds: Path, algo: str, p: int, ranks: int, out: Path,
     with h5py.File(out / "results.h5", "r") as f:
         res["peak_rss_per_rank"] = f["partition/peak_rss_bytes"][()].reshape(-1).tolist()
     return res
+
+
+def timing(ds: Path, p: int, ranks: int, repeats: int, algos: list[str],
+           extra: list[str]) -> dict:
+    """Median expansion seconds per algorithm from one alternating --worker launch."""
+    proc = sh([mpiexec(), "-n", ranks, sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
+               "--worker", ds, "--worker-parts", p, "--repeats", repeats, "--algos", *algos,
+               "--extra=" + " ".join(extra), "--results", "-"])
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("TIMING ")][-1]
+    return json.loads(line[len("TIMING "):])
+
+
+def worker(ds: str, p: int, repeats: int, algos: list[str], extra: list[str]) -> int:
+    """Rank body of --worker: R alternating runs of ``expand`` per algorithm. Collective."""
+    import argparse as ap_
+
+    from shardgnn import log
+    from shardgnn.cli import partition as cli_partition
+    from shardgnn.comm import world
+    from shardgnn.partition.vertexcut.cli import config_from_args
+    from shardgnn.partition.vertexcut.expansion import expand
+    from shardgnn.partition.vertexcut.shard import load_shard
+
+    comm = world()
+    log.setup(comm.rank)
+    parser = ap_.ArgumentParser(prog="shardgnn")
+    cli_partition.add_parser(parser.add_subparsers(dest="command"))
+    cfgs = {}
+    for algo in algos:
+        args = parser.parse_args(["partition", ds, "--algo", algo, "--parts", str(p), "--out",
+                                  "unused", "--seed", "0"] + extra)
+        cfgs[algo] = config_from_args(args, comm.size)
+    shard = load_shard(ds, comm)
+    load0 = os.getloadavg()
+    secs: dict[str, list[float]] = {a: [] for a in algos}
+    phases: dict[str, list[dict]] = {a: [] for a in algos}
+    iters: dict[str, int] = {}
+    for _ in range(repeats):
+        for algo in algos:
+            comm.barrier()
+            res = expand(comm, shard, cfgs[algo])
+            t = float(comm.allreduce_scalar(res.seconds, "max"))   # slowest rank, as a job sees it
+            secs[algo].append(t)
+            phases[algo].append(res.phases)
+            iters[algo] = res.iterations
+    load1 = os.getloadavg()
+    if comm.rank == 0:
+        out = {a: {"median": float(np.median(secs[a])), "runs": secs[a], "iterations": iters[a],
+                   "phases_median": {k: float(np.median([ph.get(k, 0.0) for ph in phases[a]]))
+                                     for k in phases[a][0]}}
+               for a in algos}
+        out["loadavg_before"] = list(load0)
+        out["loadavg_after"] = list(load1)
+        print("TIMING " + json.dumps(out), flush=True)
+    return 0
 
 
 def metis(ds: Path, p: int) -> dict:
@@ -175,7 +240,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows already in RESULTS/vertexcut_quality.json, run the rest")
     ap.add_argument("--extra", default="", help="extra partition options (quoted)")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="alternating in-process runs per algorithm for the DNE/AdaDNE time "
+                    "(median); 0 = use the single CLI run's time (default: 5)")
+    ap.add_argument("--worker", default=None, metavar="DATASET",
+                    help="internal: rank body of the timing runs on DATASET (under mpiexec)")
+    ap.add_argument("--worker-parts", type=int, default=4, help="internal: p of --worker")
     args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, args.worker_parts, args.repeats, args.algos, args.extra.split())
     res = Path(args.results)
     res.mkdir(parents=True, exist_ok=True)
     work = Path(args.work) if args.work else res / "work"
@@ -212,6 +285,19 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(r)
                 print(f"{g} p={p} {algo}: RF {r['rf']:.3f} EB {r['eb']:.3f} VB {r['vb']:.3f} "
                       f"{r['seconds_partition']:.2f}s", flush=True)
+            timed = [a for a in ("dne", "adadne") if a in args.algos and (g, p, a) not in done]
+            if args.repeats > 0 and timed:
+                tm = timing(ds, p, P, args.repeats, timed, extra)
+                for r in rows:
+                    if r["graph"] == g and r["parts"] == p and r["algo"] in timed:
+                        t = tm[r["algo"]]
+                        r["seconds_partition_cli"] = r["seconds_partition"]
+                        r["seconds_partition"] = t["median"]
+                        r.update(seconds_partition_runs=t["runs"], phases_median=t["phases_median"],
+                                 timing_iterations=t["iterations"],
+                                 loadavg=[tm["loadavg_before"], tm["loadavg_after"]])
+                print(f"{g} p={p} median of {args.repeats}: " + "  ".join(
+                    f"{a} {tm[a]['median']:.3f}s" for a in timed), flush=True)
             if not args.no_metis and (g, p, "metis") not in done:
                 r = metis(ds, p)
                 r.update(graph=g, n=meta["num_nodes"], m=meta["num_edges"])

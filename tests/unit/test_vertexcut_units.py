@@ -234,3 +234,55 @@ def test_refinement_keeps_cover_and_never_raises_rf():
     assert q_on["eb"] <= 1.2 + 1e-9
     assert np.array_equal(on.rec_part, expand(SoloComm(), sh, ExpansionConfig(
         algo="adadne", parts=8, seed=0, refine=10)).rec_part)
+
+
+def test_tail_mode_ends_small_component_crawl():
+    # a random core + 100 two-edge paths, uniform seeds: without tail mode the partitions seed
+    # one path at a time at the end; in tail mode the seed batch keeps doubling
+    rng = np.random.default_rng(5)
+    core = rng.integers(0, 600, size=(3000, 2))
+    core = core[core[:, 0] != core[:, 1]]
+    paths = [(600 + 3 * c + k, 601 + 3 * c + k) for c in range(100) for k in range(2)]
+    pairs = np.unique(np.concatenate([np.sort(core, axis=1), np.array(paths)]), axis=0)
+    sh = _shard(pairs, 900)
+    cfg = dict(algo="adadne", parts=4, seed=0, seed_samples=1)
+    runs = {t: expand(SoloComm(), sh, ExpansionConfig(tail=t, **cfg)) for t in (0.0, 0.1)}
+    for res in runs.values():
+        _check_cover(sh, res, 4)
+    assert runs[0.1].iterations < 0.7 * runs[0.0].iterations
+    again = expand(SoloComm(), sh, ExpansionConfig(tail=0.1, **cfg))
+    assert np.array_equal(again.rec_part, runs[0.1].rec_part)
+
+
+def test_refine_tracked_counts_equal_recount():
+    # moves applied in the kernel (own) and from the all-gather (others) give the recount
+    from shardgnn.partition.vertexcut import refine as rf
+
+    rng = np.random.default_rng(7)
+    n, p = 50, 4
+    pa = rng.integers(0, 25, 300)
+    pb = rng.integers(25, 50, 300)
+    assign = rng.integers(0, p, 300)
+    cnt = rf.count_matrix(pa, pb, assign, n, p)
+    vsize, esize2 = rf.column_stats(cnt)
+    assert np.array_equal(vsize, [np.unique(np.r_[pa[assign == i], pb[assign == i]]).size
+                                  for i in range(p)])
+    assert np.array_equal(esize2, 2 * np.bincount(assign, minlength=p))
+    moves = []
+    for e in rng.permutation(300)[:120]:
+        h, l = int(assign[e]), int((assign[e] + 1 + rng.integers(0, p - 1)) % p)
+        moves.append((pa[e], pb[e], h, l))
+        assign[e] = l
+    moves = np.array(moves, dtype=np.int64)
+    own = cnt.copy()
+    v_own = vsize.copy()
+    for x, y, h, l in moves[40:80]:   # this rank's rows, applied as the kernel does
+        rf._move_counts(own, v_own, x, y, h, l)
+    e_own = esize2.copy()
+    rf.apply_moves(own, moves, 40, 80, v_own, e_own)
+    ref = rf.count_matrix(pa, pb, assign, n, p)
+    assert np.array_equal(own, ref)
+    assert np.array_equal((v_own, e_own), rf.column_stats(ref))
+    bits = rf.member_bits(ref, 1)
+    assert np.array_equal((bits[:, 0][:, None] >> np.arange(p, dtype=np.uint64)) & np.uint64(1),
+                          (ref > 0).astype(np.uint64))

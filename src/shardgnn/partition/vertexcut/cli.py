@@ -56,10 +56,12 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--ada-cap", type=float, default=1.2,
                    help="AdaDNE safety edge cap factor: |E_i| <= cap*|E|/p (our addition, not in "
                    "the paper; 0 = the paper's pure soft constraint with no cap) (default: 1.2)")
-    g.add_argument("--ada-tail", type=float, default=0.0,
-                   help="AdaDNE: once at most this share of edges is free, every partition "
-                   "expands its whole boundary (our addition, fewer iterations but worse VB; 0 = off) "
-                   "(default: 0)")
+    g.add_argument("--ada-tail", type=float, default=0.05,
+                   help="AdaDNE tail mode: once at most this share of edges is free, every "
+                   "partition expands its whole boundary and a partition that keeps running out "
+                   "of boundary draws 1, 2, 4, ... seeds without starting over at 1 (our "
+                   "addition: ends the crawl through many small components in far fewer "
+                   "iterations; the refinement keeps VB; 0 = off) (default: 0.05)")
     g.add_argument("--ada-hub-defer", type=float, default=0.1,
                    help="AdaDNE: a boundary vertex with more than this share of |E|/p free edges "
                    "is not expanded (its edges are left to neighbours' expansions, replicating the "

@@ -52,11 +52,12 @@ class ExpansionConfig:
     seed: int = 0
     seed_samples: int = 32
     seed_growth: float = 2.0
-    tail: float = 0.0
+    tail: float = 0.05
     ada_cap: float = 1.2
     hub_defer: float = 0.1
     refine: int = 10
     refine_kmax: int = 8
+    seed_keep: bool = True
     salt: int = 0
 
 
@@ -183,6 +184,7 @@ class _Expander:
         self.boundary = {i: np.zeros(0, dtype=np.int64) for i in self.parts}
         self.core = {i: np.zeros(n, dtype=bool) for i in self.parts}
         self.empty_runs = {i: 0 for i in self.parts}
+        self.keep_batch = False
         self.rng = {i: np.random.Generator(np.random.PCG64(np.random.SeedSequence([cfg.seed, i])))
                     for i in self.parts}
 
@@ -202,6 +204,8 @@ class _Expander:
 
         One seed the first time a boundary is empty; the batch grows by ``seed_growth`` for
         every further consecutive iteration with an empty boundary (tail of small components).
+        In AdaDNE's tail mode (``keep_batch``) a non-empty boundary does not reset the batch,
+        so a partition that finishes a small component per iteration keeps doubling its seeds.
         """
         rng = self.rng[i]
         want = int(min(self.cfg.seed_growth ** self.empty_runs[i], 1 << 20))
@@ -230,20 +234,26 @@ class _Expander:
             if not open_[i]:
                 continue
             b = self.boundary[i]
-            b = b[st.score[b] > 0]
-            deferred = b[st.score[b] > hub]
-            if deferred.size:
-                b = b[st.score[b] <= hub]
+            sc = st.score[b]
+            live = sc > 0
+            if not live.all():
+                b, sc = b[live], sc[live]
+            deferred = b[:0]
+            if hub < np.inf:   # one comparison pass; the split only when a hub is present
+                big = sc > hub
+                if big.any():
+                    deferred, b, sc = b[big], b[~big], sc[~big]
             if b.size == 0:
                 sel = self._seed(i, st.score)
                 self.boundary[i] = deferred
             else:
-                self.empty_runs[i] = 0
+                if not self.keep_batch:
+                    self.empty_runs[i] = 0
                 k = max(1, int(np.floor(lam[i] * b.size)))
                 if k >= b.size:
                     sel, rest = b, b[:0]
                 else:
-                    key = st.score[b] * np.int64(self.n) + b
+                    key = sc * np.int64(self.n) + b
                     idx = np.argpartition(key, k - 1)
                     sel, rest = b[idx[:k]], b[idx[k:]]
                 self.boundary[i] = np.concatenate([rest, deferred]) if deferred.size else rest
@@ -353,6 +363,7 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
                                              cfg.w_e, cfg.lam_min, cfg.response, cfg.beta)
             if total_pairs - int(st.esize2.sum()) // 2 <= cfg.tail * total_pairs:
                 lam = np.ones(p)
+                exp.keep_batch = cfg.seed_keep
         else:
             lam = np.full(p, cfg.lam)
         hub = cfg.hub_defer * total_pairs / p if cfg.algo == "adadne" and cfg.hub_defer > 0 else np.inf
