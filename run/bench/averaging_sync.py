@@ -89,12 +89,13 @@ def sampler_bench(store: Path, batches: int = 20, batch: int = 512, fanouts=(25,
 def _variants(mode: str, ks: list[str], which: list[str]) -> list[tuple[str, dict]]:
     out = []
     if "k" in which:
-        out += [(f"k={k}", {"sync": "avg", "sync_every": int(k)}) for k in ks]
+        out += [(f"k={k}", {"sync": "avg", "sync_every": int(k), "average_optimizer": False})
+                for k in ks]
     if "avgopt" in which:
         out += [(f"k={k} +avg-optimizer", {"sync": "avg", "sync_every": int(k),
                                            "average_optimizer": True}) for k in ks]
     if "grad" in which and mode == "minibatch":
-        out.append(("grad every batch", {"sync": "grad"}))
+        out.append(("grad every batch", {"sync": "grad", "average_optimizer": False}))
     return out
 
 
@@ -162,7 +163,8 @@ def main() -> None:
             e = int(epochs[m])
             base = dict(SETUPS[m], data=str(store), epochs=e, seed=args.seed, layers=2,
                         dropout=0.5, lr=0.01, weight_decay=5e-4, eval_every=args.eval_every)
-            vs = _variants(SETUPS[m]["mode"], args.ks.split(","), [w for w in which if w != "avgopt"])
+            vs = _variants(SETUPS[m]["mode"], args.ks.split(","),
+                           [w for w in which if w != "avgopt"])
             if "avgopt" in which:
                 vs += _variants(SETUPS[m]["mode"], args.avgopt_ks.split(","), ["avgopt"])
             for name, v in vs:
@@ -178,7 +180,8 @@ def main() -> None:
         if not args.rerun:
             jobs = [j for j in jobs if key(j) not in done]
         print(f"{len(jobs)} jobs to run", file=sys.stderr)
-        new = ac.run_jobs(jobs, work / "runs", args.ranks, timeout=args.time_limit) if jobs else []
+        new = (ac.run_jobs(jobs, work / "runs", args.ranks, timeout=args.time_limit)
+               if jobs else [])
         import h5py
 
         for r in new:

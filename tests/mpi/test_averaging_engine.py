@@ -66,6 +66,11 @@ def nparams(path):
         return sum(int(np.prod(v.shape)) for v in f["train/best_model"].values())
 
 
+def ntensors(path):
+    with h5py.File(path) as f:
+        return len(f["train/best_model"])
+
+
 def test_exact_average_and_zero_weight_grads(runs):
     # averaging_checks.checks ran at P = 3 and P = 2 (the hand-computed 2-worker average
     # 1/3 * 1 + 2/3 * 2, bit-exact in float32) and at P = 1; any failure is a rank-R.fail
@@ -98,9 +103,10 @@ def test_cyclic_assignment_and_rank_count_independence(runs):
     # each partition has its own RNG streams and optimiser: P does not change the curve
     assert np.allclose(su["loss"], s3["loss"], atol=1e-4)
     assert np.allclose(su["val_acc"], s3["val_acc"], atol=0.02, equal_nan=True)
-    # one float32 all-reduce of the parameters at epochs 2 and 4 (sync every 2), none else
-    n = nparams(runs / "u.h5")
-    assert s3["sync_bytes"].tolist() == [0, 4 * n, 0, 4 * n]
+    # at epochs 2 and 4 only (sync every 2): the float32 parameters plus, by default, the Adam
+    # state (two moments per parameter and one step count per tensor)
+    n, t = nparams(runs / "u.h5"), ntensors(runs / "u.h5")
+    assert s3["sync_bytes"].tolist() == [0, 4 * (3 * n + t), 0, 4 * (3 * n + t)]
     assert np.isnan(s3["val_acc"][0]) and not np.isnan(s3["val_acc"][1])
 
 
@@ -117,6 +123,8 @@ def test_user_model_by_import_path_trains_and_plots(runs):
     assert s["loss"][-1] < 0.7 * s["loss"][0]
     assert a["best_val_acc"] > 0.6
     assert (runs / "curve.png").stat().st_size > 1000
+    # --local-optimizer: each sync moves the parameters only
+    assert np.all(s["sync_bytes"] == 4 * nparams(runs / "user.h5"))
 
 
 def test_grad_sync_unequal_batch_counts_do_not_hang(runs):

@@ -4,10 +4,11 @@ Each rank trains the partitions :func:`~shardgnn.train.averaging.assign_partitio
 (cyclic when there are more partitions than ranks), one local model per partition, on the
 partition's owned training vertices; replicas only supply neighbourhoods. With ``sync="avg"``
 every ``sync_every`` epochs (and after the last epoch) all p local models are replaced by their
-average weighted by owned training vertices; optimiser state stays local unless
-``average_optimizer``. With ``sync="grad"`` one model per rank takes one step per mini-batch
-after an all-reduce of the gradients. Evaluation is exact: a full-graph forward on rank 0 over
-the canonical dataset the store was cut from. :func:`main` is collective over comm.
+average weighted by owned training vertices, and so is the Adam state unless
+``average_optimizer`` is false (then it stays local, CATGNN's choice). With ``sync="grad"``
+one model per rank takes one step per mini-batch after an all-reduce of the gradients.
+Evaluation is exact: a full-graph forward on rank 0 over the canonical dataset the store was cut
+from. :func:`main` is collective over comm.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class AveragingConfig:
     seed: int = 0
     sync: str = "avg"
     sync_every: int = 1
-    average_optimizer: bool = False
+    average_optimizer: bool = True
     mode: str = "full"
     fanouts: list[int] = field(default_factory=list)
     batch_size: int = 512

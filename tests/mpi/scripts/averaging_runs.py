@@ -11,7 +11,8 @@ communicator (P = 3), on ranks {0, 1} (P = 2) or on rank 2 alone (P = 1):
 3. P = 3 on the 2-partition store: the clear ``p < P`` error on every rank, no output written;
 4. P = 2: uninterrupted run with a checkpoint at epoch 3, then (a) P = 2 resumed from it,
    (b) P = 2 ``--sync grad`` with very unequal batch counts and a partition with none,
-   (c) P = 2 user model by import path, ``shardgnn inspect --plot`` of it;
+   (c) P = 2 user model by import path with ``--local-optimizer``, and
+   ``shardgnn inspect --plot`` of it;
    meanwhile rank 2 (P = 1) checks that resuming with another model is refused.
 
 Rank 0 of each run writes the files the test reads; every rank writes OUT/rank-R.ok at the end
@@ -88,7 +89,7 @@ def main():
             times["grad_unequal"] = time.perf_counter() - t
             t = time.perf_counter()
             train(pair, p2, out / "user.h5", "--model", "mymodels:TwoHop", "--epochs", 25,
-                  "--lr", 0.02)
+                  "--lr", 0.02, "--local-optimizer")
             times["user_model"] = time.perf_counter() - t
             if comm.rank == 0:
                 args = build_parser().parse_args(["inspect", str(out / "user.h5"), "--plot",
