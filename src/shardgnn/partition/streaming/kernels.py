@@ -316,7 +316,7 @@ def _lowbit(m):
     return _DEBRUIJN_TABLE[(low * _DEBRUIJN) >> np.uint64(58)]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def route_count(edges, pres, masks, counts):
     """masks[j] = partitions holding both ends of edge j; counts[i] += edges going to i.
 
@@ -334,7 +334,7 @@ def route_count(edges, pres, masks, counts):
                 m &= m - np.uint64(1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def route_count_hist(edges, pres, masks, hist):
     """One-word variant of :func:`route_count` for p <= ``ROUTE_HIST_MAX_P`` partitions:
     ``hist[m]`` counts the edges whose mask is m (one increment per edge instead of one per
@@ -364,7 +364,7 @@ def hist_counts(hist, counts):
 ROUTE_HIST_MAX_P = 12
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def route_fill(edges, masks, offsets, out):
     """Write each edge into ``out`` at the running offset of every partition in its mask
     (``offsets`` per partition, advanced in place; lay them out in destination-rank order)."""
@@ -381,7 +381,7 @@ def route_fill(edges, masks, offsets, out):
                 m &= m - np.uint64(1)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rank_counts(masks, rankbits, counts):
     """counts[r] += edges whose mask meets rank r's partitions (``rankbits[r]``: bits of
     partitions r, r + P, ...): each edge goes once to every rank writing one of its partitions."""
@@ -394,7 +394,7 @@ def rank_counts(masks, rankbits, counts):
                     break
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rank_fill(edges, masks, rankbits, offsets, out_e, out_m):
     """Write each edge and its mask once per rank it goes to (see :func:`rank_counts`), at the
     running ``offsets[r]`` (advanced in place)."""
@@ -415,7 +415,7 @@ def rank_fill(edges, masks, rankbits, offsets, out_e, out_m):
                 offsets[r] = o + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def local_mask_counts(masks, mybits, counts):
     """Keep only this rank's partitions in every mask (in place); counts[i] += edges going to
     partition i."""

@@ -159,6 +159,53 @@ def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, p: int, sink: Any
                 pos += int(c)
 
 
+class _Writer:
+    """Hands a chunk's per-partition records to ``sink`` on one background thread, so the spill
+    writes (``tofile`` releases the GIL, the routing kernels are ``nogil``) overlap routing the
+    next chunk. Two record buffers alternate: a buffer is refilled only after its writes ended;
+    sink calls keep their order. Memory: two record buffers instead of one."""
+
+    def __init__(self, sink: Any, dt: np.dtype) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.sink = sink
+        self.dt = dt
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill")
+        self.bufs = [np.empty((0, 2), dt), np.empty((0, 2), dt)]
+        self.busy: list[Any] = [None, None]
+        self.turn = 0
+
+    def buffer(self, total: int) -> np.ndarray:
+        """A record buffer of at least ``total`` rows whose earlier writes have finished."""
+        k = self.turn
+        if self.busy[k] is not None:
+            self.busy[k].result()
+            self.busy[k] = None
+        if self.bufs[k].shape[0] < total:
+            self.bufs[k] = np.empty((max(total, 2 * self.bufs[k].shape[0]), 2), self.dt)
+        return self.bufs[k]
+
+    def submit(self, parts: list[tuple[int, int, int]]) -> None:
+        """Write rows [a, b) of the current buffer to partition i for every (i, a, b)."""
+        k = self.turn
+        buf = self.bufs[k]
+        self.busy[k] = self.pool.submit(self._write, buf, parts)
+        self.turn = 1 - k
+
+    def _write(self, buf: np.ndarray, parts: list[tuple[int, int, int]]) -> None:
+        for i, a, b in parts:
+            self.sink(i, buf[a:b])
+
+    def close(self) -> None:
+        """Wait for every write (re-raising its error) and stop the thread."""
+        try:
+            for f in self.busy:
+                if f is not None:
+                    f.result()
+        finally:
+            self.pool.shutdown(wait=True)
+
+
 class _MaskedExchange:
     """P > 1 routing of one chunk: each edge travels once to every rank writing one of its
     partitions, with its presence mask (``ceil(p/8)`` bytes), instead of once per partition;
@@ -175,11 +222,10 @@ class _MaskedExchange:
         self.mb = (p + 7) // 8 if sys.byteorder == "little" else 8 * self.w
         self.send_e = np.empty((0, 2), dt)
         self.send_m = np.empty((0, self.w), np.uint64)
-        self.recs = np.empty((0, 2), dt)
         self.counts = np.zeros(self.w * 64, np.int64)
         self.offsets = np.zeros(self.w * 64, np.int64)
 
-    def exchange(self, comm: Any, e: np.ndarray, masks: np.ndarray, sink: Any) -> None:
+    def exchange(self, comm: Any, e: np.ndarray, masks: np.ndarray, out: _Writer) -> None:
         """Route chunk ``e`` (masks: partitions holding both ends). Collective over comm."""
         P, w, mb = self.P, self.w, self.mb
         rc = np.zeros(P, np.int64)
@@ -203,14 +249,10 @@ class _MaskedExchange:
         K.local_mask_counts(got_m, self.rankbits[self.rank], counts)
         mine = self.mine
         offsets[mine] = np.cumsum(counts[mine]) - counts[mine]
-        total = int(counts[mine].sum())
-        if self.recs.shape[0] < total:
-            self.recs = np.empty((max(total, 2 * self.recs.shape[0]), 2), self.dt)
+        recs = out.buffer(int(counts[mine].sum()))
         start = offsets.copy()
-        K.route_fill(got_e, got_m, offsets, self.recs)
-        for i in mine:
-            if offsets[i] > start[i]:
-                sink(int(i), self.recs[start[i]:offsets[i]])
+        K.route_fill(got_e, got_m, offsets, recs)
+        out.submit([(int(i), int(start[i]), int(offsets[i])) for i in mine if offsets[i] > start[i]])
 
 
 def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: Any,
@@ -223,52 +265,58 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
     stays there and a cross edge goes to one endpoint's partition chosen by a seeded hash.
     Received edges of partition i (written by rank i % P) go to ``sink(i, edges)``.
     """
-    P = comm.size
-    # partitions laid out by destination rank: r, r + P, r + 2P, ... for r = 0 .. P-1
-    layout = np.concatenate([np.arange(r, p, P) for r in range(P)]).astype(np.int64)
-    dt = stream.meta.np_dtype
     t0 = time.perf_counter()
-    if pres is not None:
-        w = pres.shape[1]
-        cap = max(1, min(stream.chunk, max(stream.hi - stream.lo, 1)))
-        masks = np.empty((cap, w), np.uint64)   # reused buffers: no allocation per chunk
-        counts = np.zeros(w * 64, np.int64)
-        offsets = np.zeros(w * 64, np.int64)
-        recs = np.empty((0, 2), dt)
-        hist = np.zeros(1 << p, np.int64) if w == 1 and p <= K.ROUTE_HIST_MAX_P else None
-        mx = _MaskedExchange(comm.rank, P, p, dt)
-    with _progress(stream, comm, "assign edges") as bar:
-        for e in lockstep(stream, comm, raw=True):
-            if pres is not None and P > 1:
-                if hist is not None:
-                    K.route_count_hist(e, pres, masks, hist)
-                else:
-                    K.route_count(e, pres, masks, counts)
-                mx.exchange(comm, e, masks[:e.shape[0]], sink)
-            elif pres is not None:
-                counts[:] = 0
-                if hist is not None:
-                    hist[:] = 0
-                    K.route_count_hist(e, pres, masks, hist)
-                    K.hist_counts(hist, counts)
-                else:
-                    K.route_count(e, pres, masks, counts)
-                offsets[layout] = np.cumsum(counts[layout]) - counts[layout]
-                total = int(counts[:p].sum())
-                if recs.shape[0] < total:
-                    recs = np.empty((max(total, 2 * recs.shape[0]), 2), dt)
-                start = offsets[:p].copy()
-                K.route_fill(e, masks, offsets, recs)
-                for i in range(p):  # partition i's records are recs[start[i]:offsets[i]]
-                    if offsets[i] > start[i]:
-                        sink(i, recs[start[i]:offsets[i]])
-            else:
-                assert owner is not None
+    if pres is None:
+        assert owner is not None
+        with _progress(stream, comm, "assign edges") as bar:
+            for e in lockstep(stream, comm, raw=True):
                 parts = np.empty(e.shape[0], np.int64)
                 K.one_side_parts(e, owner, seed, parts)
-                _send_grouped(comm, e.astype(dt), parts, p, sink)
-            bar.update(len(e))
+                _send_grouped(comm, e.astype(stream.meta.np_dtype), parts, p, sink)
+                bar.update(len(e))
+    else:
+        out = _Writer(sink, stream.meta.np_dtype)
+        try:
+            _route_masks(stream, comm, p, pres, out)
+        finally:
+            out.close()
     timer.add("assign", time.perf_counter() - t0, stream.hi - stream.lo)
+
+
+def _route_masks(stream: EdgeStream, comm: Any, p: int, pres: np.ndarray, out: _Writer) -> None:
+    """route_pass with a presence bitmask: per chunk the masks (AND of the endpoints' rows), then
+    at P = 1 the per-partition records, at P > 1 the masked exchange; records go to ``out``.
+    Collective over comm."""
+    P = comm.size
+    dt = stream.meta.np_dtype
+    w = pres.shape[1]
+    cap = max(1, min(stream.chunk, max(stream.hi - stream.lo, 1)))
+    masks = np.empty((cap, w), np.uint64)   # reused buffers: no allocation per chunk
+    counts = np.zeros(w * 64, np.int64)
+    offsets = np.zeros(w * 64, np.int64)
+    hist = np.zeros(1 << p, np.int64) if w == 1 and p <= K.ROUTE_HIST_MAX_P else None
+    mx = _MaskedExchange(comm.rank, P, p, dt) if P > 1 else None
+    with _progress(stream, comm, "assign edges") as bar:
+        for e in lockstep(stream, comm, raw=True):
+            counts[:] = 0
+            if hist is not None:
+                hist[:] = 0
+                K.route_count_hist(e, pres, masks, hist)
+            else:
+                K.route_count(e, pres, masks, counts)
+            if mx is not None:
+                mx.exchange(comm, e, masks[:e.shape[0]], out)
+            else:
+                if hist is not None:
+                    K.hist_counts(hist, counts)
+                offsets[:p] = np.cumsum(counts[:p]) - counts[:p]
+                recs = out.buffer(int(counts[:p].sum()))
+                start = offsets[:p].copy()
+                K.route_fill(e, masks, offsets, recs)
+                # partition i's records are recs[start[i]:offsets[i]]
+                out.submit([(i, int(start[i]), int(offsets[i])) for i in range(p)
+                            if offsets[i] > start[i]])
+            bar.update(len(e))
 
 
 def cluster_refine_pass(stream: EdgeStream, comm: Any, owner: np.ndarray, label: np.ndarray,
