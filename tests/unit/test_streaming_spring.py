@@ -245,3 +245,19 @@ def test_route_pass_matches_oracle(comm, tmp_path, p):
         want = e[present[e[:, 0], i] & present[e[:, 1], i]]
         have = np.concatenate(got.get(i, [np.zeros((0, 2), np.int64)])).astype(np.int64)
         assert np.array_equal(have, want), i
+
+
+def test_route_pass_spill_error_propagates(comm, tmp_path):
+    """A failing spill write (background writer thread) fails the routing pass."""
+    from shardgnn.partition.streaming import passes
+
+    e = np.array([[0, 1], [1, 2], [2, 3], [0, 3]])
+    d = small(tmp_path, e, 4)
+    pres = np.full((4, 1), 3, np.uint64)
+
+    def sink(i, x):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        passes.route_pass(passes.open_stream(str(d), comm, 1), comm, 2, passes.PassTimer(),
+                          sink, pres=pres)
