@@ -19,12 +19,19 @@ RESPONSES = ("linear", "exp")
 
 
 def scores(vsize: np.ndarray, esize: np.ndarray, w_v: float, w_e: float) -> np.ndarray:
-    """Combined score S(i) = w_V S_V + w_E S_E (1 where a mean is still zero)."""
+    """Combined score S(i) = w_V S_V + w_E S_E (1 where a mean is still zero).
+
+    Called once per iteration on p-sized arrays, so written with few numpy calls.
+    """
     v = np.asarray(vsize, dtype=np.float64)
     e = np.asarray(esize, dtype=np.float64)
-    sv = v / v.mean() if v.size and v.mean() > 0 else np.ones_like(v)
-    se = e / e.mean() if e.size and e.mean() > 0 else np.ones_like(e)
-    return w_v * sv + w_e * se
+    if v.size == 0:
+        return v
+    mv = v.sum() / v.size
+    me = e.sum() / e.size
+    sv = v / mv if mv > 0 else 1.0
+    se = e / me if me > 0 else 1.0
+    return w_v * sv + w_e * se + np.zeros(v.size)
 
 
 def expansion_factors(vsize: np.ndarray, esize: np.ndarray, lam: float, w_v: float,
@@ -33,10 +40,10 @@ def expansion_factors(vsize: np.ndarray, esize: np.ndarray, lam: float, w_v: flo
     """lambda_i(t) of every partition from current vertex and edge counts (reconstruction)."""
     s = scores(vsize, esize, w_v, w_e)
     if response == "linear":
-        with np.errstate(divide="ignore"):
-            raw = np.where(s > 0, lam / np.maximum(s, 1e-300), 1.0)
+        raw = lam / np.maximum(s, 1e-300)
+        raw[s <= 0] = 1.0
     elif response == "exp":
         raw = lam * np.exp(-beta * (s - 1.0))
     else:
         raise ValueError(f"expected response in {RESPONSES}, got {response!r}")
-    return np.clip(raw, lam_min, 1.0)
+    return np.minimum(np.maximum(raw, lam_min), 1.0)
