@@ -94,7 +94,7 @@ def _redistribute(comm: Any, repeats: int, dtype: np.dtype, rows: int) -> dict[s
     except ImportError:
         return None
     x, t = [], []
-    for width in ((2, 16, 64) if rows < 20_000 else (2, 8, 32, 64, 128, 256)):
+    for width in ((2, 16, 64) if rows < 20_000 else (2, 8, 16, 32, 64, 128, 256)):
         fn, nbytes = redistribute_timer(comm, rows, width, str(dtype))
         x.append(nbytes)
         t.append(_median_max(comm, fn, repeats) / 2.0)  # fn does there and back
@@ -242,8 +242,12 @@ def merge(profiles: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]
             if key in ("latency_s", "bandwidth_Bps", "rate", "mask_rate") \
                     or key.startswith("rate_"):
                 body[key] = gmean([p[sec][key] for p in profiles])
-        body.pop("sizes", None)
-        body.pop("seconds", None)
+        if sec == "redistribute" and all(p[sec].get("sizes") == body.get("sizes")
+                                         for p in profiles):
+            body["seconds"] = gmean([p[sec]["seconds"] for p in profiles])
+        else:  # the redistribution points are used by the time model; the others are raw data
+            body.pop("sizes", None)
+            body.pop("seconds", None)
     out["machine"]["merged_from"] = len(profiles)
     return out
 

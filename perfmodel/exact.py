@@ -197,10 +197,11 @@ def _op_events(op: Op, grid: Grid, prob: Problem, d: int, rmax: int, nnz_panel: 
                              bytes=grid.spmm_bcast_elems(op.width) * d,
                              calls=grid.spmm_bcast_calls()))
         wloc = int(grid.col_counts(op.width).max())
-        out.append(Event("spmm", op.what, width=wloc, nnz_width=nnz_panel * wloc))
+        out.append(Event("spmm", op.what, phase=op.phase, width=wloc,
+                         nnz_width=nnz_panel * wloc))
         return out
     if op.kind == "gemm":
-        return [Event("gemm", op.what, rows=rmax, k=op.k, n=op.n,
+        return [Event("gemm", op.what, phase=op.phase, rows=rmax, k=op.k, n=op.n,
                       flops=2.0 * rmax * op.k * op.n)]
     if op.kind in ("mask", "elementwise"):
         rows = int(grid.row_counts().max()) if op.src == "row" else \

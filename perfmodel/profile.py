@@ -7,7 +7,10 @@ A profile (``perfmodel/machines/NAME.toml``) holds
 * ``[alltoallv]``, ``[allreduce]``, ``[bcast]``: ``latency_s`` and ``bandwidth_Bps`` of the
   linear fit ``t = latency + bytes_per_rank / bandwidth``, plus the raw ``sizes``/``seconds``;
   ``[redistribute]`` the same fit for the engine's full layout change (pack + Alltoallv +
-  merge) against the bytes a rank sends, when it was measured;
+  merge) against the bytes a rank sends, when it was measured, with the measured points
+  (``sizes``, ``seconds``): at the profile's P the time model interpolates between them
+  (log-log; linear in bytes past the largest), because the cost is not linear in the size
+  (caches);
 * ``[spmm]``: ``widths`` and ``rate`` (nnz·width multiply-adds per second per rank) measured
   on a graph of ``nodes``/``nnz``;
 * ``[gemm]``: ``widths`` (k = n grid) and ``rate`` (flops per second per rank) as a matrix
@@ -69,6 +72,7 @@ class Profile:
     gemm_rate_tn: list[list[float]] | None = None
     mask_rate: float = 0.0
     redistribute: LinearCost | None = None
+    redistribute_points: tuple[list[float], list[float]] | None = None
     engine_op_widths: list[float] | None = None
     engine_op_rate: dict[str, list[float]] = field(default_factory=dict)
     description: str = ""
@@ -92,6 +96,20 @@ class Profile:
 
     def elementwise_time(self, elems: float) -> float:
         return max(0.0, elems) / self.elementwise_rate
+
+    def redistribute_time(self, nbytes: float, ranks: int) -> float:
+        """Seconds of one engine redistribution sending ``nbytes`` from the busiest rank:
+        interpolated between the measured points at the profile's P, else the linear fit
+        extrapolated to ``ranks`` (:meth:`collective`)."""
+        pts = self.redistribute_points
+        if pts is None or ranks != self.ranks or nbytes <= 0:
+            return self.collective("redistribute", ranks).time(nbytes)
+        xs, ts = pts
+        if nbytes >= xs[-1]:
+            return ts[-1] * nbytes / xs[-1]
+        if nbytes <= xs[0]:
+            return ts[0]
+        return float(np.exp(np.interp(math.log(nbytes), np.log(xs), np.log(ts))))
 
     def has_engine_op(self, op: str) -> bool:
         return bool(self.engine_op_widths) and op in self.engine_op_rate
@@ -150,6 +168,18 @@ def _linear(sec: dict[str, Any], where: str) -> LinearCost:
     return LinearCost(lat, bw)
 
 
+def _points(sec: dict[str, Any] | None, where: str) -> tuple[list[float], list[float]] | None:
+    """Measured (sizes, seconds) of a section, sorted by size; None when absent."""
+    if not sec or "sizes" not in sec or "seconds" not in sec:
+        return None
+    xs = [float(x) for x in sec["sizes"]]
+    ts = [float(x) for x in sec["seconds"]]
+    if len(xs) != len(ts) or not xs or min(xs) <= 0 or min(ts) <= 0:
+        raise PerfModelError(f"{where}: expected equal-length positive sizes and seconds")
+    order = np.argsort(xs)
+    return [xs[i] for i in order], [ts[i] for i in order]
+
+
 def resolve_profile_path(name: str | os.PathLike) -> Path:
     """A profile file: an existing path, or NAME / NAME.toml under perfmodel/machines/."""
     p = Path(name)
@@ -191,6 +221,7 @@ def load_profile(name: str | os.PathLike) -> Profile:
             or float(raw["elementwise"]["rate"]) / 4,
             redistribute=(_linear(raw["redistribute"], f"{p}:[redistribute]")
                           if "redistribute" in raw else None),
+            redistribute_points=_points(raw.get("redistribute"), f"{p}:[redistribute]"),
             engine_op_widths=([float(x) for x in raw["engine_ops"]["widths"]]
                               if "engine_ops" in raw else None),
             engine_op_rate=({k[5:]: [float(x) for x in v] for k, v in raw["engine_ops"].items()

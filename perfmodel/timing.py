@@ -6,8 +6,12 @@ slowest rank's time for that step (the collectives synchronise the ranks):
 * SpMM: local nnz × local width / rate(width) (``[spmm]``), local nnz = nnz / (P / R_A);
 * GEMM: 2 · rows × k × n / rate(k, n) (``[gemm]``), rows = the largest row block;
 * redistribution: ``[redistribute]`` (pack + Alltoallv + merge) against the largest per-rank
-  bytes when the profile has it, else ``[alltoallv]`` plus two local copies of the block at the
-  elementwise rate;
+  bytes when the profile has it (its measured points interpolated at the profile's P, the
+  linear fit elsewhere), else ``[alltoallv]`` plus two local copies of the block at the
+  elementwise rate; a mask redistribution adds packing the mask (``[engine_ops] mask_pack``);
+* element-wise steps: with ``[engine_ops]`` each step (feature dropout, bias, activation with
+  its dropout mask, loss, mask gradient, bias gradient) at the rate measured for that engine
+  operation at the tile's local width; without, ``passes`` sweeps at ``[elementwise] rate``;
 * all-reduce / broadcast: ``latency + bytes / bandwidth`` per call;
 * other: the per-element sweeps the engine schedule lists (bias, ReLU·dropout, mask
   gradients, softmax cross-entropy, Adam over the parameters) at ``[elementwise] rate`` and the
@@ -83,7 +87,7 @@ def event_time(e: Event, prob: Profile, ranks: int, rows_max: int) -> tuple[str,
         if e.kind == "redist_mask" and prob.has_engine_op("mask_pack"):
             pack = prob.engine_op_time("mask_pack", e.elems, e.tile_width)
         if prob.redistribute is not None:
-            return "redistribute", prob.collective("redistribute", ranks).time(b) + pack
+            return "redistribute", prob.redistribute_time(b, ranks) + pack
         copies = prob.elementwise_time(2.0 * rows_max * e.width * max(e.elem_size, 1) / 4)
         return "redistribute", prob.collective("alltoallv", ranks).time(b) + copies
     if e.kind in ("allreduce", "bcast"):

@@ -3,13 +3,17 @@
     python run/bench/perfmodel_time.py --out work/bench/perfmodel [--nodes 100000] [--ranks 2]
 
 Generates (once) a CSBM graph, then runs ``mpiexec -n P`` workers that build one RDM Trainer and
-time every 2^(2L) order: one warm-up pass over all orders, then ``--passes`` round-robin passes
-of one training step each (round-robin so load changes from other jobs hit every order alike);
-each figure is the slowest rank's time, the median over passes is kept. In the same run:
-``--order auto`` (perfmodel Pareto candidates, three timed steps each) and ``--order model``
-(predicted-fastest from the profile) pick their orders. The driver then compares the measured
-medians with the profile's predictions: Spearman rank correlation and median absolute relative
-error over the orders, and the measured time of the auto/model choices against the best of all.
+time every 2^(2L) order the way a training run with that order runs: in each of ``--passes``
+passes (every order once, the starting order rotated so load changes from other jobs hit every
+order alike) ``--warmup`` untimed then ``--steps`` consecutive timed training steps. Each step's
+figure is the slowest rank's time; an order's measured time is the median of its timed steps.
+The run calibrates the machine before, in the middle of (>= 4 passes) and after the timings
+(geometric mean of the three) unless ``--no-calibrate``. In the same run: ``--order auto``
+(perfmodel Pareto candidates, three timed steps each) and ``--order model`` (predicted-fastest
+from the profile) pick their orders. The driver then compares the measured medians with the
+profile's predictions: Spearman rank correlation and median absolute relative error over the
+orders, the measured time of the auto/model choices against the best of all, and the noise of
+the measurement itself (how well one pass ranks the orders like another pass).
 Writes ``OUT/perfmodel_time.json`` and prints a summary.
 """
 from __future__ import annotations
@@ -169,8 +173,9 @@ def worker(args: argparse.Namespace) -> int:
     prob = autoorder.problem_of(comm, tr)
     cal_args = argparse.Namespace(
         out=str(Path(args.out) / "profile-bench.toml"), name="bench-inline",
-        description="calibrated in the benchmark run, before and after the timings (geometric "
-                    "mean), on a uniform random graph of the benchmark's N and average degree",
+        description="calibrated in the benchmark run, before, in the middle of (>= 4 passes) "
+                    "and after the timings (geometric mean), on a uniform random graph of the "
+                    "benchmark's N and average degree",
         graph_nodes=prob["nodes"], graph_degree=max(1, round(prob["nnz"] / prob["nodes"] - 1)),
         widths="2,4,8,16,32,64,128,256", gemm_rows=-(-prob["nodes"] // prob["ranks"]),
         repeats=3, dtype=args.dtype, seed=1)
@@ -184,6 +189,8 @@ def worker(args: argparse.Namespace) -> int:
     # Each pass visits every order (rotated start) and runs it as a training run does:
     # --warmup untimed steps, then --steps consecutive timed steps.
     for p in range(args.passes):
+        if args.calibrate and args.passes >= 4 and p == args.passes // 2:
+            cal.append(calibrate.measure(comm, cal_args))  # mid-run: tracks load changes
         k = (p * 5) % len(orders)
         for o in orders[k:] + orders[:k]:
             tr.set_order(o)
@@ -237,7 +244,7 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=128, help="hidden width (default 128)")
     ap.add_argument("--layers", type=int, default=2, help="GCN layers (default 2: 16 orders)")
     ap.add_argument("--ranks", type=int, default=2, help="MPI ranks P (default 2)")
-    ap.add_argument("--passes", type=int, default=3, help="passes over all orders (default 3); "
+    ap.add_argument("--passes", type=int, default=8, help="passes over all orders (default 8); "
                     "each pass runs every order for --warmup + --steps consecutive steps, as a "
                     "training run with that order does")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per order and pass "
@@ -248,8 +255,9 @@ def main() -> int:
                     "--no-calibrate and for reference (default local-2core)")
     ap.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                     help="do not calibrate inside the run (use --profile for the predictions; by "
-                         "default the run calibrates before and after the timings, because this "
-                         "shared machine's speed changes several-fold with other jobs' load)")
+                         "default the run calibrates before, in the middle of and after the "
+                         "timings, because this shared machine's speed changes several-fold "
+                         "with other jobs' load)")
     ap.add_argument("--dtype", default="float32", help="float32 (default) or float64")
     ap.add_argument("--seed", type=int, default=0, help="CSBM seed (default 0)")
     ap.add_argument("--analyse-only", action="store_true", help="recompute the predictions and "

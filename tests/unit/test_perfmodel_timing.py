@@ -83,3 +83,43 @@ def test_bad_engine_ops_rejected(tmp_path):
         profile(tmp_path / "a.toml", {"act": [1e7, 1e7]})
     with pytest.raises(PerfModelError, match="engine_ops"):
         profile(tmp_path / "b.toml", {"act": [1e7, 0.0, 1e7, 1e7, 1e7]})
+
+
+def test_training_step_excludes_the_evaluation_pass(tmp_path):
+    """predict_rdm prices the training step only (what the engine records as epoch_time): no
+    SpMM or GEMM of the evaluation forward pass; evaluate=True adds them."""
+    from perfmodel.engine_schedule import engine_schedule
+
+    p = profile(tmp_path / "a.toml", flat(1e7))
+    prob = Problem([8, 4, 2], 1000, 5000, 2, 2)
+    for o in all_orders(2):
+        ops = engine_schedule(o, [8, 4, 2], evaluate=False)
+        local = sum(-(-op.width // 2) for op in ops if op.kind == "spmm")
+        pr = predict_rdm(o, prob, p)
+        assert pr["spmm"] == pytest.approx(5000 * local / 1e8, rel=1e-12)
+        ev = predict_rdm(o, prob, p, evaluate=True)
+        assert ev["spmm"] > pr["spmm"] and ev["gemm"] > pr["gemm"]
+
+
+def test_redistribution_interpolates_measured_points(tmp_path):
+    data = {
+        "machine": {"name": "fake", "ranks": 2, "dtype": "float32"},
+        "alltoallv": {"latency_s": 1e-5, "bandwidth_Bps": 1e9},
+        "allreduce": {"latency_s": 1e-5, "bandwidth_Bps": 1e9},
+        "bcast": {"latency_s": 1e-5, "bandwidth_Bps": 1e9},
+        "redistribute": {"latency_s": 1e-3, "bandwidth_Bps": 1e9,
+                         "sizes": [4000, 1000, 16000], "seconds": [0.02, 0.01, 0.2]},
+        "spmm": {"widths": W, "rate": [1e8] * 5},
+        "gemm": {"widths": W, "rate": [[1e9] * 5 for _ in W]},
+        "elementwise": {"rate": 5e8, "mask_rate": 1e8}}
+    write_profile(tmp_path / "p.toml", data)
+    p = load_profile(tmp_path / "p.toml")
+    assert p.redistribute_time(4000, 2) == pytest.approx(0.02)
+    assert p.redistribute_time(2000, 2) == pytest.approx(0.01 * 2 ** 0.5)   # log-log midpoint
+    assert p.redistribute_time(32000, 2) == pytest.approx(0.4)              # linear past the end
+    assert p.redistribute_time(10, 2) == pytest.approx(0.01)
+    assert p.redistribute_time(4000, 4) > 1e-3                              # fit at another P
+    data["redistribute"]["seconds"] = [0.01, -1.0, 0.2]
+    write_profile(tmp_path / "q.toml", data)
+    with pytest.raises(PerfModelError, match="redistribute"):
+        load_profile(tmp_path / "q.toml")
