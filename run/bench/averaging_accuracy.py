@@ -132,7 +132,7 @@ def main() -> None:
     ap.add_argument("--models", default="gcn,sage,gat", help="models (default: gcn,sage,gat)")
     ap.add_argument("--parts", default="2,4", help="partition counts p (default: 2,4)")
     ap.add_argument("--seeds", default="5",
-                    help="N (seeds 0..N-1) or a comma list of seeds, e.g. 3,4 (default: 5)")
+                    help="N (seeds 0..N-1) or a comma list of seeds, e.g. 3,4 or 2, (default: 5)")
     ap.add_argument("--epochs", type=int, default=50, help="epochs, Planetoid (default: 50)")
     ap.add_argument("--optimizer", choices=("avg", "local", "both"), default="avg",
                     help="Adam state of the partitioned runs: averaged with the model (avg, "
@@ -175,7 +175,7 @@ def main() -> None:
     partitioners = json.loads(meta_path.read_text()) if meta_path.exists() else {}
 
     def seed_list(text: str) -> list[int]:
-        return [int(t) for t in text.split(",")] if "," in text else list(range(int(text)))
+        return [int(t) for t in text.split(",") if t] if "," in text else list(range(int(text)))
 
     jobs = []
     t0 = time.perf_counter()
