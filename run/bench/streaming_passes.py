@@ -75,7 +75,9 @@ def main() -> None:
            "streaming_seconds": sum(per_pass[k] for k in ("degrees", "cluster", "hop 1", "assign")),
            "routed_copies": int(sum(comm.allgather_obj(int(sum(sink.counts.values()))))),
            "spill": bool(spill), "clusters": {k: v for k, v in info.items() if k.startswith("clusters")},
-           "peak_rss_bytes": comm.allgather_obj(peak_rss_bytes())}
+           "peak_rss_bytes": comm.allgather_obj(peak_rss_bytes()),
+           "comm_counters": comm.allgather_obj(comm.counters()),
+           "prof": comm.allgather_obj(getattr(passes, "PROF", {}))}
     if comm.rank == 0:
         with open(out, "w") as fh:
             json.dump(doc, fh, indent=2)
