@@ -381,54 +381,6 @@ def route_fill(edges, masks, offsets, out):
                 m &= m - np.uint64(1)
 
 
-@njit(cache=True, nogil=True)
-def rank_counts(masks, rankbits, counts):
-    """counts[r] += edges whose mask meets rank r's partitions (``rankbits[r]``: bits of
-    partitions r, r + P, ...): each edge goes once to every rank writing one of its partitions."""
-    w = masks.shape[1]
-    for j in range(masks.shape[0]):
-        for r in range(rankbits.shape[0]):
-            for q in range(w):
-                if masks[j, q] & rankbits[r, q]:
-                    counts[r] += 1
-                    break
-
-
-@njit(cache=True, nogil=True)
-def rank_fill(edges, masks, rankbits, offsets, out_e, out_m):
-    """Write each edge and its mask once per rank it goes to (see :func:`rank_counts`), at the
-    running ``offsets[r]`` (advanced in place)."""
-    w = masks.shape[1]
-    for j in range(masks.shape[0]):
-        for r in range(rankbits.shape[0]):
-            hit = False
-            for q in range(w):
-                if masks[j, q] & rankbits[r, q]:
-                    hit = True
-                    break
-            if hit:
-                o = offsets[r]
-                out_e[o, 0] = edges[j, 0]
-                out_e[o, 1] = edges[j, 1]
-                for q in range(w):
-                    out_m[o, q] = masks[j, q]
-                offsets[r] = o + 1
-
-
-@njit(cache=True, nogil=True)
-def local_mask_counts(masks, mybits, counts):
-    """Keep only this rank's partitions in every mask (in place); counts[i] += edges going to
-    partition i."""
-    w = masks.shape[1]
-    for j in range(masks.shape[0]):
-        for q in range(w):
-            m = masks[j, q] & mybits[q]
-            masks[j, q] = m
-            while m:
-                counts[q * 64 + _lowbit(m)] += 1
-                m &= m - np.uint64(1)
-
-
 @njit(cache=True)
 def _mix(x):
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -531,12 +483,6 @@ def warmup() -> None:
         for dt in (np.int32, np.int64):
             route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), dt))
         one_side_parts(e, np.zeros(2, np.int64), 0, np.empty(1, np.int64))
-        rb = np.ones((1, 1), np.uint64)
-        rank_counts(masks, rb, np.zeros(1, np.int64))
-        for dt in (np.int32, np.int64):
-            rank_fill(e, masks, rb, np.zeros(1, np.int64), np.empty((1, 2), dt),
-                      np.empty((1, 1), np.uint64))
-        local_mask_counts(masks.copy(), rb[0], counts)
 
 
 @njit(cache=True)

@@ -6,7 +6,6 @@ Functions taking ``comm`` are collective over comm.
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -213,55 +212,6 @@ class _Writer:
                 self.pool.shutdown(wait=True)
 
 
-class _MaskedExchange:
-    """P > 1 routing of one chunk: each edge travels once to every rank writing one of its
-    partitions, with its presence mask (``ceil(p/8)`` bytes), instead of once per partition;
-    the receiver expands it into per-partition records. Buffers are reused across chunks."""
-
-    def __init__(self, rank: int, P: int, p: int, dt: np.dtype) -> None:
-        self.rank, self.P, self.p, self.dt = rank, P, p, dt
-        self.w = words_for(p)
-        self.rankbits = np.zeros((P, self.w), np.uint64)
-        for i in range(p):
-            self.rankbits[i % P, i // 64] |= np.uint64(1) << np.uint64(i % 64)
-        self.mine = np.arange(rank, p, P, dtype=np.int64)
-        # bytes of a mask on the wire: only the low ceil(p/8) bytes carry bits (little endian)
-        self.mb = (p + 7) // 8 if sys.byteorder == "little" else 8 * self.w
-        self.send_e = np.empty((0, 2), dt)
-        self.send_m = np.empty((0, self.w), np.uint64)
-        self.counts = np.zeros(self.w * 64, np.int64)
-        self.offsets = np.zeros(self.w * 64, np.int64)
-
-    def exchange(self, comm: Any, e: np.ndarray, masks: np.ndarray, out: _Writer) -> None:
-        """Route chunk ``e`` (masks: partitions holding both ends). Collective over comm."""
-        P, w, mb = self.P, self.w, self.mb
-        rc = np.zeros(P, np.int64)
-        K.rank_counts(masks, self.rankbits, rc)
-        tot = int(rc.sum())
-        if self.send_e.shape[0] < tot:
-            size = max(tot, 2 * self.send_e.shape[0])
-            self.send_e = np.empty((size, 2), self.dt)
-            self.send_m = np.empty((size, w), np.uint64)
-        off = np.cumsum(rc) - rc
-        K.rank_fill(e, masks, self.rankbits, off, self.send_e, self.send_m)
-        recv = comm.alltoall_counts(rc)
-        got_e = comm.alltoallv(self.send_e[:tot], rc, recvcounts=recv, op_name="partition_route")
-        wire = np.ascontiguousarray(self.send_m[:tot].view(np.uint8).reshape(tot, 8 * w)[:, :mb])
-        got_b = comm.alltoallv(wire, rc, recvcounts=recv, op_name="partition_route")
-        k = int(recv.sum())
-        got_m = np.zeros((k, w), np.uint64)
-        got_m.view(np.uint8).reshape(k, 8 * w)[:, :mb] = got_b
-        counts, offsets = self.counts, self.offsets
-        counts[:] = 0
-        K.local_mask_counts(got_m, self.rankbits[self.rank], counts)
-        mine = self.mine
-        offsets[mine] = np.cumsum(counts[mine]) - counts[mine]
-        recs = out.buffer(int(counts[mine].sum()))
-        start = offsets.copy()
-        K.route_fill(got_e, got_m, offsets, recs)
-        out.submit([(int(i), int(start[i]), int(offsets[i])) for i in mine if offsets[i] > start[i]])
-
-
 def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: Any,
                pres: np.ndarray | None = None, owner: np.ndarray | None = None,
                seed: int = 0) -> None:
@@ -292,7 +242,7 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
 
 def _route_masks(stream: EdgeStream, comm: Any, p: int, pres: np.ndarray, out: _Writer) -> None:
     """route_pass with a presence bitmask: per chunk the masks (AND of the endpoints' rows), then
-    at P = 1 the per-partition records, at P > 1 the masked exchange; records go to ``out``.
+    the per-partition records, at P = 1 handed to ``out``, at P > 1 sent to their writer ranks.
     Collective over comm."""
     P = comm.size
     dt = stream.meta.np_dtype
@@ -302,7 +252,8 @@ def _route_masks(stream: EdgeStream, comm: Any, p: int, pres: np.ndarray, out: _
     counts = np.zeros(w * 64, np.int64)
     offsets = np.zeros(w * 64, np.int64)
     hist = np.zeros(1 << p, np.int64) if w == 1 and p <= K.ROUTE_HIST_MAX_P else None
-    mx = _MaskedExchange(comm.rank, P, p, dt) if P > 1 else None
+    # partitions laid out by destination rank: r, r + P, r + 2P, ... for r = 0 .. P-1
+    layout = np.concatenate([np.arange(r, p, P) for r in range(P)]).astype(np.int64)
     with _progress(stream, comm, "assign edges") as bar:
         for e in lockstep(stream, comm, raw=True):
             counts[:] = 0
@@ -311,15 +262,18 @@ def _route_masks(stream: EdgeStream, comm: Any, p: int, pres: np.ndarray, out: _
                 K.route_count_hist(e, pres, masks, hist)
             else:
                 K.route_count(e, pres, masks, counts)
-            if mx is not None:
-                mx.exchange(comm, e, masks[:e.shape[0]], out)
+            if hist is not None:
+                K.hist_counts(hist, counts)
+            offsets[layout] = np.cumsum(counts[layout]) - counts[layout]
+            total = int(counts[:p].sum())
+            recs = out.buffer(total)
+            start = offsets[:p].copy()
+            K.route_fill(e, masks, offsets, recs)
+            if P > 1:
+                # one record per partition copy, grouped by destination rank (measured as fast
+                # as sending each edge once per rank with its mask, which was tried and dropped)
+                _exchange(comm, recs[:total], counts[:p].copy(), p, out.sink)
             else:
-                if hist is not None:
-                    K.hist_counts(hist, counts)
-                offsets[:p] = np.cumsum(counts[:p]) - counts[:p]
-                recs = out.buffer(int(counts[:p].sum()))
-                start = offsets[:p].copy()
-                K.route_fill(e, masks, offsets, recs)
                 # partition i's records are recs[start[i]:offsets[i]]
                 out.submit([(i, int(start[i]), int(offsets[i])) for i in range(p)
                             if offsets[i] > start[i]])
