@@ -154,13 +154,7 @@ def main() -> None:
     ap.add_argument("--csbm-epochs", type=int, default=50, help="epochs, CSBM (default: 50)")
     ap.add_argument("--csbm-models", default="gcn,sage,gat",
                     help="models on the CSBM graph (default: gcn,sage,gat)")
-    ap.add_argument("--time-limit", type=float, default=540,
-                    help="seconds for the training jobs of this invocation; past it the finished "
-                         "ones are recorded and the rest can be run by calling again (default 540)")
-    ap.add_argument("--rerun", action="store_true",
-                    help="run jobs again even when the runs log has them")
-    ap.add_argument("--merge-only", action="store_true",
-                    help="train nothing; rebuild the JSON and table from the runs log")
+    ac.add_piece_args(ap, " and the rest can be run by calling again")
     args = ap.parse_args()
     opts = ["local"] if args.local_optimizer else (
         list(OPT_MODES) if args.optimizer == "both" else [args.optimizer])
@@ -169,8 +163,7 @@ def main() -> None:
     data_dir, runs = work / "data", work / "runs"
     res.mkdir(parents=True, exist_ok=True)
     log_path = res / "averaging_accuracy.runs.jsonl"
-    old = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] \
-        if log_path.exists() else []
+    old = ac.read_runs(log_path)
     meta_path = res / "averaging_accuracy.partitioners.json"
     partitioners = json.loads(meta_path.read_text()) if meta_path.exists() else {}
 

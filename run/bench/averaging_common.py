@@ -23,6 +23,24 @@ import numpy as np
 
 VENV_BIN = Path(sys.executable).parent
 
+def add_piece_args(ap, time_limit_note: str = "") -> None:
+    """--time-limit / --rerun / --merge-only: the options that let a benchmark run in pieces,
+    each piece appending finished jobs to a runs log (JSON lines) that later pieces skip."""
+    ap.add_argument("--time-limit", type=float, default=540,
+                    help="seconds for the training jobs of this invocation; past it the finished "
+                         "ones are recorded" + time_limit_note + " (default: 540)")
+    ap.add_argument("--rerun", action="store_true",
+                    help="run jobs again even when the runs log has them")
+    ap.add_argument("--merge-only", action="store_true",
+                    help="train nothing; rebuild the JSON and table from the runs log")
+
+
+def read_runs(log_path: Path) -> list[dict]:
+    """The records of a runs log (one JSON object per line); empty when there is none yet."""
+    if not log_path.exists():
+        return []
+    return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+
 
 def mpiexec() -> str:
     local = VENV_BIN / "mpiexec"

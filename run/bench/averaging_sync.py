@@ -130,19 +130,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
     ap.add_argument("--no-sampler", action="store_true",
                     help="skip the sampler throughput measurement")
-    ap.add_argument("--time-limit", type=float, default=540,
-                    help="seconds for the training jobs of this invocation; past it the finished "
-                         "ones are recorded (default: 540)")
-    ap.add_argument("--rerun", action="store_true", help="run again what the runs log has")
-    ap.add_argument("--merge-only", action="store_true",
-                    help="train nothing; rebuild the JSON and table from the runs log")
+    ac.add_piece_args(ap)
     args = ap.parse_args()
     res = args.results
     work = args.work or res / "work"
     res.mkdir(parents=True, exist_ok=True)
     log_path = res / "averaging_sync.runs.jsonl"
-    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] \
-        if log_path.exists() else []
+    rows = ac.read_runs(log_path)
     old_json = res / "averaging_sync.json"
     prev = json.loads(old_json.read_text()) if old_json.exists() else {}
     samp, partitioner = prev.get("sampler"), prev.get("partitioner", "?")
