@@ -5,9 +5,9 @@
 Runs what ``shardgnn partition DATASET --algo spring --refine 0 --parts PARTS`` runs before it
 writes the store: kernel warm-up (JIT load, timed apart), degree pass, SPRING clustering pass,
 cluster agreement + merging + greedy assignment (no edges read), one presence hop, and the
-routing ("assign") pass. The routing pass counts, buckets and (P > 1) exchanges every edge
-copy; with ``--spill DIR`` the copies are also appended to per-partition spill files as the CLI
-does, otherwise they are only counted (disk writes excluded). RF is computed from the presence
+routing ("assign") pass. The routing pass computes and buckets every edge copy (rank-local, no
+exchange); with ``--spill DIR`` each rank also appends its copies to its own per-partition
+spill files as the CLI does, otherwise they are only counted (disk writes excluded). RF is computed from the presence
 bitmask after the hop: vertices present in each partition (owned + 1-hop replicas), the same
 set the store holds. Pass seconds: max over ranks; edges/s: stored edges of the whole graph
 divided by that time. Writes OUT.json on rank 0.
@@ -53,10 +53,12 @@ def main() -> None:
     owner, info = spring.spring_owner(stream, comm, deg, p, spring.SpringParams(), timer)
     pres = passes.hop_pass(stream, comm, passes.owner_bits(owner, p), timer, "hop 1")
     tmp = tempfile.mkdtemp(dir=spill) if spill else None
-    sink = store.SpillSink(tmp, list(range(comm.rank, p, comm.size)), stream.meta.np_dtype) \
+    # as the CLI: every rank appends its own copies of every partition to its own spill files
+    sink = store.SpillSink(tmp, list(range(p)), stream.meta.np_dtype, comm.rank, comm.size) \
         if tmp else CountSink()
     passes.route_pass(stream, comm, p, timer, sink, pres=pres)
     sink.close()
+    comm.barrier()
     if tmp:
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)

@@ -29,6 +29,12 @@ def test_distributed_spring_rf_drift(results, n):
         assert results[n][name]["vb"] <= 1.10
 
 
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_spill_failures_fail_all_ranks_and_clean_up(results, n):
+    # streaming_checks.py: a full disk while spilling and a spill file another rank cannot read
+    assert results[n]["spill-failures"] == "ok"
+
+
 def test_vertex_cut_baselines_on_ranks(results):
     for name in ("hdrf-3", "dbh-5", "greedy-4", "2ps-l-5", "hash-2"):
         assert results[2][name]["rf"] >= 1.0

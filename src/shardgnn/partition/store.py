@@ -62,16 +62,40 @@ class Partition:
 
 
 class SpillSink:
-    """Per-partition append-only edge files (pairs of ``dtype``) for the partitions this rank
-    writes (use the dataset's edge dtype: int32 halves the disk traffic)."""
+    """Append-only spill files of routed edge copies, pairs of ``dtype`` (use the dataset's edge
+    dtype: int32 halves the disk traffic).
+
+    Every rank appends the copies it routes itself to its own file per partition,
+    ``DIR/.spill-IIIII.rRRRRR.bin`` (partition I, rank R), so no edges are exchanged between
+    ranks; the rank writing partition i then reads the files of every rank
+    (:meth:`chunks`). ``directory`` must therefore be visible to all ranks: the store's temp
+    folder beside OUT is, as it must be for the part files anyway. ``parts``: the partitions
+    this rank may append to (all p for the routing pass). The per-partition totals over ranks
+    (:meth:`set_totals`, from every rank's ``counts``) must be set before reading when
+    ``ranks > 1``. Rank-local.
+    """
 
     def __init__(self, directory: str | os.PathLike, parts: list[int],
-                 dtype: Any = np.int64) -> None:
+                 dtype: Any = np.int64, rank: int = 0, ranks: int = 1) -> None:
         self.dir = Path(directory)
         self.dtype = np.dtype(dtype)
-        self.paths = {i: self.dir / f".spill-{i:05d}.bin" for i in parts}
-        self.counts = {i: 0 for i in parts}
-        self._fh: dict[int, Any] = {i: open(self.paths[i], "wb") for i in parts}
+        self.rank = int(rank)
+        self.ranks = int(ranks)
+        self.counts = {i: 0 for i in parts}        # copies appended by this rank
+        # copies per partition of every rank, and their sums (set_totals when ranks > 1)
+        self.per_rank: list[dict[int, int]] = [self.counts] if self.ranks == 1 else []
+        self.totals = self.counts if self.ranks == 1 else {}
+        self._fh: dict[int, Any] = {}
+        try:
+            for i in parts:
+                self._fh[i] = open(self.path(i, self.rank), "wb")
+        except OSError:
+            self.close()
+            raise
+
+    def path(self, i: int, rank: int) -> Path:
+        """Spill file of partition ``i`` written by ``rank``."""
+        return self.dir / f".spill-{int(i):05d}.r{int(rank):05d}.bin"
 
     def __call__(self, i: int, edges: np.ndarray) -> None:
         np.ascontiguousarray(edges, dtype=self.dtype).tofile(self._fh[i])
@@ -81,17 +105,44 @@ class SpillSink:
         for fh in self._fh.values():
             fh.close()
 
+    def set_totals(self, per_rank: list[dict[int, int]]) -> None:
+        """Copies per partition summed over ranks, from every rank's ``counts`` (in rank order)."""
+        self.totals = {}
+        for d in per_rank:
+            for i, c in d.items():
+                self.totals[i] = self.totals.get(i, 0) + int(c)
+        self.per_rank = [dict(d) for d in per_rank]
+
+    def check(self, i: int) -> str:
+        """'' when every rank's spill file of partition ``i`` is here with the size its writer
+        reported, else a one-line problem (e.g. a spill folder not shared between nodes)."""
+        if len(self.per_rank) != self.ranks:
+            return f"{self.dir}: spill totals of {self.ranks} ranks not set (set_totals)"
+        item = 2 * self.dtype.itemsize
+        for r, d in enumerate(self.per_rank):
+            f = self.path(i, r)
+            want = int(d.get(i, 0)) * item
+            got = f.stat().st_size if f.exists() else None
+            if got != want:
+                return (f"{f}: spill file of rank {r} not readable here as written (expected "
+                        f"{want} bytes, got {'no file' if got is None else f'{got} bytes'}); the "
+                        f"output folder's parent must be shared by all ranks")
+        return ""
+
     def chunks(self, i: int, chunk: int):
-        """Yield the spilled (k, 2) edges of partition i in chunks."""
-        with open(self.paths[i], "rb") as fh:
-            while True:
-                a = np.fromfile(fh, dtype=self.dtype, count=2 * chunk)
-                if a.size == 0:
-                    return
-                yield a.reshape(-1, 2)
+        """Yield the spilled (k, 2) edges of partition i, every rank's file in turn, in chunks."""
+        for r in range(self.ranks):
+            with open(self.path(i, r), "rb") as fh:
+                while True:
+                    a = np.fromfile(fh, dtype=self.dtype, count=2 * chunk)
+                    if a.size == 0:
+                        break
+                    yield a.reshape(-1, 2)
 
     def remove(self, i: int) -> None:
-        self.paths[i].unlink(missing_ok=True)
+        """Delete every rank's spill file of partition ``i``."""
+        for r in range(self.ranks):
+            self.path(i, r).unlink(missing_ok=True)
 
 
 def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.ndarray,
@@ -140,7 +191,7 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
         for name, arr in node_data.items():
             _write_rows(f, name, arr, gid, owned.shape[0], chunk)
     os.replace(tmp, path)
-    return {"owned": int(owned.shape[0]), "vertices": int(n_loc), "edges": int(sink.counts[index])}
+    return {"owned": int(owned.shape[0]), "vertices": int(n_loc), "edges": int(sink.totals[index])}
 
 
 def _write_bucket(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.ndarray, lo: int,

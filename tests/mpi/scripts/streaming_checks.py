@@ -60,8 +60,41 @@ for name, d, algo, p, kw in runs:
         nn = n if d == cora else 6
         owner, meta = check_store(out / f"{name}-P{P}", e, nn, hops=kw.get("hops", 1))
         assert meta["parameters"]["ranks"] == P
+        assert not list((out / f"{name}-P{P}").glob(".spill-*"))   # spill files removed
         result[name] = {"rf": m["rf"], "vb": m["vertex_balance_owned"], "owner": owner.tolist()}
+# failures around the per-rank spill files (raised on the last rank only) fail every rank
+# together with one message and leave neither the store nor its temp folder behind
+from shardgnn.errors import ShardError  # noqa: E402
+from shardgnn.partition import store  # noqa: E402
+
+orig_call, orig_close = store.SpillSink.__call__, store.SpillSink.close
+
+
+def full_disk(self, i, e):
+    raise OSError(28, "No space left on device")
+
+
+def lost_file(self):  # as if the spill folder were node-local: partition 0's file not there
+    orig_close(self)
+    self.path(0, self.rank).unlink(missing_ok=True)
+
+
+for case, attr, fake, msg in (("spill-full", "__call__", full_disk, "cannot write the spill files"),
+                              ("spill-lost", "close", lost_file, "not readable here as written")):
+    if comm.rank == P - 1:
+        setattr(store.SpillSink, attr, fake)
+    try:
+        main(comm, PartitionConfig(dataset=str(cora), algo="spring", parts=3,
+                                   out=str(out / f"{case}-P{P}")))
+        raise AssertionError(f"{case}: no error")
+    except ShardError as exc:
+        assert exc.agreed and msg in str(exc), (case, str(exc))
+    finally:
+        store.SpillSink.__call__, store.SpillSink.close = orig_call, orig_close
+    comm.barrier()
+    assert not list(out.glob(f"{case}-P{P}*")), case
 if comm.rank == 0:
+    result["spill-failures"] = "ok"
     if P == 1:
         for name, p in (("spring-4", 4), ("spring-3", 3), ("spring-7", 7)):
             assert result[name]["owner"] == spring_oracle(edges, n, p).tolist(), name

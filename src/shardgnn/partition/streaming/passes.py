@@ -6,7 +6,6 @@ Functions taking ``comm`` are collective over comm.
 """
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -135,41 +134,13 @@ def hop_pass(stream: EdgeStream, comm: Any, pres: np.ndarray, timer: PassTimer,
     return out
 
 
-def _send_grouped(comm: Any, e: np.ndarray, parts: np.ndarray, p: int, sink: Any) -> None:
-    """Send edges e[k] to partition parts[k] (written by rank parts[k] % P), no sorting of
-    records: a counting sort by (destination rank, partition). Collective over comm."""
-    P = comm.size
-    counts = np.bincount(parts, minlength=p).astype(np.int64)
-    order = np.argsort(parts % P * p + parts, kind="stable") if P > 1 else np.argsort(parts, kind="stable")
-    _exchange(comm, np.ascontiguousarray(e[order]), counts, p, sink)
-
-
-def _exchange(comm: Any, recs: np.ndarray, counts: np.ndarray, p: int, sink: Any) -> None:
-    """``recs`` holds edges grouped by destination rank, then by partition within a rank
-    (partitions r, r + P, ...); ``counts`` is per partition. Collective over comm."""
-    P = comm.size
-    per_rank = np.array([counts[r::P].sum() for r in range(P)], np.int64)
-    _t0 = time.perf_counter()
-    got = comm.alltoallv(recs, per_rank, op_name="partition_route") if P > 1 else recs
-    table = comm.allgather_obj(counts) if P > 1 else [counts]
-    _t1 = time.perf_counter()
-    PROF["exchange"] = PROF.get("exchange", 0.0) + _t1 - _t0
-    pos = 0
-    for src in range(P):
-        for k, c in enumerate(table[src][comm.rank::P]):
-            if c:
-                sink(comm.rank + k * P, got[pos:pos + int(c)])
-                pos += int(c)
-    PROF["sink"] = PROF.get("sink", 0.0) + time.perf_counter() - _t1
-
-
 class _Writer:
     """Hands a chunk's per-partition records to ``sink``. With ``background`` (one rank per
     job: the second core is otherwise idle) on one background thread, so the spill writes
     (``tofile`` releases the GIL, the routing kernels are ``nogil``) overlap routing the next
     chunk; two record buffers alternate, a buffer is refilled only after its writes ended, and
     sink calls keep their order. Without it (P > 1: every core runs a rank; measured 1.3-2x
-    slower routing at P = 2 and 4 with the thread) the writes happen inline."""
+    slower routing at P = 2 and 4 with the thread) the writes happen inline. Rank-local."""
 
     def __init__(self, sink: Any, dt: np.dtype, background: bool = True) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -203,8 +174,11 @@ class _Writer:
         self.turn = 1 - k
 
     def _write(self, buf: np.ndarray, parts: list[tuple[int, int, int]]) -> None:
+        t0 = time.perf_counter()
         for i, a, b in parts:
             self.sink(i, buf[a:b])
+        if self.pool is None:
+            PROF["sink"] = PROF.get("sink", 0.0) + time.perf_counter() - t0
 
     def close(self) -> None:
         """Wait for every write (re-raising its error) and stop the thread."""
@@ -220,86 +194,78 @@ class _Writer:
 def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: Any,
                pres: np.ndarray | None = None, owner: np.ndarray | None = None,
                seed: int = 0) -> None:
-    """Send every edge to the rank writing each partition that holds it. Collective over comm.
+    """Hand every edge of this rank's share to ``sink(i, edges)`` for each partition i holding
+    it. Rank-local: no communication, ranks do not wait for each other (each rank appends its
+    own copies to its own spill files, see :class:`shardgnn.partition.store.SpillSink`).
 
     With ``pres`` an edge (u, v) goes to every partition holding both endpoints (the induced
     subgraph on each partition's vertices). With ``owner`` (hops = 0) an edge inside a partition
     stays there and a cross edge goes to one endpoint's partition chosen by a seeded hash.
-    Received edges of partition i (written by rank i % P) go to ``sink(i, edges)``.
+    ``comm`` only selects the rank that shows the progress bar.
     """
     t0 = time.perf_counter()
-    if pres is None:
-        assert owner is not None
-        with _progress(stream, comm, "assign edges") as bar:
-            for e in lockstep(stream, comm, raw=True):
-                parts = np.empty(e.shape[0], np.int64)
-                K.one_side_parts(e, owner, seed, parts)
-                _send_grouped(comm, e.astype(stream.meta.np_dtype), parts, p, sink)
-                bar.update(len(e))
-    else:
-        out = _Writer(sink, stream.meta.np_dtype, background=comm.size == 1)
-        try:
-            _route_masks(_route_stream(stream, comm), comm, p, pres, out)
-        finally:
-            out.close()
+    # P = 1: the spill writes overlap the next chunk's kernels on the otherwise idle second core;
+    # P > 1: every core runs a rank, the writes happen inline (a thread measured 1.3-2x slower)
+    out = _Writer(sink, stream.meta.np_dtype, background=comm.size == 1)
+    try:
+        if pres is None:
+            assert owner is not None
+            _route_one_side(stream, comm, p, owner, seed, out)
+        else:
+            _route_masks(stream, comm, p, pres, out)
+    finally:
+        out.close()
     timer.add("assign", time.perf_counter() - t0, stream.hi - stream.lo)
 
 
-ROUTE_CHUNK_FACTOR = 4   # measured: 1 -> 4 cut P = 2 assign 4.44 s -> 4.16 s, RSS/rank 0.71 -> 1.0 GB
-PROF: dict = {}          # rank-local seconds of the routing pass: kernel, exchange, sink
+PROF: dict = {}          # rank-local seconds of the routing pass: kernel, sink (inline writes)
 
 
-def _route_stream(stream: EdgeStream, comm: Any) -> EdgeStream:
-    """The stream the routing pass reads: at P > 1 in chunks ``ROUTE_CHUNK_FACTOR`` times
-    larger, so ranks meet in fewer lockstep ``Alltoallv`` rounds. Spill order does not change
-    the partitions (each CSR row is sorted when the store is written). Rank-local."""
-    if comm.size == 1 or ROUTE_CHUNK_FACTOR <= 1:
-        return stream
-    big = copy.copy(stream)
-    big.chunk = stream.chunk * ROUTE_CHUNK_FACTOR
-    return big
+def _route_one_side(stream: EdgeStream, comm: Any, p: int, owner: np.ndarray, seed: int,
+                    out: _Writer) -> None:
+    """route_pass with hops = 0: one partition per edge, records grouped by partition (file
+    order kept within a partition). Rank-local."""
+    parts = np.empty(max(1, min(stream.chunk, stream.hi - stream.lo)), np.int64)
+    with _progress(stream, comm, "assign edges") as bar:
+        for e in native(stream):
+            k = e.shape[0]
+            K.one_side_parts(e, owner, seed, parts[:k])
+            counts = np.bincount(parts[:k], minlength=p)
+            ends = np.cumsum(counts)
+            recs = out.buffer(k)
+            recs[:k] = e[np.argsort(parts[:k], kind="stable")]
+            out.submit([(i, int(ends[i] - counts[i]), int(ends[i])) for i in range(p) if counts[i]])
+            bar.update(k)
 
 
 def _route_masks(stream: EdgeStream, comm: Any, p: int, pres: np.ndarray, out: _Writer) -> None:
     """route_pass with a presence bitmask: per chunk the masks (AND of the endpoints' rows), then
-    the per-partition records, at P = 1 handed to ``out``, at P > 1 sent to their writer ranks.
-    Collective over comm."""
-    P = comm.size
-    dt = stream.meta.np_dtype
+    the records grouped by partition, handed to ``out``. Rank-local."""
     w = pres.shape[1]
     cap = max(1, min(stream.chunk, max(stream.hi - stream.lo, 1)))
     masks = np.empty((cap, w), np.uint64)   # reused buffers: no allocation per chunk
     counts = np.zeros(w * 64, np.int64)
     offsets = np.zeros(w * 64, np.int64)
     hist = np.zeros(1 << p, np.int64) if w == 1 and p <= K.ROUTE_HIST_MAX_P else None
-    # partitions laid out by destination rank: r, r + P, r + 2P, ... for r = 0 .. P-1
-    layout = np.concatenate([np.arange(r, p, P) for r in range(P)]).astype(np.int64)
     with _progress(stream, comm, "assign edges") as bar:
-        for e in lockstep(stream, comm, raw=True):
+        for e in native(stream):
             _t0 = time.perf_counter()
             counts[:] = 0
             if hist is not None:
                 hist[:] = 0
                 K.route_count_hist(e, pres, masks, hist)
+                K.hist_counts(hist, counts)
             else:
                 K.route_count(e, pres, masks, counts)
-            if hist is not None:
-                K.hist_counts(hist, counts)
-            offsets[layout] = np.cumsum(counts[layout]) - counts[layout]
+            offsets[:p] = np.cumsum(counts[:p]) - counts[:p]
             total = int(counts[:p].sum())
             recs = out.buffer(total)
             start = offsets[:p].copy()
             K.route_fill(e, masks, offsets, recs)
-            _t1 = time.perf_counter()
-            PROF["kernel"] = PROF.get("kernel", 0.0) + _t1 - _t0
-            if P > 1:
-                # one record per partition copy, grouped by destination rank (measured as fast
-                # as sending each edge once per rank with its mask, which was tried and dropped)
-                _exchange(comm, recs[:total], counts[:p].copy(), p, out.sink)
-            else:
-                # partition i's records are recs[start[i]:offsets[i]]
-                out.submit([(i, int(start[i]), int(offsets[i])) for i in range(p)
-                            if offsets[i] > start[i]])
+            PROF["kernel"] = PROF.get("kernel", 0.0) + time.perf_counter() - _t0
+            # partition i's records are recs[start[i]:offsets[i]]
+            out.submit([(i, int(start[i]), int(offsets[i])) for i in range(p)
+                        if offsets[i] > start[i]])
             bar.update(len(e))
 
 

@@ -179,20 +179,27 @@ def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
     del labels
     out = Path(cfg.out).absolute()
     tmp = _tmp_dir(comm, out)
-    sink = store.SpillSink(tmp, list(range(comm.rank, p, comm.size)), meta.np_dtype)
+    sink = None
     try:
-        if cfg.hops == 0:
-            passes.route_pass(stream, comm, p, timer, sink, owner=owner, seed=cfg.seed)
-        else:
+        pres = None
+        if cfg.hops > 0:
             pres = passes.owner_bits(owner, p)
             for h in range(cfg.hops):
                 pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}")
-            passes.route_pass(stream, comm, p, timer, sink, pres=pres)
-            del pres
-        sink.close()
+        err = ""
+        try:  # rank-local: every rank spills its own copies of every partition (no exchange)
+            sink = store.SpillSink(tmp, list(range(p)), meta.np_dtype, comm.rank, comm.size)
+            passes.route_pass(stream, comm, p, timer, sink, pres=pres, owner=owner, seed=cfg.seed)
+            sink.close()
+        except OSError as exc:
+            err = f"{tmp}: cannot write the spill files ({exc})"
+        comm.agree(not err, err)   # also the barrier before any rank reads another's spill files
+        del pres
+        sink.set_totals(comm.allgather_obj(sink.counts))
         stats = _write_parts(comm, cfg, meta, tmp, owner, sink, p, timer)
     except BaseException:
-        sink.close()
+        if sink is not None:
+            sink.close()
         if comm.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -221,7 +228,10 @@ def _write_parts(comm: Any, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
     node_data = {k: a for k in NODE_FILES
                  if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
     stats: dict[int, dict[str, int]] = {}
-    for i in range(comm.rank, p, comm.size):
+    mine = range(comm.rank, p, comm.size)
+    bad = next((m for m in (sink.check(i) for i in mine) if m), "")
+    comm.agree(not bad, bad)
+    for i in mine:
         owned = np.flatnonzero(owner == i)
         stats[i] = store.write_partition(tmp / store.part_name(i), i, p, owned, sink,
                                          bool(meta.directed), node_data, meta.num_nodes,
