@@ -193,3 +193,116 @@ def test_gcn_global_degrees_make_owned_rows_exact():
         local_norm = model(x[torch.from_numpy(gid)], lei)
         assert not torch.allclose(local_norm[: owned.size], full[torch.from_numpy(owned)],
                                   atol=1e-5)
+
+
+def test_gcn_prepared_adjacency_matches_edge_path():
+    """GCN on a prepared NormAdjacency (built once) equals the same GCN with PyG's per-edge
+    GCNConv propagation (values and gradients, up to float summation order)."""
+    import torch
+
+    from shardgnn.train import models
+
+    rng = np.random.default_rng(5)
+    n = 80
+    e = rng.integers(0, n, size=(400, 2))
+    e = np.unique(np.concatenate([e, e[:, ::-1]]), axis=0)
+    ei = torch.from_numpy(np.ascontiguousarray(e.T))
+    x = torch.from_numpy(rng.standard_normal((n, 6)).astype(np.float32))
+    deg = torch.from_numpy(rng.integers(1, 20, size=n))
+    torch.manual_seed(0)
+    model = models.GCN(6, 8, 3, num_layers=2, dropout=0.0)
+    adj = models.prepare(model, ei, n, deg)
+    assert isinstance(adj, models.NormAdjacency)
+    out = model(x, adj)
+    out.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref = x
+    ew_ei, ew = models.gcn_weights(ei, n, deg)
+    for i, conv in enumerate(model.convs):  # PyG's own GCNConv path with explicit weights
+        ref = conv(ref, ew_ei, ew)
+        if i == 0:
+            ref = torch.relu(ref)
+    ref.square().sum().backward()
+    assert torch.allclose(out, ref, atol=1e-5)
+    for g, p in zip(grads, model.parameters()):
+        assert torch.allclose(g, p.grad, rtol=1e-4, atol=1e-4)
+    assert torch.equal(models.forward(model, x, adj, deg), out)
+
+
+def test_fast_gat_conv_equals_pyg_gatconv():
+    """The GAT layer's compiled aggregation gives PyG GATConv's output (same random numbers for
+    the attention dropout) and its gradients, also for bipartite (x_src, x_dst) input."""
+    import torch
+    from torch_geometric.nn import GATConv
+
+    from shardgnn.train.models import _fast_gat_conv
+
+    rng = np.random.default_rng(1)
+    n = 120
+    ei = torch.from_numpy(rng.integers(0, n, size=(2, 900)))
+    x = torch.from_numpy(rng.standard_normal((n, 7)).astype(np.float32))
+    for concat in (True, False):
+        torch.manual_seed(2)
+        ref = GATConv(7, 5, heads=3, concat=concat, dropout=0.5)
+        torch.manual_seed(2)
+        fast = _fast_gat_conv()(7, 5, heads=3, concat=concat, dropout=0.5)
+        assert list(ref.state_dict()) == list(fast.state_dict())
+        for train in (True, False):
+            ref.train(train)
+            fast.train(train)
+            xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+            torch.manual_seed(3)
+            ya = ref(xa, ei)
+            torch.manual_seed(3)
+            yb = fast(xb, ei)
+            ya.square().sum().backward()
+            yb.square().sum().backward()
+            assert torch.allclose(ya, yb, atol=1e-6)
+            assert torch.allclose(xa.grad, xb.grad, rtol=1e-4, atol=1e-4)
+            for pa, pb in zip(ref.parameters(), fast.parameters()):
+                assert torch.allclose(pa.grad, pb.grad, rtol=1e-4, atol=1e-3)
+            ref.zero_grad()
+            fast.zero_grad()
+        ref.eval()
+        fast.eval()
+        sub = ei[:, ei[1] < 40]
+        assert torch.allclose(ref((x, x[:40]), sub), fast((x, x[:40]), sub), atol=1e-6)
+
+
+def test_trimmed_minibatch_forward_equals_untrimmed_on_seeds():
+    """Layer-wise trimming of a sampled batch (trim_plan) leaves the seeds' outputs unchanged
+    (GraphSAGE and GAT, 2 and 3 layers, eval mode), and gives up on an unsorted edge order."""
+    import torch
+
+    from shardgnn.sampling.neighbor import UniformNeighborSampler
+    from shardgnn.train import models
+
+    rng = np.random.default_rng(4)
+    n = 300
+    e = rng.integers(0, n, size=(3000, 2))
+    e = np.unique(np.concatenate([e, e[:, ::-1]]), axis=0)
+    order = np.lexsort((e[:, 0], e[:, 1]))
+    dst, src = e[order, 1], e[order, 0]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum(np.bincount(dst, minlength=n))
+    x = torch.from_numpy(rng.standard_normal((n, 6)).astype(np.float32))
+    for layers in (2, 3):
+        sampler = UniformNeighborSampler(indptr, src, [4] * layers)
+        sub = sampler.sample(np.arange(0, n, 17), np.random.default_rng(0))
+        plan = models.trim_plan(sub.hop_counts, sub.edge_index[1], layers)
+        assert plan is not None and plan[0][0] == sub.nodes.size
+        assert plan[-1][1] == sub.num_seeds
+        ei = torch.from_numpy(sub.edge_index)
+        xs = x[torch.from_numpy(sub.nodes)]
+        for name in ("sage", "gat"):
+            torch.manual_seed(0)
+            model = models.build(name, 6, 8, 3, layers, 0.5).eval()
+            assert models.takes_trim(model)
+            with torch.no_grad():
+                full = model(xs, ei)[: sub.num_seeds]
+                trimmed = model(xs, ei, trim=plan)[: sub.num_seeds]
+            assert trimmed.shape[0] == sub.num_seeds
+            assert torch.allclose(full, trimmed, atol=1e-5)
+        assert models.trim_plan(sub.hop_counts, sub.edge_index[1][::-1].copy(), layers) is None
+        assert models.trim_plan(sub.hop_counts, sub.edge_index[1], layers + 1) is None

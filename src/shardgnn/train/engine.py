@@ -151,9 +151,11 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
         w = _Worker(graph=g, model=model, opt=opt, torch_rng=trng, np_rng=nrng,
                     x=torch.from_numpy(g.x), y=torch.from_numpy(g.y), train_ids=g.train_ids)
         if cfg.mode == "full":
-            w.edge_index = torch.from_numpy(g.edge_index())
             if gdeg is not None:
                 w.deg = torch.from_numpy(gdeg[g.gid])
+            # built once per partition: GCN's normalised adjacency (models.prepare)
+            w.edge_index = models.prepare(model, torch.from_numpy(g.edge_index()), g.num_nodes,
+                                          w.deg)
         else:
             w.sampler = UniformNeighborSampler(g.indptr, g.indices, cfg.fanouts)
         out.append(w)
@@ -199,7 +201,13 @@ def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
         st.sample_time += time.perf_counter() - t0
         st.sampled_edges += sub.num_edges
         nodes = torch.from_numpy(sub.nodes)
-        out = w.model(w.x[nodes], torch.from_numpy(sub.edge_index))[: sub.num_seeds]
+        ei = torch.from_numpy(sub.edge_index)
+        plan = (models.trim_plan(sub.hop_counts, sub.edge_index[1], len(w.sampler.fanouts))
+                if models.takes_trim(w.model) else None)
+        if plan is not None:  # only the rows the seeds' outputs depend on, layer by layer
+            out = w.model(w.x[nodes], ei, trim=plan)[: sub.num_seeds]
+        else:
+            out = w.model(w.x[nodes], ei)[: sub.num_seeds]
     loss = F.cross_entropy(out, w.y[torch.from_numpy(batch)], reduction="sum")
     st.loss_sum += float(loss.detach())
     st.count += int(batch.size)
@@ -270,6 +278,7 @@ class _EvalGraph:
         if not gm.directed:
             e = np.concatenate([e, e[:, ::-1]])
         self.edge_index = torch.from_numpy(np.ascontiguousarray(e.T))
+        self._prepared: Any = None
         arrays = {k: load_node_array(d, k, gm, mmap=False) for k in
                   ("x", "y", "train_mask", "val_mask", "test_mask")}
         for k in ("x", "y"):
@@ -284,8 +293,10 @@ class _EvalGraph:
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
         """Accuracy (= micro-F1 for single-label classes) on the train/val/test masks."""
         model.eval()
+        if self._prepared is None:  # built once (GCN: the normalised adjacency)
+            self._prepared = models.prepare(model, self.edge_index, self.x.shape[0])
         with torch.no_grad():
-            pred = models.forward(model, self.x, self.edge_index).argmax(dim=1)
+            pred = models.forward(model, self.x, self._prepared).argmax(dim=1)
         out = {}
         for k, m in self.masks.items():
             n = int(m.sum())

@@ -8,10 +8,14 @@ when that signature does not fit, as ``Name(in_channels, out_channels)``.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import warnings
 from typing import Any, Callable
 
+import numba
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,7 +24,15 @@ from shardgnn.errors import ShardError
 
 
 class _Stack(nn.Module):
-    """Layers with ReLU and dropout between them; dropout also on the input features."""
+    """Layers with ReLU and dropout between them; dropout also on the input features.
+
+    ``forward(x, edge_index, trim=None)``: ``trim`` (from :func:`trim_plan`, for a sampled
+    mini-batch whose nodes and edges are ordered by hop) gives per layer ``(n_src, n_dst,
+    n_edges)``: the layer reads the first ``n_src`` rows, aggregates over the first ``n_edges``
+    edges and computes only the first ``n_dst`` rows (as PyG's bipartite ``(x_src, x_dst)``
+    input), i.e. only the nodes whose output a later layer or the seeds' prediction uses. The
+    seeds' outputs are those of the untrimmed forward.
+    """
 
     def __init__(self, convs: list[nn.Module], dropout: float, act: Callable = F.relu) -> None:
         super().__init__()
@@ -28,13 +40,34 @@ class _Stack(nn.Module):
         self.dropout = float(dropout)
         self.act = act
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
+                trim: list[tuple[int, int, int]] | None = None) -> torch.Tensor:
         for i, conv in enumerate(self.convs):
+            ei: Any = edge_index
+            if trim is not None:
+                n_src, n_dst, n_edges = trim[i]
+                x, ei = x[:n_src], edge_index[:, :n_edges]
             x = F.dropout(x, p=self.dropout, training=self.training)
-            x = conv(x, edge_index)
+            x = conv(x, ei) if trim is None else conv((x, x[:n_dst]), ei)
             if i < len(self.convs) - 1:
                 x = self.act(x)
         return x
+
+
+def trim_plan(hop_counts: np.ndarray, targets: np.ndarray, layers: int
+              ) -> list[tuple[int, int, int]] | None:
+    """Per-layer ``(n_src, n_dst, n_edges)`` for :class:`_Stack`'s ``trim`` on a sampled
+    subgraph: nodes numbered by the hop that first reached them (``hop_counts``, seeds first),
+    edges ordered by that hop of their ``targets`` (the sampler's order; checked). Layer i of L
+    computes the nodes of hops < L - i from those of hops <= L - i. None when the sample has
+    not exactly ``layers`` hops or its edges are not in that order (then nothing is trimmed)."""
+    hop_counts = np.asarray(hop_counts, dtype=np.int64)
+    if hop_counts.size != layers + 1 or (targets.size and np.any(np.diff(targets) < 0)):
+        return None
+    upto = np.cumsum(hop_counts)  # nodes of hops 0..h
+    edges = np.searchsorted(targets, upto, side="left")  # edges whose target is in hops < h+1
+    return [(int(upto[layers - i]), int(upto[layers - 1 - i]), int(edges[layers - 1 - i]))
+            for i in range(layers)]
 
 
 def _widths(in_c: int, hidden: int, out_c: int, layers: int) -> list[tuple[int, int]]:
@@ -59,11 +92,60 @@ def gcn_weights(edge_index: torch.Tensor, num_nodes: int, deg: torch.Tensor | No
     return ei, torch.cat([dinv[src] * dinv[dst], dinv * dinv])
 
 
+class NormAdjacency:
+    """A graph prepared for :class:`GCN`: D^-1/2 (A+I) D^-1/2 as a CSR matrix (rows = targets)
+    and its transpose, built once (:func:`prepare`) and reused by every forward and backward.
+
+    One sparse-dense product per layer (and one with the transpose in backward) replaces PyG's
+    per-edge gather/scatter, which materialises an |E| x width message tensor per layer; the
+    result is the same up to float summation order.
+    """
+
+    def __init__(self, edge_index: torch.Tensor, num_nodes: int,
+                 deg: torch.Tensor | None = None) -> None:
+        import scipy.sparse as sp
+
+        ei, ew = gcn_weights(edge_index, num_nodes, deg)
+        rows, cols, vals = ei[1].numpy(), ei[0].numpy(), ew.numpy()
+        self.num_nodes = int(num_nodes)
+        self.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=(num_nodes, num_nodes)))
+        self.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=(num_nodes, num_nodes)))
+
+
+def _csr(m: Any) -> torch.Tensor:
+    """A torch CSR tensor (float32) from a scipy CSR matrix (duplicates summed, indices sorted)."""
+    m.sum_duplicates()
+    m.sort_indices()
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": used as documented
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
+                                       torch.from_numpy(m.indices.astype(np.int64)),
+                                       torch.from_numpy(m.data.astype(np.float32)), m.shape,
+                                       check_invariants=False)
+
+
+class _SpMM(torch.autograd.Function):
+    """``adj.a @ h`` with the backward ``adj.at @ grad`` (the transpose precomputed)."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, adj: NormAdjacency) -> torch.Tensor:  # type: ignore[override]
+        ctx.adj = adj
+        return torch.sparse.mm(adj.a, h)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        return torch.sparse.mm(ctx.adj.at, grad.contiguous()), None
+
+
 class GCN(_Stack):
     """Kipf & Welling GCN: ``GCNConv`` layers with self-loops and symmetric normalisation.
 
     ``forward(x, edge_index, deg=None)``: ``deg`` gives global degrees of the nodes of a
     partition, so normalisation uses the whole graph's degrees, not the partition's.
+    ``edge_index`` may be a :class:`NormAdjacency` from :meth:`prepare_graph` (then ``deg`` is
+    already in it); otherwise one is built for this call. Each layer is ``GCNConv``'s own
+    computation with its own parameters (``lin``, then aggregation, then ``bias``), the
+    aggregation done as one sparse-dense product.
     """
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
@@ -73,12 +155,21 @@ class GCN(_Stack):
         super().__init__([GCNConv(a, b, normalize=False) for a, b in
                           _widths(in_channels, hidden_channels, out_channels, num_layers)], dropout)
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
+    @staticmethod
+    def prepare_graph(edge_index: torch.Tensor, num_nodes: int,
+                      deg: torch.Tensor | None = None) -> NormAdjacency:
+        """The normalised adjacency of a graph, to pass as ``edge_index`` to every forward."""
+        return NormAdjacency(edge_index, num_nodes, deg)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor | NormAdjacency,
                 deg: torch.Tensor | None = None) -> torch.Tensor:
-        ei, ew = gcn_weights(edge_index, x.shape[0], deg)
+        adj = (edge_index if isinstance(edge_index, NormAdjacency)
+               else NormAdjacency(edge_index, x.shape[0], deg))
         for i, conv in enumerate(self.convs):
             x = F.dropout(x, p=self.dropout, training=self.training)
-            x = conv(x, ei, ew)
+            x = _SpMM.apply(conv.lin(x), adj)
+            if conv.bias is not None:
+                x = x + conv.bias
             if i < len(self.convs) - 1:
                 x = self.act(x)
         return x
@@ -95,21 +186,101 @@ class GraphSAGE(_Stack):
                           _widths(in_channels, hidden_channels, out_channels, num_layers)], dropout)
 
 
+@numba.njit(cache=True)
+def _attn_aggregate(alpha: np.ndarray, x: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                    out: np.ndarray) -> None:
+    """out[dst[e], h] += alpha[e, h] * x[src[e], h] for every edge e (out zeroed by the caller)."""
+    for e in range(src.shape[0]):
+        s, d = src[e], dst[e]
+        for h in range(x.shape[1]):
+            a = alpha[e, h]
+            for c in range(x.shape[2]):
+                out[d, h, c] += a * x[s, h, c]
+
+
+@numba.njit(cache=True)
+def _attn_aggregate_grad(alpha: np.ndarray, x: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                         grad: np.ndarray, grad_alpha: np.ndarray, grad_x: np.ndarray) -> None:
+    """Backward of :func:`_attn_aggregate`: d alpha[e, h] = <grad[dst], x[src]> per head and
+    d x[src[e], h] += alpha[e, h] * grad[dst[e], h] (grad_x zeroed by the caller)."""
+    for e in range(src.shape[0]):
+        s, d = src[e], dst[e]
+        for h in range(x.shape[1]):
+            a = alpha[e, h]
+            acc = np.float32(0.0)
+            for c in range(x.shape[2]):
+                g = grad[d, h, c]
+                acc += g * x[s, h, c]
+                grad_x[s, h, c] += a * g
+            grad_alpha[e, h] = acc
+
+
+class _AttnAggregate(torch.autograd.Function):
+    """sum over edges of alpha[e] * x_src[src[e]] into the target rows, one pass per edge in a
+    compiled loop (no |E| x heads x channels message tensor)."""
+
+    @staticmethod
+    def forward(ctx: Any, alpha: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,  # type: ignore[override]
+                n_dst: int) -> torch.Tensor:
+        alpha, x = alpha.contiguous(), x.contiguous()
+        src, dst = edge_index[0].contiguous().numpy(), edge_index[1].contiguous().numpy()
+        out = torch.zeros((n_dst, x.shape[1], x.shape[2]), dtype=x.dtype)
+        _attn_aggregate(alpha.detach().numpy(), x.detach().numpy(), src, dst, out.numpy())
+        ctx.save_for_backward(alpha, x)
+        ctx.edges = (src, dst)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        alpha, x = ctx.saved_tensors
+        src, dst = ctx.edges
+        grad_alpha = torch.empty_like(alpha)
+        grad_x = torch.zeros_like(x)
+        _attn_aggregate_grad(alpha.detach().numpy(), x.detach().numpy(), src, dst,
+                             grad.contiguous().numpy(), grad_alpha.numpy(), grad_x.numpy())
+        return grad_alpha, grad_x, None, None
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_gat_conv() -> type:
+    """``GATConv`` whose message passing (after PyG's own attention coefficients, softmax and
+    attention dropout) is one compiled pass over the edges: the same layer, parameters and
+    random numbers, the aggregation's float sums in another order."""
+    from torch_geometric.nn import GATConv
+    from torch_geometric.nn.conv import MessagePassing
+
+    class FastGATConv(GATConv):
+        def propagate(self, edge_index: Any, x: Any, alpha: torch.Tensor,  # type: ignore[override]
+                      size: Any = None) -> torch.Tensor:
+            x_src, x_dst = x
+            if not isinstance(edge_index, torch.Tensor) or edge_index.layout != torch.strided:
+                return MessagePassing.propagate(self, edge_index, x=x, alpha=alpha, size=size)
+            if size is not None and size[1] is not None:
+                n_dst = int(size[1])
+            else:
+                n_dst = int((x_dst if x_dst is not None else x_src).shape[0])
+            return _AttnAggregate.apply(alpha, x_src, edge_index, n_dst)
+
+    return FastGATConv
+
+
 class GAT(_Stack):
     """GAT: hidden layers of ``heads`` concatenated heads of ``hidden_channels`` each; the output
-    layer averages ``heads`` heads into ``out_channels`` logits. ELU between layers."""
+    layer averages ``heads`` heads into ``out_channels`` logits. ELU between layers.
+
+    The layers are PyG ``GATConv`` with the weighted sum over neighbours done by a compiled
+    kernel (:func:`_fast_gat_conv`; same parameters, same state dict)."""
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5, heads: int = 4, **_: Any) -> None:
-        from torch_geometric.nn import GATConv
-
+        conv_cls = _fast_gat_conv()
         convs: list[nn.Module] = []
         width = in_channels
         for _i in range(num_layers - 1):
-            convs.append(GATConv(width, hidden_channels, heads=heads, concat=True,
-                                 dropout=dropout))
+            convs.append(conv_cls(width, hidden_channels, heads=heads, concat=True,
+                                  dropout=dropout))
             width = hidden_channels * heads
-        convs.append(GATConv(width, out_channels, heads=heads, concat=False, dropout=dropout))
+        convs.append(conv_cls(width, out_channels, heads=heads, concat=False, dropout=dropout))
         super().__init__(convs, dropout, act=F.elu)
 
 
@@ -134,6 +305,14 @@ class SGC(nn.Module):
 MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT, "sgc": SGC}
 
 
+def takes_trim(model: nn.Module) -> bool:
+    """Whether ``model.forward`` accepts ``trim=`` (layer-wise trimming of a sampled batch)."""
+    try:
+        return "trim" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def takes_degrees(model: nn.Module) -> bool:
     """Whether ``model.forward`` accepts ``deg=`` (global degrees for normalisation)."""
     try:
@@ -142,10 +321,22 @@ def takes_degrees(model: nn.Module) -> bool:
         return False
 
 
-def forward(model: nn.Module, x: torch.Tensor, edge_index: torch.Tensor,
+def prepare(model: nn.Module, edge_index: torch.Tensor, num_nodes: int,
+            deg: torch.Tensor | None = None) -> Any:
+    """What to pass as ``edge_index`` to every forward of ``model`` on one fixed graph: the
+    model's ``prepare_graph(edge_index, num_nodes, deg)`` when it has one (GCN: the normalised
+    adjacency, built once), else ``edge_index`` itself."""
+    prep = getattr(model, "prepare_graph", None)
+    if prep is None:
+        return edge_index
+    return prep(edge_index, num_nodes, deg if takes_degrees(model) else None)
+
+
+def forward(model: nn.Module, x: torch.Tensor, edge_index: Any,
             deg: torch.Tensor | None = None) -> torch.Tensor:
-    """``model(x, edge_index)``, passing ``deg=`` to models that take it."""
-    if deg is not None and takes_degrees(model):
+    """``model(x, edge_index)``, passing ``deg=`` to models that take it (not needed when
+    ``edge_index`` came from :func:`prepare`, which already holds the degrees)."""
+    if deg is not None and takes_degrees(model) and isinstance(edge_index, torch.Tensor):
         return model(x, edge_index, deg=deg)
     return model(x, edge_index)
 
