@@ -54,11 +54,13 @@ def main() -> None:
     pres = passes.hop_pass(stream, comm, passes.owner_bits(owner, p), timer, "hop 1")
     tmp = tempfile.mkdtemp(dir=spill) if spill else None
     # as the CLI: every rank appends its own copies of every partition to its own spill files
-    sink = store.SpillSink(tmp, list(range(p)), stream.meta.np_dtype, comm.rank, comm.size) \
+    sink = store.SpillSink(tmp, list(range(p)), stream.meta.np_dtype, comm.rank, comm.size,
+                           parts_total=p) \
         if tmp else CountSink()
     passes.route_pass(stream, comm, p, timer, sink, pres=pres)
     sink.close()
     comm.barrier()
+    shared = int(getattr(sink, "num_shared", 0))
     if tmp:
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
@@ -76,7 +78,7 @@ def main() -> None:
            "edges_per_second": {k: m / per_pass[k] for k in ("degrees", "cluster", "hop 1", "assign")},
            "streaming_seconds": sum(per_pass[k] for k in ("degrees", "cluster", "hop 1", "assign")),
            "routed_copies": int(sum(comm.allgather_obj(int(sum(sink.counts.values()))))),
-           "spill": bool(spill), "clusters": {k: v for k, v in info.items() if k.startswith("clusters")},
+           "spill": bool(spill), "shared_records": sum(comm.allgather_obj(shared)), "clusters": {k: v for k, v in info.items() if k.startswith("clusters")},
            "peak_rss_bytes": comm.allgather_obj(peak_rss_bytes()),
            "comm_counters": comm.allgather_obj(comm.counters()),
            "prof": comm.allgather_obj(getattr(passes, "PROF", {}))}

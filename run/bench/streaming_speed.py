@@ -93,6 +93,7 @@ def spring_passes(data: Path, p: int, ranks: int, work: Path, spill: bool) -> di
     doc["wall_seconds"] = time.perf_counter() - t0
     doc["peak_rss_bytes_max"] = max(doc["peak_rss_bytes"])
     doc["loadavg_before"] = LOAD[-1] if LOAD else None
+    doc["loadavg_after"] = os.getloadavg()
     return doc
 
 

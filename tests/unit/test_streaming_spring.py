@@ -247,6 +247,41 @@ def test_route_pass_matches_oracle(comm, tmp_path, p):
         assert np.array_equal(have, want), i
 
 
+@pytest.mark.parametrize("p", [2, 5, 12, 13, 70])
+def test_route_pass_spill_files_hold_each_partitions_edges(comm, tmp_path, p):
+    """Through a SpillSink: edges held by >= shared_min(p) partitions are spilled once with
+    their mask, the others per partition; each partition reads back exactly its edges."""
+    from shardgnn.partition import store
+    from shardgnn.partition.streaming import passes
+
+    rng = np.random.default_rng(p)
+    n = 300
+    e = rng.integers(0, n, (3000, 2))
+    e = np.unique(np.sort(e[e[:, 0] != e[:, 1]], axis=1), axis=0)
+    d = small(tmp_path, e, n)
+    present = rng.random((n, p)) < rng.uniform(0.2, 0.9, p)   # sparse to dense partitions
+    pres = np.zeros((n, passes.words_for(p)), np.uint64)
+    for i in range(p):
+        pres[present[:, i], i // 64] |= np.uint64(1) << np.uint64(i % 64)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    sink = store.SpillSink(spill, list(range(p)), np.int32, parts_total=p)
+    passes.route_pass(passes.open_stream(str(d), comm, 97), comm, p, passes.PassTimer(), sink,
+                      pres=pres)
+    sink.close()
+    copies = present[e[:, 0]] & present[e[:, 1]]
+    assert sink.num_shared == int((copies.sum(1) >= passes.shared_min(p)).sum()) > 0
+    for i in range(p):
+        want = e[copies[:, i]]
+        assert sink.check(i) == ""
+        have = np.concatenate([np.zeros((0, 2), np.int32), *sink.chunks(i, 50)]).astype(np.int64)
+        assert sink.totals[i] == want.shape[0] == have.shape[0]
+        assert np.array_equal(np.unique(have, axis=0), want), i
+        sink.remove(i)
+    sink.remove_shared()
+    assert not list(spill.iterdir())
+
+
 def test_route_pass_spill_error_propagates(comm, tmp_path):
     """A failing spill write (background writer thread) fails the routing pass."""
     from shardgnn.partition.streaming import passes

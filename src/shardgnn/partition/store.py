@@ -65,72 +65,101 @@ class SpillSink:
     """Append-only spill files of routed edge copies, pairs of ``dtype`` (use the dataset's edge
     dtype: int32 halves the disk traffic).
 
-    Every rank appends the copies it routes itself to its own file per partition,
-    ``DIR/.spill-IIIII.rRRRRR.bin`` (partition I, rank R), so no edges are exchanged between
-    ranks; the rank writing partition i then reads the files of every rank
-    (:meth:`chunks`). ``directory`` must therefore be visible to all ranks: the store's temp
-    folder beside OUT is, as it must be for the part files anyway. ``parts``: the partitions
-    this rank may append to (all p for the routing pass). The per-partition totals over ranks
-    (:meth:`set_totals`, from every rank's ``counts``) must be set before reading when
-    ``ranks > 1``. Rank-local.
+    Every rank appends the copies it routes itself to its own files, so no edges are exchanged
+    between ranks: per partition ``DIR/.spill-IIIII.rRRRRR.bin`` (partition I, rank R) and,
+    with ``parts_total`` = p given, the shared records ``DIR/.spill-shared.rRRRRR.bin`` (edges
+    held by many partitions, written once) with their presence masks in
+    ``.spill-masks.rRRRRR.bin`` (``mask_bytes`` = ceil(p/8) little-endian bytes per record).
+    The rank writing partition i reads partition i's files of every rank plus the shared
+    records whose mask holds i (:meth:`chunks`). ``directory`` must therefore be visible to all
+    ranks: the store's temp folder beside OUT is, as it must be for the part files anyway.
+    ``parts``: the partitions this rank appends to. Before reading with ``ranks > 1``, set
+    every rank's :meth:`tally` with :meth:`set_totals`. Rank-local.
     """
 
     def __init__(self, directory: str | os.PathLike, parts: list[int],
-                 dtype: Any = np.int64, rank: int = 0, ranks: int = 1) -> None:
+                 dtype: Any = np.int64, rank: int = 0, ranks: int = 1,
+                 parts_total: int = 0) -> None:
         self.dir = Path(directory)
         self.dtype = np.dtype(dtype)
         self.rank = int(rank)
         self.ranks = int(ranks)
-        self.counts = {i: 0 for i in parts}        # copies appended by this rank
-        # copies per partition of every rank, and their sums (set_totals when ranks > 1)
-        self.per_rank: list[dict[int, int]] = [self.counts] if self.ranks == 1 else []
+        self.mask_bytes = (int(parts_total) + 7) // 8
+        self.counts = {i: 0 for i in parts}   # copies of each partition routed by this rank
+        self.files = {i: 0 for i in parts}    # records in this rank's file of each partition
+        self.num_shared = 0                   # records in this rank's shared file
+        # every rank's tally and the copies per partition over all ranks (set_totals)
+        self.tallies: list[dict[str, Any]] = []
         self.totals = self.counts if self.ranks == 1 else {}
-        self._fh: dict[int, Any] = {}
+        self._fh: dict[Any, Any] = {}
         try:
             for i in parts:
                 self._fh[i] = open(self.path(i, self.rank), "wb")
+            if self.mask_bytes:
+                self._fh["shared"] = open(self.path("shared", self.rank), "wb")
+                self._fh["masks"] = open(self.path("masks", self.rank), "wb")
         except OSError:
             self.close()
             raise
 
-    def path(self, i: int, rank: int) -> Path:
-        """Spill file of partition ``i`` written by ``rank``."""
-        return self.dir / f".spill-{int(i):05d}.r{int(rank):05d}.bin"
+    def path(self, i: int | str, rank: int) -> Path:
+        """Spill file of partition ``i`` (or "shared" / "masks") written by ``rank``."""
+        name = f"{int(i):05d}" if not isinstance(i, str) else i
+        return self.dir / f".spill-{name}.r{int(rank):05d}.bin"
 
     def __call__(self, i: int, edges: np.ndarray) -> None:
         np.ascontiguousarray(edges, dtype=self.dtype).tofile(self._fh[i])
         self.counts[i] += int(edges.shape[0])
+        self.files[i] += int(edges.shape[0])
+
+    def shared(self, edges: np.ndarray, masks: np.ndarray, counts: np.ndarray) -> None:
+        """Append edges held by several partitions once, with their (k, mask_bytes) uint8 masks;
+        ``counts[i]``: how many of them partition i holds."""
+        np.ascontiguousarray(edges, dtype=self.dtype).tofile(self._fh["shared"])
+        np.ascontiguousarray(masks, dtype=np.uint8).tofile(self._fh["masks"])
+        self.num_shared += int(edges.shape[0])
+        for i in self.counts:
+            self.counts[i] += int(counts[i])
 
     def close(self) -> None:
         for fh in self._fh.values():
             fh.close()
 
-    def set_totals(self, per_rank: list[dict[int, int]]) -> None:
-        """Copies per partition summed over ranks, from every rank's ``counts`` (in rank order)."""
+    def tally(self) -> dict[str, Any]:
+        """This rank's counts: copies and file records per partition, shared records."""
+        return {"counts": self.counts, "files": self.files, "shared": self.num_shared}
+
+    def set_totals(self, tallies: list[dict[str, Any]]) -> None:
+        """Every rank's :meth:`tally` (in rank order): copies per partition summed over ranks."""
+        self.tallies = [dict(t) for t in tallies]
         self.totals = {}
-        for d in per_rank:
-            for i, c in d.items():
+        for t in tallies:
+            for i, c in t["counts"].items():
                 self.totals[i] = self.totals.get(i, 0) + int(c)
-        self.per_rank = [dict(d) for d in per_rank]
 
     def check(self, i: int) -> str:
-        """'' when every rank's spill file of partition ``i`` is here with the size its writer
-        reported, else a one-line problem (e.g. a spill folder not shared between nodes)."""
-        if len(self.per_rank) != self.ranks:
-            return f"{self.dir}: spill totals of {self.ranks} ranks not set (set_totals)"
+        """'' when every rank's spill files partition ``i`` reads are here with the sizes their
+        writers reported, else a one-line problem (e.g. a spill folder not shared by all ranks)."""
+        tallies = self.tallies or ([self.tally()] if self.ranks == 1 else [])
+        if len(tallies) != self.ranks:
+            return f"{self.dir}: spill tallies of {self.ranks} ranks not set (set_totals)"
         item = 2 * self.dtype.itemsize
-        for r, d in enumerate(self.per_rank):
-            f = self.path(i, r)
-            want = int(d.get(i, 0)) * item
-            got = f.stat().st_size if f.exists() else None
-            if got != want:
-                return (f"{f}: spill file of rank {r} not readable here as written (expected "
-                        f"{want} bytes, got {'no file' if got is None else f'{got} bytes'}); the "
-                        f"output folder's parent must be shared by all ranks")
+        for r, t in enumerate(tallies):
+            want = [(self.path(i, r), int(t["files"].get(i, 0)) * item)]
+            if self.mask_bytes:
+                want += [(self.path("shared", r), int(t["shared"]) * item),
+                         (self.path("masks", r), int(t["shared"]) * self.mask_bytes)]
+            for f, size in want:
+                got = f.stat().st_size if f.exists() else None
+                if got != size:
+                    return (f"{f}: spill file of rank {r} not readable here as written (expected "
+                            f"{size} bytes, got {'no file' if got is None else f'{got} bytes'}); "
+                            f"the output folder's parent must be shared by all ranks")
         return ""
 
     def chunks(self, i: int, chunk: int):
-        """Yield the spilled (k, 2) edges of partition i, every rank's file in turn, in chunks."""
+        """Yield the spilled (k, 2) edges of partition i in chunks: every rank's file of i, then
+        the shared records of every rank whose mask holds i."""
         for r in range(self.ranks):
             with open(self.path(i, r), "rb") as fh:
                 while True:
@@ -138,11 +167,41 @@ class SpillSink:
                     if a.size == 0:
                         break
                     yield a.reshape(-1, 2)
+        if not self.mask_bytes:
+            return
+        for r in range(self.ranks):
+            with open(self.path("shared", r), "rb") as fe, open(self.path("masks", r), "rb") as fm:
+                while True:
+                    a = np.fromfile(fe, dtype=self.dtype, count=2 * chunk).reshape(-1, 2)
+                    if a.shape[0] == 0:
+                        break
+                    m = np.fromfile(fm, dtype=np.uint8, count=self.mask_bytes * a.shape[0])
+                    sel = np.empty_like(a)
+                    k = _select_bit(a, m.reshape(a.shape[0], self.mask_bytes), i >> 3, i & 7, sel)
+                    yield sel[:k]
 
     def remove(self, i: int) -> None:
         """Delete every rank's spill file of partition ``i``."""
         for r in range(self.ranks):
             self.path(i, r).unlink(missing_ok=True)
+
+    def remove_shared(self) -> None:
+        """Delete this rank's shared records (once every partition has been written)."""
+        for name in ("shared", "masks"):
+            self.path(name, self.rank).unlink(missing_ok=True)
+
+
+@njit(cache=True)
+def _select_bit(e, masks, byte, bit, out):
+    """Copy the rows of ``e`` whose mask has bit ``8 * byte + bit`` set into ``out``; returns
+    how many."""
+    k = 0
+    for j in range(e.shape[0]):
+        if (masks[j, byte] >> bit) & 1:
+            out[k, 0] = e[j, 0]
+            out[k, 1] = e[j, 1]
+            k += 1
+    return k
 
 
 def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.ndarray,

@@ -382,6 +382,89 @@ def route_fill(edges, masks, offsets, out):
 
 
 @njit(cache=True)
+def _popcount(m):
+    """Number of set bits of a uint64."""
+    c = 0
+    while m:
+        m &= m - np.uint64(1)
+        c += 1
+    return c
+
+
+@njit(cache=True)
+def hist_split_counts(hist, shared_min, small):
+    """From a mask histogram (:func:`route_count_hist`): small[i] += edges with bit i set whose
+    mask has fewer than ``shared_min`` bits (those go to per-partition spill files); returns
+    the number of edges with at least ``shared_min`` bits (written once with their mask)."""
+    shared = 0
+    for m in range(1, hist.shape[0]):
+        c = hist[m]
+        if c:
+            if _popcount(np.uint64(m)) >= shared_min:
+                shared += c
+                continue
+            b = 0
+            x = m
+            while x:
+                if x & 1:
+                    small[b] += c
+                x >>= 1
+                b += 1
+    return shared
+
+
+@njit(cache=True, nogil=True)
+def mask_split_counts(masks, k, shared_min, small):
+    """:func:`hist_split_counts` for the first ``k`` rows of a (any-width) mask array."""
+    w = masks.shape[1]
+    shared = 0
+    for j in range(k):
+        pc = 0
+        for q in range(w):
+            pc += _popcount(masks[j, q])
+        if pc >= shared_min:
+            shared += 1
+            continue
+        for q in range(w):
+            m = masks[j, q]
+            while m:
+                small[q * 64 + _lowbit(m)] += 1
+                m &= m - np.uint64(1)
+    return shared
+
+
+@njit(cache=True, nogil=True)
+def route_fill_split(edges, masks, shared_min, offsets, out, sh_edges, sh_masks):
+    """:func:`route_fill` for edges whose mask has fewer than ``shared_min`` bits; every other
+    edge is written once to ``sh_edges`` with its mask as little-endian bytes in ``sh_masks``
+    (bit i of the mask = byte i // 8, bit i % 8). Returns the number of such shared records."""
+    w = masks.shape[1]
+    nb = sh_masks.shape[1]
+    k = 0
+    for j in range(edges.shape[0]):
+        pc = 0
+        for q in range(w):
+            pc += _popcount(masks[j, q])
+        if pc >= shared_min:
+            sh_edges[k, 0] = edges[j, 0]
+            sh_edges[k, 1] = edges[j, 1]
+            for b in range(nb):
+                sh_masks[k, b] = np.uint8((masks[j, b >> 3] >> np.uint64((b & 7) * 8)) & np.uint64(0xFF))
+            k += 1
+            continue
+        for q in range(w):
+            m = masks[j, q]
+            while m:
+                i = q * 64 + _lowbit(m)
+                o = offsets[i]
+                out[o, 0] = edges[j, 0]
+                out[o, 1] = edges[j, 1]
+                offsets[i] = o + 1
+                m &= m - np.uint64(1)
+    return k
+
+
+@njit(cache=True)
 def _mix(x):
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -480,8 +563,12 @@ def warmup() -> None:
         route_count(e, pres, masks, counts)
         route_count_hist(e, pres, masks, np.zeros(2, np.int64))
         hist_counts(np.zeros(2, np.int64), counts)
+        hist_split_counts(np.zeros(2, np.int64), 2, counts)
+        mask_split_counts(masks, 1, 2, counts)
         for dt in (np.int32, np.int64):
             route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), dt))
+            route_fill_split(e, masks, 2, np.zeros(64, np.int64), np.empty((1, 2), dt),
+                             np.empty((1, 2), dt), np.empty((1, 1), np.uint8))
         one_side_parts(e, np.zeros(2, np.int64), 0, np.empty(1, np.int64))
 
 

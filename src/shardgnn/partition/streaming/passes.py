@@ -134,49 +134,71 @@ def hop_pass(stream: EdgeStream, comm: Any, pres: np.ndarray, timer: PassTimer,
     return out
 
 
+def shared_min(p: int) -> int:
+    """Routing: an edge held by at least this many of the p partitions is spilled once with its
+    presence mask (read by every partition's writer) instead of once per partition: at most
+    2x the records each writer reads, never a record for a single partition."""
+    return max(2, (int(p) + 1) // 2)
+
+
 class _Writer:
-    """Hands a chunk's per-partition records to ``sink``. With ``background`` (one rank per
-    job: the second core is otherwise idle) on one background thread, so the spill writes
-    (``tofile`` releases the GIL, the routing kernels are ``nogil``) overlap routing the next
-    chunk; two record buffers alternate, a buffer is refilled only after its writes ended, and
-    sink calls keep their order. Without it (P > 1: every core runs a rank; measured 1.3-2x
-    slower routing at P = 2 and 4 with the thread) the writes happen inline. Rank-local."""
+    """Hands a chunk's records to ``sink``: per-partition records as ``sink(i, edges)`` and, for
+    sinks with ``mask_bytes`` > 0, the shared records (edge + mask bytes) as ``sink.shared(edges,
+    masks, counts)``. With ``background`` (one rank per job: the second core is otherwise
+    idle) on one background thread, so the spill writes (``tofile`` releases the GIL, the
+    routing kernels are ``nogil``) overlap routing the next chunk; two sets of record buffers
+    alternate, a set is refilled only after its writes ended, and sink calls keep their order.
+    Without it (P > 1: every core runs a rank; measured 1.3-2x slower routing at P = 2 and 4
+    with the thread) the writes happen inline. Rank-local."""
 
     def __init__(self, sink: Any, dt: np.dtype, background: bool = True) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.sink = sink
         self.dt = dt
+        self.mask_bytes = int(getattr(sink, "mask_bytes", 0) or 0)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill") \
             if background else None
         self.bufs = [np.empty((0, 2), dt), np.empty((0, 2), dt)]
+        self.sh_e = [np.empty((0, 2), dt), np.empty((0, 2), dt)]
+        self.sh_m = [np.empty((0, max(1, self.mask_bytes)), np.uint8) for _ in range(2)]
         self.busy: list[Any] = [None, None]
         self.turn = 0
 
-    def buffer(self, total: int) -> np.ndarray:
-        """A record buffer of at least ``total`` rows whose earlier writes have finished."""
+    def buffer(self, total: int, shared: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Record buffers (per-partition records: at least ``total`` rows; shared edges and
+        masks: at least ``shared`` rows) whose earlier writes have finished."""
         k = self.turn
         if self.busy[k] is not None:
             self.busy[k].result()
             self.busy[k] = None
         if self.bufs[k].shape[0] < total:
             self.bufs[k] = np.empty((max(total, 2 * self.bufs[k].shape[0]), 2), self.dt)
-        return self.bufs[k]
+        if self.sh_e[k].shape[0] < shared:
+            rows = max(shared, 2 * self.sh_e[k].shape[0])
+            self.sh_e[k] = np.empty((rows, 2), self.dt)
+            self.sh_m[k] = np.empty((rows, self.sh_m[k].shape[1]), np.uint8)
+        return self.bufs[k], self.sh_e[k], self.sh_m[k]
 
-    def submit(self, parts: list[tuple[int, int, int]]) -> None:
-        """Write rows [a, b) of the current buffer to partition i for every (i, a, b)."""
+    def submit(self, parts: list[tuple[int, int, int]], shared: int = 0,
+               counts: np.ndarray | None = None) -> None:
+        """Write rows [a, b) of the current buffer to partition i for every (i, a, b), and the
+        first ``shared`` shared records, which stand for ``counts[i]`` copies of partition i."""
         k = self.turn
-        buf = self.bufs[k]
+        job = (self.bufs[k], parts, self.sh_e[k][:shared], self.sh_m[k][:shared], counts)
         if self.pool is None:
-            self._write(buf, parts)
+            self._write(*job)
             return
-        self.busy[k] = self.pool.submit(self._write, buf, parts)
+        self.busy[k] = self.pool.submit(self._write, *job)
         self.turn = 1 - k
 
-    def _write(self, buf: np.ndarray, parts: list[tuple[int, int, int]]) -> None:
+    def _write(self, buf: np.ndarray, parts: list[tuple[int, int, int]], sh_e: np.ndarray,
+               sh_m: np.ndarray, counts: np.ndarray | None) -> None:
         t0 = time.perf_counter()
         for i, a, b in parts:
             self.sink(i, buf[a:b])
+        if sh_e.shape[0]:
+            self.sink.shared(sh_e, sh_m, counts)
         if self.pool is None:
             PROF["sink"] = PROF.get("sink", 0.0) + time.perf_counter() - t0
 
@@ -232,7 +254,7 @@ def _route_one_side(stream: EdgeStream, comm: Any, p: int, owner: np.ndarray, se
             K.one_side_parts(e, owner, seed, parts[:k])
             counts = np.bincount(parts[:k], minlength=p)
             ends = np.cumsum(counts)
-            recs = out.buffer(k)
+            recs = out.buffer(k)[0]
             recs[:k] = e[np.argsort(parts[:k], kind="stable")]
             out.submit([(i, int(ends[i] - counts[i]), int(ends[i])) for i in range(p) if counts[i]])
             bar.update(k)
@@ -240,32 +262,39 @@ def _route_one_side(stream: EdgeStream, comm: Any, p: int, owner: np.ndarray, se
 
 def _route_masks(stream: EdgeStream, comm: Any, p: int, pres: np.ndarray, out: _Writer) -> None:
     """route_pass with a presence bitmask: per chunk the masks (AND of the endpoints' rows), then
-    the records grouped by partition, handed to ``out``. Rank-local."""
+    the records grouped by partition, handed to ``out``; with a sink taking shared records,
+    edges held by at least :func:`shared_min` partitions go there once instead. Rank-local."""
     w = pres.shape[1]
     cap = max(1, min(stream.chunk, max(stream.hi - stream.lo, 1)))
     masks = np.empty((cap, w), np.uint64)   # reused buffers: no allocation per chunk
-    counts = np.zeros(w * 64, np.int64)
+    counts = np.zeros(w * 64, np.int64)     # copies per partition (shared ones included)
+    small = np.zeros(w * 64, np.int64)      # records per partition file
     offsets = np.zeros(w * 64, np.int64)
     hist = np.zeros(1 << p, np.int64) if w == 1 and p <= K.ROUTE_HIST_MAX_P else None
+    tmin = shared_min(p) if out.mask_bytes else p + 1
     with _progress(stream, comm, "assign edges") as bar:
         for e in native(stream):
             _t0 = time.perf_counter()
             counts[:] = 0
+            small[:] = 0
             if hist is not None:
                 hist[:] = 0
                 K.route_count_hist(e, pres, masks, hist)
                 K.hist_counts(hist, counts)
+                n_sh = K.hist_split_counts(hist, tmin, small)
             else:
                 K.route_count(e, pres, masks, counts)
-            offsets[:p] = np.cumsum(counts[:p]) - counts[:p]
-            total = int(counts[:p].sum())
-            recs = out.buffer(total)
+                n_sh = K.mask_split_counts(masks, e.shape[0], tmin, small)
+            offsets[:p] = np.cumsum(small[:p]) - small[:p]
+            total = int(small[:p].sum())
+            recs, sh_e, sh_m = out.buffer(total, n_sh)
             start = offsets[:p].copy()
-            K.route_fill(e, masks, offsets, recs)
+            got = K.route_fill_split(e, masks, tmin, offsets, recs, sh_e, sh_m)
+            assert got == n_sh
             PROF["kernel"] = PROF.get("kernel", 0.0) + time.perf_counter() - _t0
-            # partition i's records are recs[start[i]:offsets[i]]
+            # partition i's own records are recs[start[i]:offsets[i]]
             out.submit([(i, int(start[i]), int(offsets[i])) for i in range(p)
-                        if offsets[i] > start[i]])
+                        if offsets[i] > start[i]], n_sh, (counts[:p] - small[:p]).copy())
             bar.update(len(e))
 
 

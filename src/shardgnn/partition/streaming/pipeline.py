@@ -188,14 +188,15 @@ def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
                 pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}")
         err = ""
         try:  # rank-local: every rank spills its own copies of every partition (no exchange)
-            sink = store.SpillSink(tmp, list(range(p)), meta.np_dtype, comm.rank, comm.size)
+            sink = store.SpillSink(tmp, list(range(p)), meta.np_dtype, comm.rank, comm.size,
+                                   parts_total=p if pres is not None else 0)
             passes.route_pass(stream, comm, p, timer, sink, pres=pres, owner=owner, seed=cfg.seed)
             sink.close()
         except OSError as exc:
             err = f"{tmp}: cannot write the spill files ({exc})"
         comm.agree(not err, err)   # also the barrier before any rank reads another's spill files
         del pres
-        sink.set_totals(comm.allgather_obj(sink.counts))
+        sink.set_totals(comm.allgather_obj(sink.tally()))
         stats = _write_parts(comm, cfg, meta, tmp, owner, sink, p, timer)
     except BaseException:
         if sink is not None:
@@ -239,8 +240,9 @@ def _write_parts(comm: Any, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
         sink.remove(i)
     timer.add("write", time.perf_counter() - t0, 0)
     merged: dict[int, dict[str, int]] = {}
-    for d in comm.allgather_obj(stats):
+    for d in comm.allgather_obj(stats):   # every partition written: the shared records can go
         merged.update(d)
+    sink.remove_shared()
     return merged
 
 
