@@ -271,8 +271,9 @@ def test_fast_gat_conv_equals_pyg_gatconv():
 
 
 def test_trimmed_minibatch_forward_equals_untrimmed_on_seeds():
-    """Layer-wise trimming of a sampled batch (trim_plan) leaves the seeds' outputs unchanged
-    (GraphSAGE and GAT, 2 and 3 layers, eval mode), and gives up on an unsorted edge order."""
+    """Layer-wise trimming of a sampled batch (trim_plan) leaves the seeds' outputs and the random
+    stream unchanged (GraphSAGE, 2 and 3 layers, eval and training with dropout); GAT does not
+    trim; an unsorted edge order gives no plan."""
     import torch
 
     from shardgnn.sampling.neighbor import UniformNeighborSampler
@@ -295,14 +296,19 @@ def test_trimmed_minibatch_forward_equals_untrimmed_on_seeds():
         assert plan[-1][1] == sub.num_seeds
         ei = torch.from_numpy(sub.edge_index)
         xs = x[torch.from_numpy(sub.nodes)]
-        for name in ("sage", "gat"):
-            torch.manual_seed(0)
-            model = models.build(name, 6, 8, 3, layers, 0.5).eval()
-            assert models.takes_trim(model)
-            with torch.no_grad():
-                full = model(xs, ei)[: sub.num_seeds]
-                trimmed = model(xs, ei, trim=plan)[: sub.num_seeds]
+        torch.manual_seed(0)
+        model = models.build("sage", 6, 8, 3, layers, 0.5)
+        assert models.takes_trim(model) and not models.takes_trim(models.build("gat", 6, 8, 3, 2, 0.5))
+        for training in (False, True):  # training: the same dropout masks (same random stream)
+            model.train(training)
+            torch.manual_seed(7)
+            full = model(xs, ei)[: sub.num_seeds]
+            after_full = torch.rand(3)
+            torch.manual_seed(7)
+            trimmed = model(xs, ei, trim=plan)[: sub.num_seeds]
+            after_trimmed = torch.rand(3)
             assert trimmed.shape[0] == sub.num_seeds
             assert torch.allclose(full, trimmed, atol=1e-5)
+            assert torch.equal(after_full, after_trimmed)
         assert models.trim_plan(sub.hop_counts, sub.edge_index[1][::-1].copy(), layers) is None
         assert models.trim_plan(sub.hop_counts, sub.edge_index[1], layers + 1) is None

@@ -31,7 +31,9 @@ class _Stack(nn.Module):
     n_edges)``: the layer reads the first ``n_src`` rows, aggregates over the first ``n_edges``
     edges and computes only the first ``n_dst`` rows (as PyG's bipartite ``(x_src, x_dst)``
     input), i.e. only the nodes whose output a later layer or the seeds' prediction uses. The
-    seeds' outputs are those of the untrimmed forward.
+    dropout masks are drawn for all rows as without trimming, so the seeds' outputs and the
+    random stream are those of the untrimmed forward (for layers without random numbers of
+    their own; GAT does not trim).
     """
 
     def __init__(self, convs: list[nn.Module], dropout: float, act: Callable = F.relu) -> None:
@@ -42,13 +44,22 @@ class _Stack(nn.Module):
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
                 trim: list[tuple[int, int, int]] | None = None) -> torch.Tensor:
+        rows = x.shape[0]  # the untrimmed forward's row count at every layer
         for i, conv in enumerate(self.convs):
-            ei: Any = edge_index
-            if trim is not None:
+            if trim is None:
+                x = F.dropout(x, p=self.dropout, training=self.training)
+                x = conv(x, edge_index)
+            else:
                 n_src, n_dst, n_edges = trim[i]
-                x, ei = x[:n_src], edge_index[:, :n_edges]
-            x = F.dropout(x, p=self.dropout, training=self.training)
-            x = conv(x, ei) if trim is None else conv((x, x[:n_dst]), ei)
+                x = x[:n_src]
+                if x.shape[0] < rows and self.training and self.dropout > 0:
+                    # the mask drawn for all rows, as without trimming: same random numbers,
+                    # so a trimmed run is the untrimmed run (up to float round-off)
+                    mask = F.dropout(x.new_ones(rows, x.shape[1]), p=self.dropout, training=True)
+                    x = x * mask[:n_src]
+                else:
+                    x = F.dropout(x, p=self.dropout, training=self.training)
+                x = conv((x, x[:n_dst]), edge_index[:, :n_edges])
             if i < len(self.convs) - 1:
                 x = self.act(x)
         return x
@@ -282,6 +293,11 @@ class GAT(_Stack):
             width = hidden_channels * heads
         convs.append(conv_cls(width, out_channels, heads=heads, concat=False, dropout=dropout))
         super().__init__(convs, dropout, act=F.elu)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        # no trimming: the attention dropout draws one number per edge and head, so a trimmed
+        # edge set would change the random stream
+        return super().forward(x, edge_index)
 
 
 class SGC(nn.Module):
