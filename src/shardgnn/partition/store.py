@@ -157,28 +157,39 @@ class SpillSink:
                             f"the output folder's parent must be shared by all ranks")
         return ""
 
-    def chunks(self, i: int, chunk: int):
-        """Yield the spilled (k, 2) edges of partition i in chunks: every rank's file of i, then
-        the shared records of every rank whose mask holds i."""
+    def blocks(self, i: int, chunk: int):
+        """Yield partition i's spilled records as ``(edges, masks, byte, bit)``: ``edges`` a
+        (k, 2) block of every rank's file of i (``masks`` None), then of every rank's shared
+        records, of which only the rows with bit ``8 * byte + bit`` of ``masks`` set belong to
+        i. Blocks are views of buffers reused for the next block (no allocation per block)."""
+        item = 2 * self.dtype.itemsize
+        ebuf = np.empty((max(1, int(chunk)), 2), self.dtype)
+        eview = memoryview(ebuf.reshape(-1).view(np.uint8))
         for r in range(self.ranks):
-            with open(self.path(i, r), "rb") as fh:
-                while True:
-                    a = np.fromfile(fh, dtype=self.dtype, count=2 * chunk)
-                    if a.size == 0:
-                        break
-                    yield a.reshape(-1, 2)
+            with open(self.path(i, r), "rb", buffering=0) as fh:
+                while k := _read_rows(fh, eview, item):
+                    yield ebuf[:k], None, 0, 0
         if not self.mask_bytes:
             return
+        mbuf = np.empty((ebuf.shape[0], self.mask_bytes), np.uint8)
+        mview = memoryview(mbuf.reshape(-1))
         for r in range(self.ranks):
-            with open(self.path("shared", r), "rb") as fe, open(self.path("masks", r), "rb") as fm:
-                while True:
-                    a = np.fromfile(fe, dtype=self.dtype, count=2 * chunk).reshape(-1, 2)
-                    if a.shape[0] == 0:
-                        break
-                    m = np.fromfile(fm, dtype=np.uint8, count=self.mask_bytes * a.shape[0])
-                    sel = np.empty_like(a)
-                    k = _select_bit(a, m.reshape(a.shape[0], self.mask_bytes), i >> 3, i & 7, sel)
-                    yield sel[:k]
+            with open(self.path("shared", r), "rb", buffering=0) as fe, \
+                    open(self.path("masks", r), "rb", buffering=0) as fm:
+                while k := _read_rows(fe, eview, item):
+                    if _read_rows(fm, mview[:k * self.mask_bytes], self.mask_bytes) != k:
+                        raise EOFError(f"{self.path('masks', r)}: shorter than its records")
+                    yield ebuf[:k], mbuf[:k], i >> 3, i & 7
+
+    def chunks(self, i: int, chunk: int):
+        """Yield the spilled (k, 2) edges of partition i (fresh arrays): every rank's file of
+        i, then the shared records of every rank whose mask holds i."""
+        for e, m, byte, bit in self.blocks(i, chunk):
+            if m is None:
+                yield e.copy()
+            else:
+                sel = np.empty_like(e)
+                yield sel[:_select_bit(e, m, byte, bit, sel)]
 
     def remove(self, i: int) -> None:
         """Delete every rank's spill file of partition ``i``."""
@@ -221,8 +232,8 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
     owned = np.asarray(owned, dtype=np.int64)
     rowdeg = np.zeros(num_nodes, np.int64)
     mark = np.zeros(num_nodes, bool)
-    for e in sink.chunks(index, chunk):
-        _row_counts(e, rowdeg, mark, directed)
+    for e, m, byte, bit in sink.blocks(index, chunk):
+        _row_counts(e, rowdeg, mark, directed, _NO_MASK if m is None else m, byte, bit, m is not None)
     mark[owned] = False
     gid = np.concatenate([owned, np.flatnonzero(mark)])
     del mark
@@ -261,16 +272,36 @@ def _write_bucket(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.nda
     n_loc = np.int64(lid.max() + 1)
     key = np.empty(int(indptr[hi] - indptr[lo]), np.int64)
     pos = 0
-    for e in sink.chunks(index, chunk):
-        pos = _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos)
+    for e, m, byte, bit in sink.blocks(index, chunk):
+        pos = _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos,
+                           _NO_MASK if m is None else m, byte, bit, m is not None)
     key.sort()
     ind[int(indptr[lo]):int(indptr[hi])] = key % n_loc
 
 
+_NO_MASK = np.zeros((0, 1), np.uint8)
+
+
+def _read_rows(fh: Any, view: memoryview, item: int) -> int:
+    """Fill ``view`` from ``fh`` as far as the file goes; returns the whole rows read."""
+    got = 0
+    while got < len(view):
+        r = fh.readinto(view[got:])
+        if not r:
+            break
+        got += r
+    if got % item:
+        raise EOFError(f"{fh.name}: size not a multiple of its {item}-byte records")
+    return got // item
+
+
 @njit(cache=True)
-def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos):
-    """Append row * n_loc + col of the CSR entries of rows [lo, hi) found in edges ``e``."""
+def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos, masks, byte, bit, use_mask):
+    """Append row * n_loc + col of the CSR entries of rows [lo, hi) found in edges ``e`` (with
+    ``use_mask``: only rows whose mask has bit 8 * byte + bit set)."""
     for j in range(e.shape[0]):
+        if use_mask and not (masks[j, byte] >> bit) & 1:
+            continue
         a = lid[e[j, 0]]
         b = lid[e[j, 1]]
         if lo <= b < hi:
@@ -283,9 +314,12 @@ def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos):
 
 
 @njit(cache=True)
-def _row_counts(e, rowdeg, mark, directed):
-    """Degree of every global row of the partition's CSR, and which vertices appear."""
+def _row_counts(e, rowdeg, mark, directed, masks, byte, bit, use_mask):
+    """Degree of every global row of the partition's CSR, and which vertices appear (with
+    ``use_mask``: only rows whose mask has bit 8 * byte + bit set)."""
     for j in range(e.shape[0]):
+        if use_mask and not (masks[j, byte] >> bit) & 1:
+            continue
         u = e[j, 0]
         v = e[j, 1]
         rowdeg[v] += 1
