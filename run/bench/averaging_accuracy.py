@@ -148,12 +148,17 @@ def main() -> None:
     ap.add_argument("--solo", action="store_true",
                     help="run every job on one rank (p partitions trained cyclically; the same "
                     "curve as on p ranks up to float summation order), jobs spread over the ranks")
+    ap.add_argument("--solo-central", action="store_true",
+                    help="run only the centralised jobs on one rank each (spread over the ranks, "
+                         "first) and the partitioned ones on all --ranks ranks, one after the "
+                         "other (fewer idle ranks when the jobs differ much in length)")
     ap.add_argument("--hops", type=int, default=1,
                     help="hops of replicas in the partition stores (default 1; 2 gives owned "
                          "vertices their exact 2-layer receptive field at a higher replication "
                          "factor, but measured no better on Cora GCN p=4, see docs/training.md)")
     ap.add_argument("--csbm-nodes", type=int, default=0, help="also a CSBM graph of N nodes")
-    ap.add_argument("--csbm-parts", default="4,8", help="p for the CSBM graph (default: 4,8)")
+    ap.add_argument("--csbm-parts", default="4,8",
+                    help="p for the CSBM graph ('' for only the centralised runs; default: 4,8)")
     ap.add_argument("--csbm-seeds", default="3",
                     help="seeds for the CSBM graph, N or a comma list (default: 3)")
     ap.add_argument("--csbm-epochs", type=int, default=50, help="epochs, CSBM (default: 50)")
@@ -195,8 +200,8 @@ def main() -> None:
         if args.csbm_nodes:
             name = f"csbm{args.csbm_nodes // 1000}k"
             data = ac.csbm(data_dir / name, args.csbm_nodes)
-            stores = _stores(name, data, [int(p) for p in args.csbm_parts.split(",")], data_dir,
-                             args.hops, partitioners)
+            stores = _stores(name, data, [int(p) for p in args.csbm_parts.split(",") if p],
+                             data_dir, args.hops, partitioners)
             central = ac.whole(data, data_dir / f"{name}-whole")
             jobs += jobs_for(name, central, stores, [m for m in args.csbm_models.split(",") if m],
                              seed_list(args.csbm_seeds), args.csbm_epochs, runs, opts, args.hops,
@@ -205,8 +210,8 @@ def main() -> None:
         done = {key(r) for r in old}
         if not args.rerun:
             jobs = [j for j in jobs if key(j) not in done]
-        if args.solo:
-            for j in jobs:
+        for j in jobs:
+            if args.solo or (args.solo_central and j["p"] == 1):
                 j["solo"] = True
         print(f"{len(jobs)} jobs to run", file=sys.stderr)
         new = ac.run_jobs(jobs, runs, args.ranks, timeout=args.time_limit) if jobs else []
