@@ -233,7 +233,10 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
     rowdeg = np.zeros(num_nodes, np.int64)
     mark = np.zeros(num_nodes, bool)
     for e, m, byte, bit in sink.blocks(index, chunk):
-        _row_counts(e, rowdeg, mark, directed, _NO_MASK if m is None else m, byte, bit, m is not None)
+        if m is None:
+            _row_counts(e, rowdeg, mark, directed)
+        else:
+            _row_counts_masked(e, m, byte, bit, rowdeg, mark, directed)
     mark[owned] = False
     gid = np.concatenate([owned, np.flatnonzero(mark)])
     del mark
@@ -273,13 +276,12 @@ def _write_bucket(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.nda
     key = np.empty(int(indptr[hi] - indptr[lo]), np.int64)
     pos = 0
     for e, m, byte, bit in sink.blocks(index, chunk):
-        pos = _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos,
-                           _NO_MASK if m is None else m, byte, bit, m is not None)
+        if m is None:
+            pos = _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos)
+        else:
+            pos = _bucket_keys_masked(e, m, byte, bit, lid, lo, hi, n_loc, directed, key, pos)
     key.sort()
     ind[int(indptr[lo]):int(indptr[hi])] = key % n_loc
-
-
-_NO_MASK = np.zeros((0, 1), np.uint8)
 
 
 def _read_rows(fh: Any, view: memoryview, item: int) -> int:
@@ -296,12 +298,9 @@ def _read_rows(fh: Any, view: memoryview, item: int) -> int:
 
 
 @njit(cache=True)
-def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos, masks, byte, bit, use_mask):
-    """Append row * n_loc + col of the CSR entries of rows [lo, hi) found in edges ``e`` (with
-    ``use_mask``: only rows whose mask has bit 8 * byte + bit set)."""
+def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos):
+    """Append row * n_loc + col of the CSR entries of rows [lo, hi) found in edges ``e``."""
     for j in range(e.shape[0]):
-        if use_mask and not (masks[j, byte] >> bit) & 1:
-            continue
         a = lid[e[j, 0]]
         b = lid[e[j, 1]]
         if lo <= b < hi:
@@ -314,12 +313,25 @@ def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos, masks, byte, bit, us
 
 
 @njit(cache=True)
-def _row_counts(e, rowdeg, mark, directed, masks, byte, bit, use_mask):
-    """Degree of every global row of the partition's CSR, and which vertices appear (with
-    ``use_mask``: only rows whose mask has bit 8 * byte + bit set)."""
+def _bucket_keys_masked(e, masks, byte, bit, lid, lo, hi, n_loc, directed, key, pos):
+    """:func:`_bucket_keys` over the rows of ``e`` whose mask has bit 8 * byte + bit set."""
     for j in range(e.shape[0]):
-        if use_mask and not (masks[j, byte] >> bit) & 1:
-            continue
+        if (masks[j, byte] >> bit) & 1:
+            a = lid[e[j, 0]]
+            b = lid[e[j, 1]]
+            if lo <= b < hi:
+                key[pos] = b * n_loc + a
+                pos += 1
+            if not directed and lo <= a < hi:
+                key[pos] = a * n_loc + b
+                pos += 1
+    return pos
+
+
+@njit(cache=True)
+def _row_counts(e, rowdeg, mark, directed):
+    """Degree of every global row of the partition's CSR, and which vertices appear."""
+    for j in range(e.shape[0]):
         u = e[j, 0]
         v = e[j, 1]
         rowdeg[v] += 1
@@ -327,6 +339,20 @@ def _row_counts(e, rowdeg, mark, directed, masks, byte, bit, use_mask):
             rowdeg[u] += 1
         mark[u] = True
         mark[v] = True
+
+
+@njit(cache=True)
+def _row_counts_masked(e, masks, byte, bit, rowdeg, mark, directed):
+    """:func:`_row_counts` over the rows of ``e`` whose mask has bit 8 * byte + bit set."""
+    for j in range(e.shape[0]):
+        if (masks[j, byte] >> bit) & 1:
+            u = e[j, 0]
+            v = e[j, 1]
+            rowdeg[v] += 1
+            if not directed:
+                rowdeg[u] += 1
+            mark[u] = True
+            mark[v] = True
 
 
 def _write_rows(f: Any, name: str, arr: np.ndarray, gid: np.ndarray, num_owned: int,
