@@ -30,9 +30,11 @@ def add_arguments(parser: Any) -> None:
         "Memory per rank: O(|V|) for SPRING as Algorithm 1 and Hash (degrees, 16-byte "
         "clustering state, owners, an (|V|, ceil(p/64)) presence bitmask) plus one chunk of "
         "edges; O(|V|*p) with --refine (SPRING's default) and for HDRF/DBH/Greedy/2PS-L/user "
-        "classes (an int32 |V| x p count matrix). Routed edges are spilled to disk and each "
-        "partition's CSR is built in row buckets of 4*--chunk entries: the edge list is never "
-        "held in memory. Partition i is written by rank i mod P.")
+        "classes (an int32 |V| x p count matrix). Every rank spills the edges it routes to its "
+        "own files in OUT's temp folder (no exchange; edges held by >= half the partitions "
+        "once, with a presence mask), so that folder must be on a filesystem all ranks share; "
+        "each partition's CSR is built from them in row buckets of 4*--chunk entries: the edge "
+        "list is never held in memory. Partition i is written by rank i mod P.")
     g.add_argument("--hops", type=int, default=1, choices=(0, 1, 2, 3),
                    help="neighbourhood depth kept with each owned vertex: 1 = its full neighbour "
                    "list (CATGNN), 2/3 = further hops, 0 = no full neighbourhood (a cross edge "
