@@ -297,18 +297,23 @@ def _read_rows(fh: Any, view: memoryview, item: int) -> int:
     return got // item
 
 
+@njit(cache=True, inline="always")
+def _push_key(a, b, lo, hi, n_loc, directed, key, pos):
+    """Append the CSR key(s) of edge (a, b) (local ids) whose row is in [lo, hi); new pos."""
+    if lo <= b < hi:
+        key[pos] = b * n_loc + a
+        pos += 1
+    if not directed and lo <= a < hi:
+        key[pos] = a * n_loc + b
+        pos += 1
+    return pos
+
+
 @njit(cache=True)
 def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos):
     """Append row * n_loc + col of the CSR entries of rows [lo, hi) found in edges ``e``."""
     for j in range(e.shape[0]):
-        a = lid[e[j, 0]]
-        b = lid[e[j, 1]]
-        if lo <= b < hi:
-            key[pos] = b * n_loc + a
-            pos += 1
-        if not directed and lo <= a < hi:
-            key[pos] = a * n_loc + b
-            pos += 1
+        pos = _push_key(lid[e[j, 0]], lid[e[j, 1]], lo, hi, n_loc, directed, key, pos)
     return pos
 
 
@@ -317,14 +322,7 @@ def _bucket_keys_masked(e, masks, byte, bit, lid, lo, hi, n_loc, directed, key, 
     """:func:`_bucket_keys` over the rows of ``e`` whose mask has bit 8 * byte + bit set."""
     for j in range(e.shape[0]):
         if (masks[j, byte] >> bit) & 1:
-            a = lid[e[j, 0]]
-            b = lid[e[j, 1]]
-            if lo <= b < hi:
-                key[pos] = b * n_loc + a
-                pos += 1
-            if not directed and lo <= a < hi:
-                key[pos] = a * n_loc + b
-                pos += 1
+            pos = _push_key(lid[e[j, 0]], lid[e[j, 1]], lo, hi, n_loc, directed, key, pos)
     return pos
 
 

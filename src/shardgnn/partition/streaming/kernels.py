@@ -364,21 +364,26 @@ def hist_counts(hist, counts):
 ROUTE_HIST_MAX_P = 12
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _scatter_edge(edges, masks, j, offsets, out):
+    """Write edge j into ``out`` at the running offset of every partition in its mask row."""
+    for q in range(masks.shape[1]):
+        m = masks[j, q]
+        while m:
+            i = q * 64 + _lowbit(m)
+            o = offsets[i]
+            out[o, 0] = edges[j, 0]
+            out[o, 1] = edges[j, 1]
+            offsets[i] = o + 1
+            m &= m - np.uint64(1)
+
+
 @njit(cache=True, nogil=True)
 def route_fill(edges, masks, offsets, out):
     """Write each edge into ``out`` at the running offset of every partition in its mask
     (``offsets`` per partition, advanced in place; lay them out in destination-rank order)."""
-    w = masks.shape[1]
     for j in range(edges.shape[0]):
-        for q in range(w):
-            m = masks[j, q]
-            while m:
-                i = q * 64 + _lowbit(m)
-                o = offsets[i]
-                out[o, 0] = edges[j, 0]
-                out[o, 1] = edges[j, 1]
-                offsets[i] = o + 1
-                m &= m - np.uint64(1)
+        _scatter_edge(edges, masks, j, offsets, out)
 
 
 @njit(cache=True)
@@ -452,15 +457,7 @@ def route_fill_split(edges, masks, shared_min, offsets, out, sh_edges, sh_masks)
                 sh_masks[k, b] = np.uint8((masks[j, b >> 3] >> np.uint64((b & 7) * 8)) & np.uint64(0xFF))
             k += 1
             continue
-        for q in range(w):
-            m = masks[j, q]
-            while m:
-                i = q * 64 + _lowbit(m)
-                o = offsets[i]
-                out[o, 0] = edges[j, 0]
-                out[o, 1] = edges[j, 1]
-                offsets[i] = o + 1
-                m &= m - np.uint64(1)
+        _scatter_edge(edges, masks, j, offsets, out)
     return k
 
 
