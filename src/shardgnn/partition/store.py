@@ -326,17 +326,21 @@ def _bucket_keys_masked(e, masks, byte, bit, lid, lo, hi, n_loc, directed, key, 
     return pos
 
 
+@njit(cache=True, inline="always")
+def _count_edge(u, v, rowdeg, mark, directed):
+    """Count edge (u, v) in the row degrees and mark both endpoints as present."""
+    rowdeg[v] += 1
+    if not directed:
+        rowdeg[u] += 1
+    mark[u] = True
+    mark[v] = True
+
+
 @njit(cache=True)
 def _row_counts(e, rowdeg, mark, directed):
     """Degree of every global row of the partition's CSR, and which vertices appear."""
     for j in range(e.shape[0]):
-        u = e[j, 0]
-        v = e[j, 1]
-        rowdeg[v] += 1
-        if not directed:
-            rowdeg[u] += 1
-        mark[u] = True
-        mark[v] = True
+        _count_edge(e[j, 0], e[j, 1], rowdeg, mark, directed)
 
 
 @njit(cache=True)
@@ -344,13 +348,7 @@ def _row_counts_masked(e, masks, byte, bit, rowdeg, mark, directed):
     """:func:`_row_counts` over the rows of ``e`` whose mask has bit 8 * byte + bit set."""
     for j in range(e.shape[0]):
         if (masks[j, byte] >> bit) & 1:
-            u = e[j, 0]
-            v = e[j, 1]
-            rowdeg[v] += 1
-            if not directed:
-                rowdeg[u] += 1
-            mark[u] = True
-            mark[v] = True
+            _count_edge(e[j, 0], e[j, 1], rowdeg, mark, directed)
 
 
 def _write_rows(f: Any, name: str, arr: np.ndarray, gid: np.ndarray, num_owned: int,
