@@ -378,14 +378,6 @@ def _scatter_edge(edges, masks, j, offsets, out):
             m &= m - np.uint64(1)
 
 
-@njit(cache=True, nogil=True)
-def route_fill(edges, masks, offsets, out):
-    """Write each edge into ``out`` at the running offset of every partition in its mask
-    (``offsets`` per partition, advanced in place; lay them out in destination-rank order)."""
-    for j in range(edges.shape[0]):
-        _scatter_edge(edges, masks, j, offsets, out)
-
-
 @njit(cache=True)
 def _popcount(m):
     """Number of set bits of a uint64."""
@@ -440,8 +432,9 @@ def mask_split_counts(masks, k, shared_min, small):
 
 @njit(cache=True, nogil=True)
 def route_fill_split(edges, masks, shared_min, offsets, out, sh_edges, sh_masks):
-    """:func:`route_fill` for edges whose mask has fewer than ``shared_min`` bits; every other
-    edge is written once to ``sh_edges`` with its mask as little-endian bytes in ``sh_masks``
+    """Write each edge whose mask has fewer than ``shared_min`` bits into ``out`` at the
+    running offset of every partition in its mask (``offsets`` per partition, advanced in
+    place); every other edge is written once to ``sh_edges`` with its mask as little-endian bytes in ``sh_masks``
     (bit i of the mask = byte i // 8, bit i % 8). Returns the number of such shared records."""
     w = masks.shape[1]
     nb = sh_masks.shape[1]
@@ -563,7 +556,6 @@ def warmup() -> None:
         hist_split_counts(np.zeros(2, np.int64), 2, counts)
         mask_split_counts(masks, 1, 2, counts)
         for dt in (np.int32, np.int64):
-            route_fill(e, masks, np.zeros(64, np.int64), np.empty((1, 2), dt))
             route_fill_split(e, masks, 2, np.zeros(64, np.int64), np.empty((1, 2), dt),
                              np.empty((1, 2), dt), np.empty((1, 1), np.uint8))
         one_side_parts(e, np.zeros(2, np.int64), 0, np.empty(1, np.int64))
