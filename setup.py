@@ -15,7 +15,7 @@ setup(
         "numpy>=1.24",
         "scipy>=1.10",
         "h5py>=3.8",
-        "mpi4py>=3.1",
+        "mpi4py>=4.0",
         "torch>=2.2",
         "numba>=0.58",
         "tqdm>=4.60",

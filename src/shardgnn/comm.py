@@ -1,6 +1,9 @@
 """The only owner of MPI: a Communicator wrapper that counts bytes, chunks large counts and agrees on errors.
 
-Every collective in shardgnn goes through :class:`Communicator`. It works on numpy arrays, torch
+Every collective in shardgnn goes through :class:`Communicator`; functions that communicate take
+one as ``comm: Communicator``. :func:`world` wraps ``MPI_COMM_WORLD``, :func:`self_comm`
+``MPI_COMM_SELF`` and :func:`serial` returns a one-rank stand-in with the same API that never
+imports or initialises MPI (for library use and tests without ``mpiexec``). It works on numpy arrays, torch
 tensors (CPU, and CUDA with a CUDA-aware MPI) and CuPy arrays without extra copies on the common
 path, keeps per-operation byte and call counters, splits collectives whose element counts exceed
 the 32-bit MPI limit into several calls, and offers :meth:`Communicator.agree` so that all ranks
@@ -8,7 +11,9 @@ reach the same verdict on input validation before the first data collective.
 
 Byte accounting (what the perfmodel predicts exactly):
 
-* ``alltoallv``: bytes this rank sends to *other* ranks (its block to itself is not counted).
+* ``alltoallv`` / ``ialltoallv``: bytes this rank sends to *other* ranks (its block to itself
+  is not counted); the non-blocking one is counted when its request completes, under the same
+  name as the blocking one unless ``op_name`` says otherwise.
 * ``allreduce``: ``nbytes`` of the buffer, on every rank.
 * ``bcast``: ``nbytes`` of the buffer, on every rank (root included).
 * ``allgatherv`` / ``gatherv``: ``nbytes`` of this rank's contribution.
@@ -23,7 +28,7 @@ import pickle
 import sys
 import time
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -32,16 +37,32 @@ from shardgnn.errors import ShardError
 #: Largest element count passed to one MPI call (MPI counts are signed 32-bit).
 MAX_COUNT = 2**31 - 1
 
+_T = TypeVar("_T")
 
-def _mpi():
+
+def _mpi() -> Any:
     from mpi4py import MPI  # the one place in shardgnn that imports mpi4py
 
     return MPI
 
 
-def world() -> "Communicator":
+def world(max_count: int = MAX_COUNT) -> "Communicator":
     """Return a Communicator over MPI_COMM_WORLD (initialises MPI on first use)."""
-    return Communicator(_mpi().COMM_WORLD)
+    return Communicator(_mpi().COMM_WORLD, max_count)
+
+
+def self_comm(max_count: int = MAX_COUNT) -> "Communicator":
+    """Return a Communicator over MPI_COMM_SELF (initialises MPI on first use)."""
+    return Communicator(_mpi().COMM_SELF, max_count)
+
+
+def serial(max_count: int = MAX_COUNT) -> "Communicator":
+    """Return a one-rank Communicator that never imports or initialises MPI.
+
+    It has the whole :class:`Communicator` API (rank 0, size 1, the same counters) so library
+    code has no ``comm is None`` branches.
+    """
+    return Communicator(_SerialComm(), max_count)
 
 
 def _sync_device(buf: Any) -> None:
@@ -83,9 +104,115 @@ def _flat(obj: Any) -> Any:
     return obj.reshape(-1)
 
 
-def _mpi_type(dtype: np.dtype):
+_MPI_TYPES: dict[str, Any] = {}
+
+
+def _mpi_type(dtype: np.dtype) -> Any:
+    """The predefined MPI datatype of a numpy dtype (public ``MPI.Datatype.fromcode``, cached).
+
+    Predefined types (not ``mpi4py.util.dtlib``'s derived duplicates) so reductions accept them.
+    """
+    mt = _MPI_TYPES.get(dtype.char)
+    if mt is None:
+        mt = _MPI_TYPES[dtype.char] = _mpi().Datatype.fromcode(dtype.char)
+    return mt
+
+
+def _mpi_op(name: str) -> Any:
+    """The MPI reduction operation called ``name`` (sum, max, min, prod, land, lor, band, bor)."""
     MPI = _mpi()
-    return MPI._typedict[dtype.char]  # noqa: SLF001 - mpi4py's documented dtype map
+    ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD,
+           "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}
+    if name not in ops:
+        raise ValueError(f"expected a reduction in {sorted(ops)}, got {name!r}")
+    return ops[name]
+
+
+class _SerialComm:
+    """The part of the ``mpi4py.MPI.Comm`` API :class:`Communicator` uses, for one rank, no MPI."""
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's spelling
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return 1
+
+    def Barrier(self) -> None:  # noqa: N802
+        return None
+
+    def Split(self, color: int, key: int) -> "_SerialComm":  # noqa: N802
+        return _SerialComm()
+
+    def Abort(self, code: int) -> None:  # noqa: N802
+        os._exit(code)
+
+    def Free(self) -> None:  # noqa: N802
+        return None
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def gather(self, obj: Any, root: int = 0) -> list[Any]:
+        return [obj]
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        return obj
+
+    def allreduce(self, obj: Any, op: Any = None) -> Any:
+        return obj
+
+    def Alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:  # noqa: N802
+        recv[...] = send
+
+
+class Request:
+    """A pending :meth:`Communicator.ialltoallv`; :meth:`wait` completes it.
+
+    The bytes, call and seconds (time spent posting plus time blocked in :meth:`wait`) are added
+    to the communicator's counters when the request completes, exactly once.
+    """
+
+    def __init__(self, comm: "Communicator", op_name: str, nbytes: int, seconds: float,
+                 recvbuf: Any, mpi_request: Any = None, keep: tuple[Any, ...] = ()) -> None:
+        self._comm = comm
+        self._op = op_name
+        self._nbytes = int(nbytes)
+        self._seconds = float(seconds)
+        self._recvbuf = recvbuf
+        self._req = mpi_request
+        self._keep = keep  # buffers MPI reads or writes until completion
+        self._done = False
+        if mpi_request is None:
+            self._finish(0.0)
+
+    def _finish(self, waited: float) -> None:
+        self._done = True
+        self._keep = ()
+        c = self._comm
+        c.bytes[self._op] += self._nbytes
+        c.calls[self._op] += 1
+        c.seconds[self._op] += self._seconds + waited
+
+    @property
+    def done(self) -> bool:
+        """True once the exchange has completed and been counted."""
+        return self._done
+
+    def test(self) -> bool:
+        """Complete the exchange if it has finished (never blocks); True when complete."""
+        if not self._done:
+            t0 = time.perf_counter()
+            if self._req.Test():
+                self._finish(time.perf_counter() - t0)
+        return self._done
+
+    def wait(self) -> Any:
+        """Block until the exchange completes; return the receive buffer."""
+        if not self._done:
+            t0 = time.perf_counter()
+            self._req.Wait()
+            self._finish(time.perf_counter() - t0)
+        return self._recvbuf
 
 
 class Communicator:
@@ -94,7 +221,8 @@ class Communicator:
     Parameters
     ----------
     mpi_comm
-        An ``mpi4py.MPI.Comm``; ``None`` means ``MPI.COMM_WORLD``.
+        An ``mpi4py.MPI.Comm``; ``None`` means ``MPI.COMM_WORLD``. (:func:`serial` passes a
+        one-rank stand-in instead.)
     max_count
         Element limit per MPI call; collectives above it are split. Lower it in tests to
         exercise the chunked paths.
@@ -141,8 +269,15 @@ class Communicator:
         sys.stderr.flush()
         self._c.Abort(code)
 
+    @property
+    def is_serial(self) -> bool:
+        """True for the MPI-free stand-in made by :func:`serial`."""
+        return isinstance(self._c, _SerialComm)
+
     def free(self) -> None:
         """Release a communicator made by :meth:`split`."""
+        if self.is_serial:
+            return
         MPI = _mpi()
         if self._c not in (MPI.COMM_WORLD, MPI.COMM_SELF):
             self._c.Free()
@@ -160,7 +295,7 @@ class Communicator:
                 err.agreed = True
                 raise err
 
-    def run_agreed(self, fn, *args, **kwargs):
+    def run_agreed(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """Run ``fn`` on every rank; if it raises :class:`ShardError` on any rank, raise on all.
 
         Collective over comm.
@@ -172,10 +307,6 @@ class Communicator:
             raise  # unreachable: agree raises
         self.agree(True)
         return out
-
-    def all_true(self, ok: bool) -> bool:
-        """True when ``ok`` holds on every rank. Collective over comm."""
-        return bool(self._c.allreduce(bool(ok), op=_mpi().LAND))
 
     # ------------------------------------------------------------------ object collectives
     def bcast_obj(self, obj: Any, root: int = 0) -> Any:
@@ -201,8 +332,11 @@ class Communicator:
 
     def allreduce_scalar(self, value: float | int, op: str = "sum") -> Any:
         """Reduce one Python number over all ranks (``sum``, ``max``, ``min``). Collective."""
-        MPI = _mpi()
-        return self._c.allreduce(value, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
+        if op not in ("sum", "max", "min"):
+            raise ValueError(f"expected op sum, max or min, got {op!r}")
+        if self.size == 1:
+            return value
+        return self._c.allreduce(value, op=_mpi_op(op))
 
     # ------------------------------------------------------------------ buffer collectives
     def _slices(self, n: int) -> list[tuple[int, int]]:
@@ -216,16 +350,15 @@ class Communicator:
         (bitwise, integer buffers). Chunked above
         ``max_count`` elements. Collective over comm.
         """
-        MPI = _mpi()
-        mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD,
-               "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}[op]
         obj, dtype, n = _as_buffer(buf)
         t0 = time.perf_counter()
         if self.size > 1 and n > 0:
+            mop = _mpi_op(op)
+            in_place = _mpi().IN_PLACE
             flat = _flat(obj)
             mt = _mpi_type(dtype)
             for lo, hi in self._slices(n):
-                self._c.Allreduce(MPI.IN_PLACE, [flat[lo:hi], hi - lo, mt], op=mop)
+                self._c.Allreduce(in_place, [flat[lo:hi], hi - lo, mt], op=mop)
         self._count("allreduce", n * dtype.itemsize if self.size > 1 else 0, t0)
         return buf
 
@@ -273,6 +406,24 @@ class Communicator:
         from rank 0, 1, … in order. Bytes sent to other ranks are counted under ``op_name``.
         Collective over comm.
         """
+        return self._alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, op_name, False).wait()
+
+    def ialltoallv(self, sendbuf: Any, sendcounts: Sequence[int] | np.ndarray,
+                   recvbuf: Any = None, recvcounts: Sequence[int] | np.ndarray | None = None,
+                   op_name: str = "alltoallv") -> Request:
+        """Non-blocking :meth:`alltoallv`: post the exchange and return a :class:`Request`.
+
+        Same arguments and result layout as :meth:`alltoallv`; ``request.wait()`` returns the
+        receive buffer. Neither buffer may be touched until then. The exchange is counted under
+        ``op_name`` when it completes. When ``recvcounts`` is not given, the counts are exchanged
+        (blocking) before posting; exchanges above ``max_count`` elements run blocking in rounds
+        and return a completed request. Collective over comm.
+        """
+        return self._alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, op_name, True)
+
+    def _alltoallv(self, sendbuf: Any, sendcounts: Sequence[int] | np.ndarray, recvbuf: Any,
+                   recvcounts: Sequence[int] | np.ndarray | None, op_name: str,
+                   nonblocking: bool) -> Request:
         sendcounts = np.asarray(sendcounts, dtype=np.int64)
         if recvcounts is None:
             recvcounts = self.alltoall_counts(sendcounts)
@@ -288,23 +439,27 @@ class Communicator:
         t0 = time.perf_counter()
         sc = sendcounts * row
         rc = recvcounts * row
+        req = None
         if self.size == 1:
             _flat(robj)[: int(rc[0])] = _flat(obj)[: int(sc[0])]
         else:
-            self._alltoallv_elems(_flat(obj), sc, _flat(robj), rc, dtype)
+            req = self._alltoallv_elems(_flat(obj), sc, _flat(robj), rc, dtype, nonblocking)
         sent = (int(sc.sum()) - int(sc[self.rank])) * dtype.itemsize
-        self._count(op_name, sent, t0)
-        return recvbuf
+        return Request(self, op_name, sent, time.perf_counter() - t0, recvbuf, req,
+                       keep=(obj, robj))
 
     def _alltoallv_elems(self, send: Any, sc: np.ndarray, recv: Any, rc: np.ndarray,
-                         dtype: np.dtype) -> None:
+                         dtype: np.dtype, nonblocking: bool = False) -> Any:
+        """Exchange flat element blocks; returns an MPI request when posted non-blocking."""
         sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
         rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
         mt = _mpi_type(dtype)
         big = max(int(sc.sum()), int(rc.sum()))
         if self.allreduce_scalar(big, "max") <= self.max_count:
+            if nonblocking:
+                return self._c.Ialltoallv([send, (sc, sd), mt], [recv, (rc, rd), mt])
             self._c.Alltoallv([send, (sc, sd), mt], [recv, (rc, rd), mt])
-            return
+            return None
         # Rounds of at most `chunk` elements per peer, packed so every count and
         # displacement stays below max_count.
         chunk = max(1, self.max_count // self.size)
@@ -330,6 +485,7 @@ class Communicator:
                 if c:
                     recv[int(rd[j]) + lo: int(rd[j]) + lo + c] = r_pack[pos:pos + c]
                 pos += c
+        return None
 
     def allgatherv(self, sendbuf: np.ndarray) -> np.ndarray:
         """Concatenate every rank's numpy rows (axis 0) on every rank. Collective over comm."""
@@ -425,10 +581,3 @@ def peak_rss_bytes() -> int:
 
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(kb) * (1 if sys.platform == "darwin" else 1024)
-
-
-def launched_under_mpi() -> bool:
-    """True when an MPI launcher started this process (so initialising MPI is expected)."""
-    keys: Iterable[str] = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
-                           "SLURM_PROCID", "HYDRA_CONTROL_FD", "MPI_LOCALNRANKS")
-    return any(k in os.environ for k in keys)
