@@ -49,6 +49,8 @@ def oracle(raw: np.ndarray, directed=False, keep_loops=False, keep_dups=False,
     if not keep_dups and len(e):
         first = np.ones(len(e), bool)
         first[1:] = (e[1:] != e[:-1]).any(axis=1)
+        if t is not None:   # typed edges are duplicates only with the same type
+            first[1:] |= t[1:] != t[:-1]
         e = e[first]
         t = None if t is None else t[first]
     return e, t, n, (ids if relabel else None)
@@ -118,18 +120,20 @@ def test_csv_header_labels_and_split(tmp_path):
     assert cn.read_meta(out).num_classes == 2
 
 
-def test_edge_types_keep_smallest(tmp_path):
+def test_edge_types_stay_distinct(tmp_path):
     src = tmp_path / "t.tsv"
-    src.write_text("0\t1\t5\n1\t0\t2\n1\t2\t0\n2\t1\t7\n0\t0\t1\n")
+    src.write_text("0\t1\t5\n1\t0\t2\n1\t2\t0\n2\t1\t7\n0\t0\t1\n1\t0\t5\n")
     out = tmp_path / "d"
     assert cli("convert", src, "--out", out, "--edge-types") == 0
     meta = cn.read_meta(out)
     assert meta.edge_types and meta.num_edge_types == 8
-    np.testing.assert_array_equal(edges_of(out), [[0, 1], [1, 2]])
-    np.testing.assert_array_equal(cn.edge_type_memmap(out, meta), [2, 0])
+    # parallel edges of different types stay; (0,1,5) twice is one duplicate
+    np.testing.assert_array_equal(edges_of(out), [[0, 1], [0, 1], [1, 2], [1, 2]])
+    np.testing.assert_array_equal(cn.edge_type_memmap(out, meta), [2, 5, 0, 7])
+    assert meta.duplicates_input == 1
     st = cn.EdgeStream(out, None, chunk=1, with_types=True)
     got = list(st.chunks())
-    assert [int(t[0]) for _, t in got] == [2, 0]
+    assert [int(t[0]) for _, t in got] == [2, 5, 0, 7]
     # without --edge-types the third column is ignored
     out2 = tmp_path / "d2"
     assert cli("convert", src, "--out", out2) == 0

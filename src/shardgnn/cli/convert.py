@@ -14,6 +14,7 @@ from shardgnn.comm import peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.convert import ConvertOptions, NodeData, convert_source, run_on_root
 from shardgnn.io.descriptor import Descriptor, read_descriptor
+from shardgnn.io.npzcsr import CsrNpzSource, is_csr_npz
 from shardgnn.io.readers import (DEFAULT_CHUNK_EDGES, ArraySource, EdgeSource, NpySource,
                                  NpzSource, TextSource, detect_format)
 
@@ -25,16 +26,23 @@ int64 above 2^31 nodes) + graph.json, and x.npy / y.npy / *_mask.npy / id_map.np
 edge_type.bin when present.
 
 Inputs (format from the file name, or --format):
-  SNAP edge lists  .txt .edges .tsv .el (also .gz): '#'/'%' comments, space/tab/comma, CRLF ok
+  SNAP edge lists  .txt .edges .tsv .el .edgelist (also .gz): '#'/'%' comments, space/tab/
+                   comma, CRLF ok; a numeric column after the ids (and type) is the edge weight
   CSV with header  .csv (header line detected: a first line whose ids are not integers)
   Matrix Market    .mtx coordinate, general or symmetric, 1-based; size line declares nodes
   Planetoid        a folder with ind.NAME.{x,y,tx,ty,allx,ally,graph,test.index} or DIR/ind.NAME
-  edge arrays      .npy (m, 2) integers; .npz with 'edges' (m, 2) or 'row' and 'col'
+  edge arrays      .npy (m, 2) integers ((m, 3): third column = weight); .npz with 'edges'
+                   (m, 2) or 'row' and 'col', optional 'weight' (m,)
+  GNN benchmark    .npz scipy CSR (adj_matrix.{data,indices,indptr,shape}, optional
+                   attr_matrix.* or dense attr_matrix, labels, class_names): cora_ml, citeseer
   descriptor       .toml from inputs/datasets/ (path, format, labels, expected counts)
 
 Defaults: the graph is made undirected (each edge stored once as (min, max)), self-loops are
-dropped and duplicate edges merged; all three are counted in graph.json. Node ids that are not
-exactly 0..n-1 are relabelled by sorted original id (id_map.npy holds the original ids).
+dropped and duplicate edges merged; all three are counted in graph.json. Duplicates are edges
+with the same (src, dst, type): edges of different types stay distinct; a merged edge keeps the
+largest weight. Node ids that are not exactly 0..n-1 are relabelled by sorted original id
+(id_map.npy holds the original ids). Edge weights go to edge_weight.bin (float32), node types
+to node_type.npy (int32) with their names in graph.json.
 
 Memory: streaming in two passes. It holds the set of node ids (a presence bitmap of 1 byte per
 id up to the largest id, at most 128 MiB, or 8 bytes per node for larger ids; nothing when the
@@ -67,6 +75,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--edge-types", action="store_true",
                    help="keep a third integer column as the edge type (edge_type.bin, int32, "
                    "aligned with edges.bin; merged duplicates keep the smallest type)")
+    p.add_argument("--edge-type-names", default=None, metavar="A,B,...",
+                   help="names of edge types 0, 1, ... (stored in graph.json)")
+    p.add_argument("--no-weights", action="store_true",
+                   help="ignore a weight column / 'weight' array / CSR values (default: store "
+                   "them as float32 edge_weight.bin; merged duplicates keep the largest weight)")
+    p.add_argument("--node-types", default=None, metavar="FILE",
+                   help="node types: .npy (one int per node, new-id order) or CSV/TSV 'id,type' "
+                   "with original ids and integer types or type names (unlisted nodes get 0)")
+    p.add_argument("--node-type-names", default=None, metavar="A,B,...",
+                   help="names of node types 0, 1, ... (or the numbering of the names in a "
+                   "--node-types CSV; default: sorted names)")
     p.add_argument("--features", default=None, metavar="F.npy",
                    help="(nodes, f) feature matrix for an edge-list input, rows in new-id order "
                    "(= original id order when ids are 0..n-1); stored as float32, NaN rejected")
@@ -114,12 +133,21 @@ def build_source(src: Path, fmt: str | None, args: argparse.Namespace,
         source: EdgeSource = ArraySource(data.edges, data.files["graph"], data.num_nodes,
                                          chunk_edges=chunk, name=data.name)
         return source, nodes
+    weights = not (args.no_weights or (desc is not None and desc.weights is False))
     if fmt in ("snap", "csv", "mtx"):
-        source = TextSource(src, fmt, edge_types, chunk)
+        source = TextSource(src, fmt, edge_types, chunk, weights=weights)
     elif fmt == "npy":
-        source = NpySource(src, chunk)
+        source = NpySource(src, chunk, weights=weights)
+    elif fmt == "npz" and is_csr_npz(src):
+        csr = CsrNpzSource(src, chunk, weights=weights)
+        nodes = NodeData(y=csr.labels(), x_writer=csr.write_features if csr.has_features()
+                         and not args.structure_only else None)
+        names = csr.class_names()
+        if names:
+            nodes.extra["class_names"] = names
+        source = csr
     elif fmt == "npz":
-        source = NpzSource(src, chunk)
+        source = NpzSource(src, chunk, weights=weights)
     else:
         raise input_error(src, f"unknown format {fmt!r} (expected one of {FORMATS})")
     return source, nodes
@@ -137,8 +165,14 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     feats = args.features or (desc.features if desc else None)
     labels = args.labels or (desc.labels if desc else None)
     if (feats or labels) and nodes.y is not None:
-        raise ShardError("--features/--labels: expected an edge-list input, got a Planetoid "
-                         "dataset (it brings its own)")
+        raise ShardError("--features/--labels: expected an edge-list input, got a dataset that "
+                         "brings its own labels (Planetoid, GNN-benchmark .npz)")
+    ntypes = args.node_types or (desc.node_types if desc else None)
+    nodes.node_types_path = Path(ntypes) if ntypes else nodes.node_types_path
+    nodes.node_type_names = _names(args.node_type_names) or (
+        desc.node_type_names if desc else []) or nodes.node_type_names
+    nodes.edge_type_names = _names(args.edge_type_names) or (
+        desc.edge_type_names if desc else []) or nodes.edge_type_names
     nodes.features_path = Path(feats) if feats else None
     nodes.labels_path = Path(labels) if labels else None
     split = args.split or (desc.split if desc else None)
@@ -168,6 +202,11 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     if desc is not None and desc.expected and not (args.keep_self_loops or args.keep_duplicates):
         info["expected_ok"] = _check_expected(desc, meta.num_nodes, meta.num_edges, directed)
     return info
+
+
+def _names(text: str | None) -> list[str]:
+    """Comma-separated names ([] for None)."""
+    return [t.strip() for t in text.split(",") if t.strip()] if text else []
 
 
 def _check_expected(desc: Descriptor, n: int, m: int, directed: bool) -> bool:

@@ -55,7 +55,38 @@ def gather_info(directory: str, comm: Any, chunk: int = 1 << 22) -> dict[str, An
         info["in_degree"] = {"max": int(in_deg.max()) if in_deg.size else 0,
                              "zero": int((in_deg == 0).sum())}
     info.update(node_data)
+    info["edge_weights"] = bool(meta.edge_weights)
+    if meta.edge_types:
+        counts = edge_type_counts(directory, comm, meta, chunk)
+        names = list(meta.edge_type_names)
+        info["edge_type_counts"] = {(names[t] if t < len(names) else str(t)): int(c)
+                                    for t, c in enumerate(counts)}
+    info["node_types"] = bool(meta.node_types)
+    if meta.node_types:
+        info["num_node_types"] = int(meta.num_node_types)
+        info["node_type_counts"] = node_data.pop("node_type_counts")
     return info
+
+
+def edge_type_counts(directory: str, comm: Any, meta: cn.GraphMeta,
+                     chunk: int = 1 << 22) -> np.ndarray:
+    """Stored edges per edge type (an undirected edge counts once), summed over ranks.
+    Collective over comm."""
+    stream = cn.EdgeStream(directory, comm, chunk=chunk, with_types=True)
+    k = max(1, int(meta.num_edge_types), len(meta.edge_type_names))
+    counts = np.zeros(k, dtype=np.int64)
+    for _, t in stream.chunks():
+        if t is not None and t.size:
+            c = np.bincount(t, minlength=k)
+            if c.shape[0] > k:   # types beyond the sidecar's count: report them too
+                counts = np.concatenate([counts, np.zeros(c.shape[0] - k, np.int64)])
+                k = c.shape[0]
+            counts[:c.shape[0]] += c
+    if comm is not None:
+        k = int(comm.allreduce_scalar(k, "max"))
+        counts = np.concatenate([counts, np.zeros(k - counts.shape[0], np.int64)])
+        comm.allreduce(counts)
+    return counts
 
 
 def _node_data(directory: str, meta: cn.GraphMeta) -> dict[str, Any]:
@@ -74,6 +105,12 @@ def _node_data(directory: str, meta: cn.GraphMeta) -> dict[str, Any]:
         if m is not None:
             out["masks"][k] = int(np.asarray(m).sum())
     out["id_map"] = (Path(directory) / "id_map.npy").exists()
+    nt = cn.load_node_array(directory, cn.NODE_TYPES, meta) if meta.node_types else None
+    if nt is not None:
+        c = np.bincount(np.asarray(nt), minlength=max(1, meta.num_node_types))
+        names = list(meta.node_type_names)
+        out["node_type_counts"] = {(names[t] if t < len(names) else str(t)): int(v)
+                                   for t, v in enumerate(c)}
     return out
 
 
@@ -99,7 +136,13 @@ def render(info: dict[str, Any]) -> str:
         lines.append(f"out/in       max out-degree {info['out_degree']['max']}, max in-degree "
                      f"{info['in_degree']['max']}")
     if info["edge_types"]:
-        lines.append(f"edge types   {info['num_edge_types']}")
+        lines.append(f"edge types   {info['num_edge_types']}: " + "  ".join(
+            f"{k} {v}" for k, v in info["edge_type_counts"].items()))
+    if info["node_types"]:
+        lines.append(f"node types   {info['num_node_types']}: " + "  ".join(
+            f"{k} {v}" for k, v in info["node_type_counts"].items()))
+    if info["edge_weights"]:
+        lines.append("edge weights edge_weight.bin (float32)")
     lines.append(f"features     {info['features'] or 'none'}"
                  + (f" {info['feature_dtype']}" if info["features"] else ""))
     lab = "none" if info["labels"] is None else f"{info['labels']}, {info['num_classes']} classes"

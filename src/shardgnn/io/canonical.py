@@ -5,6 +5,8 @@ Layout of a dataset directory ``DIR`` (see ``docs/formats.md``)::
     DIR/graph.json        sidecar: num_nodes, num_edges, dtype, directed, counts, files
     DIR/edges.bin         little-endian (src, dst) pairs, int32 if num_nodes < 2**31 else int64
     DIR/edge_type.bin     optional, int32 per edge, aligned with edges.bin
+    DIR/edge_weight.bin   optional, float32 per edge, aligned with edges.bin
+    DIR/node_type.npy     optional int32 node type per node (names in graph.json)
     DIR/x.npy             optional float32 features  (num_nodes, f)
     DIR/y.npy             optional int64 labels       (num_nodes,)
     DIR/{train,val,test}_mask.npy   optional bool masks (num_nodes,)
@@ -30,7 +32,10 @@ VERSION = 1
 SIDECAR = "graph.json"
 EDGES = "edges.bin"
 EDGE_TYPES = "edge_type.bin"
-NODE_FILES = ("x", "y", "train_mask", "val_mask", "test_mask")
+EDGE_WEIGHTS = "edge_weight.bin"
+NODE_TYPES = "node_type"
+#: Per-node arrays ``NAME.npy`` that travel with the nodes into the partition stores.
+NODE_FILES = ("x", "y", "train_mask", "val_mask", "test_mask", "node_type")
 
 
 def edge_dtype(num_nodes: int) -> np.dtype:
@@ -53,6 +58,11 @@ class GraphMeta:
     duplicates_input: int = 0
     edge_types: bool = False
     num_edge_types: int = 0
+    edge_type_names: list[str] = field(default_factory=list)
+    edge_weights: bool = False
+    node_types: bool = False
+    num_node_types: int = 0
+    node_type_names: list[str] = field(default_factory=list)
     num_features: int = 0
     num_classes: int = 0
     relabelled: bool = False
@@ -119,6 +129,19 @@ def edge_type_memmap(directory: str | os.PathLike, meta: GraphMeta) -> np.ndarra
     return np.memmap(p, dtype="<i4", mode="r", shape=(meta.num_edges,))
 
 
+def edge_weight_memmap(directory: str | os.PathLike, meta: GraphMeta) -> np.ndarray | None:
+    """Per-edge float32 weights as a memory map, or None when the dataset has none."""
+    if not meta.edge_weights:
+        return None
+    p = Path(directory) / EDGE_WEIGHTS
+    if meta.num_edges == 0:
+        return np.zeros(0, dtype="<f4")
+    if not p.exists() or p.stat().st_size != 4 * meta.num_edges:
+        raise input_error(p, f"expected {meta.num_edges} float32 edge weights (aligned with "
+                          f"{EDGES}), got {p.stat().st_size if p.exists() else 'no file'} bytes")
+    return np.memmap(p, dtype="<f4", mode="r", shape=(meta.num_edges,))
+
+
 def load_node_array(directory: str | os.PathLike, name: str, meta: GraphMeta,
                     mmap: bool = True) -> np.ndarray | None:
     """Load ``DIR/NAME.npy`` (memory-mapped by default), checking its row count. Rank-local."""
@@ -154,7 +177,8 @@ class EdgeStream:
     """
 
     def __init__(self, directory: str | os.PathLike, comm: Any = None, chunk: int = 1 << 20,
-                 both_directions: bool = False, with_types: bool = False) -> None:
+                 both_directions: bool = False, with_types: bool = False,
+                 with_weights: bool = False) -> None:
         self.path = Path(directory)
         rank = 0 if comm is None else comm.rank
         size = 1 if comm is None else comm.size
@@ -175,6 +199,8 @@ class EdgeStream:
         self.chunk = int(chunk)
         self.both = bool(both_directions and not meta.directed)
         self.with_types = bool(with_types and meta.edge_types)
+        self.with_weights = bool(with_weights)
+        self.weights = bool(with_weights and meta.edge_weights)
         base, extra = divmod(meta.num_edges, size)
         self.lo = rank * base + min(rank, extra)
         self.hi = self.lo + base + (1 if rank < extra else 0)
@@ -192,10 +218,12 @@ class EdgeStream:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for chunk in self.chunks():
-            yield chunk[0] if not self.with_types else chunk
+            yield chunk[0] if not (self.with_types or self.with_weights) else chunk
 
     def chunks(self) -> Iterator[Any]:
-        """Yield (k, 2) int64 arrays, or (edges, types) pairs with ``with_types``."""
+        """Yield (edges, types) pairs: (k, 2) int64 edges and int32 types (None unless
+        ``with_types`` on a typed dataset); with ``with_weights``, (edges, types, weights)
+        triples whose float32 weights are None when the dataset has none."""
         if self.hi <= self.lo:
             return
         dt = self.meta.np_dtype
@@ -203,36 +231,50 @@ class EdgeStream:
         tpath = self.path / EDGE_TYPES
         with open(self.path / EDGES, "rb") as fh:
             tf = open(tpath, "rb") if self.with_types else None
+            wf = open(self.path / EDGE_WEIGHTS, "rb") if self.weights else None
             try:
                 fh.seek(self.lo * item)
                 if tf is not None:
                     tf.seek(self.lo * 4)
+                if wf is not None:
+                    wf.seek(self.lo * 4)
                 pos = self.lo
                 while pos < self.hi:
                     n = min(self.chunk, self.hi - pos)
                     raw = np.fromfile(fh, dtype=dt, count=2 * n).reshape(n, 2).astype(np.int64)
                     types = np.fromfile(tf, dtype="<i4", count=n) if tf is not None else None
+                    w = np.fromfile(wf, dtype="<f4", count=n) if wf is not None else None
                     if self.both:
                         raw = np.concatenate([raw, raw[:, ::-1]], axis=0)
                         if types is not None:
                             types = np.concatenate([types, types])
+                        if w is not None:
+                            w = np.concatenate([w, w])
                     pos += n
-                    yield (raw, types)
+                    yield (raw, types, w) if self.with_weights else (raw, types)
             finally:
-                if tf is not None:
-                    tf.close()
+                for f in (tf, wf):
+                    if f is not None:
+                        f.close()
 
 
 def write_dataset(directory: str | os.PathLike, edges: np.ndarray, num_nodes: int,
                   directed: bool = False, x: np.ndarray | None = None,
                   y: np.ndarray | None = None, masks: dict[str, np.ndarray] | None = None,
                   edge_types: np.ndarray | None = None, name: str = "",
-                  source: str = "") -> GraphMeta:
+                  source: str = "", edge_weights: np.ndarray | None = None,
+                  node_types: np.ndarray | None = None,
+                  node_type_names: list[str] | None = None,
+                  edge_type_names: list[str] | None = None) -> GraphMeta:
     """Write a small in-memory graph as a canonical dataset directory. Rank-local.
 
     ``edges`` is an (m, 2) integer array written as given (the caller has already
-    deduplicated it and, for an undirected graph, stored each edge once). Meant for tests,
-    generators and small graphs; ``shardgnn convert`` streams large inputs instead.
+    deduplicated it and, for an undirected graph, stored each edge once). ``edge_types`` /
+    ``edge_weights`` (one per edge) and ``node_types`` (one per node) are optional; the
+    partition stores look edge attributes up by (src, dst, type), which needs the edges sorted
+    in that order like convert's output (``extra["unsorted"]`` records when they are not).
+    Meant for tests, generators and small graphs; ``shardgnn convert`` streams large inputs
+    instead.
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -244,13 +286,31 @@ def write_dataset(directory: str | os.PathLike, edges: np.ndarray, num_nodes: in
     tmp = d / (EDGES + ".tmp")
     edges.astype(dt).tofile(tmp)
     os.replace(tmp, d / EDGES)
+    unsorted = False
+    if (edge_types is not None or edge_weights is not None) and edges.shape[0] > 1:
+        key = edges[:, 0].astype(np.int64) * int(num_nodes) + edges[:, 1]
+        tt = np.zeros(key.shape[0], np.int64) if edge_types is None else \
+            np.asarray(edge_types, dtype=np.int64)
+        unsorted = bool((key[1:] < key[:-1]).any() or
+                        ((key[1:] == key[:-1]) & (tt[1:] < tt[:-1])).any())
     if edge_types is not None:
         np.asarray(edge_types, dtype="<i4").tofile(d / EDGE_TYPES)
+    if edge_weights is not None:
+        np.asarray(edge_weights, dtype="<f4").tofile(d / EDGE_WEIGHTS)
     meta = GraphMeta(num_nodes=int(num_nodes), num_edges=int(edges.shape[0]), dtype=dt.str,
                      directed=bool(directed), name=name, source=source,
                      self_loops=int((edges[:, 0] == edges[:, 1]).sum()) if edges.size else 0,
                      edge_types=edge_types is not None,
-                     num_edge_types=int(np.max(edge_types)) + 1 if edge_types is not None and len(edge_types) else 0)
+                     num_edge_types=int(np.max(edge_types)) + 1 if edge_types is not None and len(edge_types) else 0,
+                     edge_weights=edge_weights is not None,
+                     edge_type_names=list(edge_type_names or []),
+                     extra={"unsorted": True} if unsorted else {})
+    if node_types is not None:
+        nt = np.asarray(node_types, dtype=np.int32)
+        np.save(d / f"{NODE_TYPES}.npy", nt)
+        meta.node_types = True
+        meta.num_node_types = max(len(node_type_names or []), int(nt.max()) + 1 if nt.size else 0)
+        meta.node_type_names = list(node_type_names or [])
     if x is not None:
         x = np.asarray(x, dtype=np.float32)
         np.save(d / "x.npy", x)

@@ -24,8 +24,8 @@ import numpy as np
 from shardgnn import log
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import canonical as cn
-from shardgnn.io.extsort import (RunWriter, first_of_groups, merge_runs, reduce_runs,
-                                 sorted_unique, union_sorted)
+from shardgnn.io.extsort import (RunWriter, first_of_groups, first_of_records, merge_runs,
+                                 record_order, reduce_runs, sorted_unique, union_sorted)
 from shardgnn.io.readers import EdgeSource
 
 #: Largest node count whose (u, v) pairs fit one int64 key u * N + v.
@@ -59,6 +59,15 @@ class NodeData:
     masks: dict[str, np.ndarray] = field(default_factory=dict)
     features_path: Path | None = None
     labels_path: Path | None = None
+    #: writes ``x.npy`` itself (a path, the node count) and returns the feature count
+    x_writer: Callable[[Path, int], int] | None = None
+    #: int node types in new-id order, or a file (.npy in new-id order, CSV ``id,type`` with
+    #: original ids and integer types or type names)
+    node_types: np.ndarray | None = None
+    node_types_path: Path | None = None
+    node_type_names: list[str] = field(default_factory=list)
+    edge_type_names: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
     split: tuple[float, float, float] | None = None
     split_seed: int = 0
 
@@ -183,9 +192,17 @@ def collect_ids(src: EdgeSource, declared: int | None) -> tuple[np.ndarray | Non
     return (None if declared is not None else idset.ids()), m, tmax
 
 
-def _chunk_keys(e: np.ndarray, types: np.ndarray | None, n: int, opt: ConvertOptions,
-                stats: dict[str, int]) -> tuple[np.ndarray, np.ndarray | None]:
-    """Canonicalise one chunk of relabelled edges into sorted int64 keys (+ types)."""
+Records = tuple[np.ndarray, "np.ndarray | None", "np.ndarray | None"]
+
+
+def _chunk_keys(e: np.ndarray, types: np.ndarray | None, weights: np.ndarray | None, n: int,
+                opt: ConvertOptions, stats: dict[str, int]) -> Records:
+    """Canonicalise one chunk of relabelled edges into sorted int64 keys (+ types, weights).
+
+    Records are sorted by (key, type, -weight); merging duplicates keeps the first record of
+    each (key, type) group, i.e. edges of different types stay distinct and a merged edge keeps
+    its largest weight.
+    """
     u, v = e[:, 0], e[:, 1]
     if not opt.directed:
         u, v = np.minimum(u, v), np.maximum(u, v)
@@ -196,18 +213,19 @@ def _chunk_keys(e: np.ndarray, types: np.ndarray | None, n: int, opt: ConvertOpt
         keep = ~loops
         u, v = u[keep], v[keep]
         types = types[keep] if types is not None else None
+        weights = weights[keep] if weights is not None else None
     keys = u * np.int64(n) + v
-    if types is not None:
-        order = np.lexsort((types, keys))
-        keys, types = keys[order], types[order]
-    else:
-        keys = np.sort(keys)
+    order = record_order(keys, types, weights)
+    keys = keys[order]
+    types = types[order] if types is not None else None
+    weights = weights[order] if weights is not None else None
     stats["kept_before_dedupe"] += keys.shape[0]
     if not opt.keep_duplicates:
-        first = first_of_groups(keys)
+        first = first_of_records(keys, types)
         keys = keys[first]
         types = types[first] if types is not None else None
-    return keys, types
+        weights = weights[first] if weights is not None else None
+    return keys, types, weights
 
 
 def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
@@ -255,12 +273,12 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
     relabeller = Relabeller(ids) if relabel else None  # type: ignore[arg-type]
     stats = {"self_loops_input": 0, "kept_before_dedupe": 0}
     runs_dir = Path(opt.tmp_dir) / f"shardgnn-runs-{os.getpid()}" if opt.tmp_dir else tmp / "_runs"
-    writer = RunWriter(runs_dir, with_payload=src.has_types)
+    writer = RunWriter(runs_dir, types=src.has_types, weights=src.has_weights)
     symmetric_both = src.symmetric and opt.directed
     try:
         with log.Progress(m_in, "convert pass 2 (sort runs)", enabled=m_in >= 1 << 22) as bar:
             for ch in src.chunks():
-                e, t = ch.edges, ch.types
+                e, t, w = ch.edges, ch.types, ch.weights
                 bar.update(e.shape[0])
                 if relabeller is not None:
                     e = relabeller(e)
@@ -268,8 +286,8 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
                     off = e[:, 0] != e[:, 1]
                     e = np.concatenate([e, e[off][:, ::-1]])
                     t = None if t is None else np.concatenate([t, t[off]])
-                keys, t = _chunk_keys(e, t, n, opt, stats)
-                writer.add(keys, t)
+                    w = None if w is None else np.concatenate([w, w[off]])
+                writer.add(*_chunk_keys(e, t, w, n, opt, stats))
         m, dups, selfk = _merge_to_edges(writer, tmp, n, opt)
     finally:
         shutil.rmtree(runs_dir, ignore_errors=True)
@@ -278,31 +296,37 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
                         directed=opt.directed, name=opt.name or src.name, source=str(src.path),
                         self_loops_input=stats["self_loops_input"], self_loops=selfk,
                         duplicates_input=int(dup_input), edge_types=src.has_types,
-                        num_edge_types=tmax + 1 if src.has_types else 0, relabelled=relabel,
+                        num_edge_types=max(tmax + 1, len(nodes.edge_type_names))
+                        if src.has_types else 0, relabelled=relabel,
+                        edge_type_names=list(nodes.edge_type_names) if src.has_types else [],
+                        edge_weights=src.has_weights,
                         extra=dict(opt.extra, input_edges=m_in,
                                    duplicates_merged=not opt.keep_duplicates,
-                                   self_loops_dropped=not opt.keep_self_loops))
+                                   self_loops_dropped=not opt.keep_self_loops, **nodes.extra))
     _write_node_data(tmp, meta, nodes, ids if relabel else None)
     return meta
 
 
 def _merge_to_edges(writer: RunWriter, tmp: Path, n: int,
                     opt: ConvertOptions) -> tuple[int, int, int]:
-    """Merge the runs into ``edges.bin`` (+ ``edge_type.bin``); (edges, duplicates, self-loops)."""
+    """Merge the runs into ``edges.bin`` (+ ``edge_type.bin``, ``edge_weight.bin``);
+    (edges, duplicates, self-loops). Kept duplicates are counted per (key, type)."""
     dedupe = not opt.keep_duplicates
     runs = reduce_runs(writer, dedupe, opt.merge_memory_edges)
     dt = cn.edge_dtype(n)
     m = dups = loops = 0
-    last = np.int64(-1)
-    tpath = tmp / cn.EDGE_TYPES
+    last = (np.int64(-1), -1)
     with open(tmp / cn.EDGES, "wb") as ef, \
-            (open(tpath, "wb") if writer.with_payload else open(os.devnull, "wb")) as tf:
-        for keys, pay in merge_runs(runs, dedupe, opt.merge_memory_edges):
+            open(tmp / cn.EDGE_TYPES if writer.types else os.devnull, "wb") as tf, \
+            open(tmp / cn.EDGE_WEIGHTS if writer.weights else os.devnull, "wb") as wf:
+        for keys, types, weights in merge_runs(runs, dedupe, opt.merge_memory_edges):
             if keys.shape[0] == 0:
                 continue
             if not dedupe:
-                dups += int((~first_of_groups(keys)).sum()) + int(keys[0] == last)
-                last = keys[-1]
+                t0 = -1 if types is None else int(types[0])
+                dups += int((~first_of_records(keys, types)).sum()) + int(
+                    (keys[0], t0) == last)
+                last = (keys[-1], -1 if types is None else int(types[-1]))
             u = keys // n
             v = keys - u * n
             loops += int((u == v).sum())
@@ -310,8 +334,10 @@ def _merge_to_edges(writer: RunWriter, tmp: Path, n: int,
             pair[:, 0] = u
             pair[:, 1] = v
             pair.tofile(ef)
-            if pay is not None:
-                pay.astype("<i4").tofile(tf)
+            if types is not None:
+                types.astype("<i4").tofile(tf)
+            if weights is not None:
+                weights.astype("<f4").tofile(wf)
             m += keys.shape[0]
     return m, dups, loops
 
@@ -320,7 +346,10 @@ def _write_node_data(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
                      ids: np.ndarray | None) -> None:
     """Write x/y/masks from arrays or files, validating rows, NaN and label ids."""
     n = meta.num_nodes
-    if nodes.x is not None:
+    _write_node_types(tmp, meta, nodes, ids)
+    if nodes.x_writer is not None:
+        meta.num_features = nodes.x_writer(tmp / "x.npy", n)
+    elif nodes.x is not None:
         _check_rows(nodes.x, n, Path("<features>"))
         _check_finite(nodes.x, Path("<features>"), 0)
         np.save(tmp / "x.npy", np.asarray(nodes.x, dtype=np.float32))
@@ -343,6 +372,85 @@ def _write_node_data(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
     for k, v in masks.items():
         _check_rows(v, n, Path(f"<{k}>"))
         np.save(tmp / f"{k}.npy", np.asarray(v, dtype=bool))
+
+
+def _write_node_types(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
+                      ids: np.ndarray | None) -> None:
+    """Write ``node_type.npy`` (int32 per node) and the type names into ``meta``."""
+    nt, names = nodes.node_types, list(nodes.node_type_names)
+    if nt is None and nodes.node_types_path is not None:
+        nt, names = read_node_types(nodes.node_types_path, meta.num_nodes, ids, names)
+    if nt is None:
+        return
+    nt = np.asarray(nt)
+    where = nodes.node_types_path or Path("<node types>")
+    _check_rows(nt, meta.num_nodes, where)
+    if nt.size and nt.min() < 0:
+        raise input_error(where, f"negative node type {int(nt.min())} (expected types >= 0)",
+                          f"row {int(np.argmin(nt))}")
+    k = int(nt.max()) + 1 if nt.size else 0
+    if names and len(names) < k:
+        raise input_error(where, f"expected at most {len(names)} node types (one per name), "
+                          f"got type {k - 1}")
+    np.save(tmp / f"{cn.NODE_TYPES}.npy", nt.astype(np.int32))
+    meta.node_types = True
+    meta.num_node_types = max(k, len(names))
+    meta.node_type_names = names
+
+
+def read_node_types(path: Path, n: int, ids: np.ndarray | None,
+                    names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Node types from a ``.npy`` (one int per node, new-id order) or a CSV/TSV ``id,type``
+    file with original ids, where ``type`` is an integer or a name (names are numbered in
+    sorted order unless ``names`` lists them). Nodes without a line get type 0."""
+    if not path.exists():
+        raise input_error(path, "no such file")
+    if path.suffix == ".npy":
+        nt = np.load(path)
+        if nt.ndim != 1 or nt.dtype.kind not in "iu":
+            raise input_error(path, f"expected a 1-D integer node-type array, got {nt.dtype} "
+                              f"{nt.shape}")
+        _check_rows(nt, n, path)
+        return nt.astype(np.int32), names
+    gids, raw = [], []
+    with open(path, encoding="utf-8") as fh:
+        for no, line in enumerate(fh, 1):
+            toks = [t for t in line.strip().replace("\t", ",").replace(";", ",")
+                    .replace(" ", ",").split(",") if t]
+            if not toks or toks[0].startswith(("#", "%")):
+                continue
+            if len(toks) < 2:
+                raise input_error(path, f"expected 'id,type', got {line.strip()[:60]!r}",
+                                  f"line {no}")
+            if not toks[0].isdigit():
+                if gids:
+                    raise input_error(path, f"expected an integer node id, got {toks[0]!r}",
+                                      f"line {no}")
+                continue   # header
+            gids.append(int(toks[0]))
+            raw.append(toks[1])
+    numeric = all(t.isdigit() for t in raw)
+    if numeric:
+        codes = np.asarray([int(t) for t in raw], dtype=np.int64)
+    else:
+        names = names or sorted(set(raw))
+        index = {nm: i for i, nm in enumerate(names)}
+        unknown = sorted(set(raw) - set(index))
+        if unknown:
+            raise input_error(path, f"node type names {unknown[:5]} not among {names}")
+        codes = np.asarray([index[t] for t in raw], dtype=np.int64)
+    g = np.asarray(gids, dtype=np.int64)
+    if ids is not None:
+        pos = np.searchsorted(ids, g)
+        ok = (pos < ids.shape[0]) & (ids[np.minimum(pos, ids.shape[0] - 1)] == g)
+    else:
+        pos, ok = g, g < n
+    if not ok.all():
+        raise input_error(path, f"node type for node id {int(g[~ok][0])}, which is not a node "
+                          "of the graph")
+    nt = np.zeros(n, dtype=np.int32)
+    nt[pos] = codes
+    return nt, names
 
 
 def _check_rows(a: np.ndarray, n: int, path: Path) -> None:
@@ -399,7 +507,7 @@ def read_labels(path: Path, n: int, ids: np.ndarray | None) -> np.ndarray:
         return y.astype(np.int64)
     from shardgnn.io.readers import TextSource
 
-    src = TextSource(path, "csv")
+    src = TextSource(path, "csv", weights=False)
     y = np.full(n, -1, dtype=np.int64)
     for ch in src.chunks():
         gid, lab = ch.edges[:, 0], ch.edges[:, 1]

@@ -11,6 +11,11 @@ Rank-local. Paths inside a descriptor are relative to the descriptor's folder. K
     features = "x.npy"         # optional: (nodes, f) .npy
     structure_only = false     # Planetoid: skip features
     num_nodes = 0              # optional declared node count
+    edge_types = false         # third integer column = edge type
+    edge_type_names = ["rates", "directed_by"]   # optional names of edge types 0, 1, ...
+    weights = true             # a numeric column after the ids (and type) = edge weight
+    node_types = "types.csv"   # optional: .npy per node or CSV id,type (int or name)
+    node_type_names = ["user", "movie"]
     source = "..."; license = "..."; citation = "..."
     [expected]                 # counts checked after conversion (warning when they differ)
     num_nodes = 7115
@@ -35,7 +40,8 @@ else:  # pragma: no cover - Python 3.10
 
 KNOWN = {"name", "path", "format", "directed", "labels", "features", "structure_only",
          "num_nodes", "edge_types", "source", "license", "citation", "expected", "convert",
-         "description", "split", "split_seed"}
+         "description", "split", "split_seed", "edge_type_names", "weights", "node_types",
+         "node_type_names"}
 
 
 @dataclass
@@ -52,11 +58,22 @@ class Descriptor:
     structure_only: bool = False
     num_nodes: int | None = None
     edge_types: bool = False
+    edge_type_names: list[str] = field(default_factory=list)
+    weights: bool | None = None
+    node_types: Path | None = None
+    node_type_names: list[str] = field(default_factory=list)
     split: tuple[float, float, float] | None = None
     split_seed: int = 0
     expected: dict[str, int] = field(default_factory=dict)
     convert: dict[str, Any] = field(default_factory=dict)
     info: dict[str, str] = field(default_factory=dict)
+
+
+def _str_list(file: Path, raw: dict[str, Any], key: str) -> list[str]:
+    v = raw.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
+        raise input_error(file, f"key {key!r}: expected a list of names, got {v!r}")
+    return list(v)
 
 
 def read_descriptor(file: Path) -> Descriptor:
@@ -90,6 +107,10 @@ def read_descriptor(file: Path) -> Descriptor:
                       labels=rel("labels"), features=rel("features"),
                       structure_only=bool(raw.get("structure_only", False)),
                       num_nodes=raw.get("num_nodes"), edge_types=bool(raw.get("edge_types", False)),
+                      edge_type_names=_str_list(file, raw, "edge_type_names"),
+                      weights=None if "weights" not in raw else bool(raw["weights"]),
+                      node_types=rel("node_types"),
+                      node_type_names=_str_list(file, raw, "node_type_names"),
                       split=tuple(float(s) for s in split) if split else None,  # type: ignore[arg-type]
                       split_seed=int(raw.get("split_seed", 0)),
                       expected=dict(raw.get("expected", {})), convert=dict(raw.get("convert", {})),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 
@@ -46,129 +46,183 @@ def first_of_groups(keys: np.ndarray) -> np.ndarray:
 
 
 class RunWriter:
-    """Writes sorted runs of int64 keys (and optional int32 payloads) into a temp folder."""
+    """Writes sorted runs of int64 keys with optional int32 types and float32 weights.
 
-    def __init__(self, folder: str | os.PathLike, with_payload: bool = False) -> None:
+    A run is sorted by (key, type, -weight): the canonical order of ``edges.bin``, in which the
+    first record of each (key, type) group carries the group's largest weight.
+    """
+
+    def __init__(self, folder: str | os.PathLike, types: bool = False,
+                 weights: bool = False) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.with_payload = with_payload
-        self.runs: list[tuple[Path, Path | None, int]] = []
+        self.types = bool(types)
+        self.weights = bool(weights)
+        self.runs: list[Run] = []
         self._n = 0
 
-    def add(self, keys: np.ndarray, payload: np.ndarray | None = None) -> None:
-        """Store one run (``keys`` must already be sorted)."""
+    def _paths(self, stem: str) -> Run:
+        return Run(self.folder / f"{stem}.key",
+                   self.folder / f"{stem}.typ" if self.types else None,
+                   self.folder / f"{stem}.wgt" if self.weights else None, 0)
+
+    def add(self, keys: np.ndarray, types: np.ndarray | None = None,
+            weights: np.ndarray | None = None) -> None:
+        """Store one run (already in :func:`record_order`)."""
         if keys.shape[0] == 0:
             return
-        kp = self.folder / f"run-{self._n:06d}.key"
-        keys.astype("<i8", copy=False).tofile(kp)
-        pp = None
-        if self.with_payload:
-            pp = self.folder / f"run-{self._n:06d}.pay"
-            np.asarray(payload, dtype="<i4").tofile(pp)
-        self.runs.append((kp, pp, int(keys.shape[0])))
+        run = self._paths(f"run-{self._n:06d}")
+        run.count = int(keys.shape[0])
+        keys.astype("<i8", copy=False).tofile(run.key)
+        if run.typ is not None:
+            np.asarray(types, dtype="<i4").tofile(run.typ)
+        if run.wgt is not None:
+            np.asarray(weights, dtype="<f4").tofile(run.wgt)
+        self.runs.append(run)
         self._n += 1
+
+
+class Run:
+    """Files of one sorted run: keys, and types / weights when the records carry them."""
+
+    def __init__(self, key: Path, typ: Path | None, wgt: Path | None, count: int) -> None:
+        self.key, self.typ, self.wgt, self.count = key, typ, wgt, count
+
+    def files(self) -> list[Path]:
+        return [f for f in (self.key, self.typ, self.wgt) if f is not None]
+
+
+def record_order(keys: np.ndarray, types: np.ndarray | None,
+                 weights: np.ndarray | None) -> np.ndarray:
+    """Permutation sorting records by (key, type, -weight) (stable)."""
+    if types is None and weights is None:
+        return np.argsort(keys, kind="stable")
+    cols: list[np.ndarray] = []
+    if weights is not None:
+        cols.append(-np.asarray(weights, dtype=np.float32))
+    if types is not None:
+        cols.append(types)
+    cols.append(keys)
+    return np.lexsort(tuple(cols))
+
+
+def first_of_records(keys: np.ndarray, types: np.ndarray | None) -> np.ndarray:
+    """First record of each (key, type) group (of each key without types) of sorted records."""
+    keep = first_of_groups(keys)
+    if types is not None and keys.shape[0] > 1:
+        keep[1:] |= types[1:] != types[:-1]
+    return keep
 
 
 class _RunReader:
     """Block-wise reader of one run."""
 
-    def __init__(self, key_path: Path, pay_path: Path | None, count: int, block: int) -> None:
-        self.kf = open(key_path, "rb")
-        self.pf = open(pay_path, "rb") if pay_path is not None else None
-        self.left = count
+    def __init__(self, run: Run, block: int) -> None:
+        self.kf = open(run.key, "rb")
+        self.tf = open(run.typ, "rb") if run.typ is not None else None
+        self.wf = open(run.wgt, "rb") if run.wgt is not None else None
+        self.left = run.count
         self.block = block
         self.keys = np.zeros(0, dtype=np.int64)
-        self.pay: np.ndarray | None = None if pay_path is None else np.zeros(0, dtype=np.int32)
+        self.types: np.ndarray | None = None
+        self.weights: np.ndarray | None = None
         self.refill()
 
     def refill(self) -> None:
         n = min(self.block, self.left)
         self.keys = np.fromfile(self.kf, dtype="<i8", count=n)
-        if self.pf is not None:
-            self.pay = np.fromfile(self.pf, dtype="<i4", count=n)
+        if self.tf is not None:
+            self.types = np.fromfile(self.tf, dtype="<i4", count=n)
+        if self.wf is not None:
+            self.weights = np.fromfile(self.wf, dtype="<f4", count=n)
         self.left -= n
 
+    def take(self, cut: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """The first ``cut`` records (refilling when the block is used up)."""
+        out = (self.keys[:cut], None if self.types is None else self.types[:cut],
+               None if self.weights is None else self.weights[:cut])
+        if cut == self.keys.shape[0]:
+            self.refill()
+        else:
+            self.keys = self.keys[cut:]
+            self.types = None if self.types is None else self.types[cut:]
+            self.weights = None if self.weights is None else self.weights[cut:]
+        return out
+
     def close(self) -> None:
-        self.kf.close()
-        if self.pf is not None:
-            self.pf.close()
+        for fh in (self.kf, self.tf, self.wf):
+            if fh is not None:
+                fh.close()
 
 
-def merge_runs(runs: list[tuple[Path, Path | None, int]], dedupe: bool,
-               memory_keys: int = 1 << 23) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-    """K-way merge of sorted runs, yielding sorted blocks of (keys, payload).
+Block = tuple[np.ndarray, "np.ndarray | None", "np.ndarray | None"]
+
+
+def merge_runs(runs: list[Run], dedupe: bool, memory_keys: int = 1 << 23) -> Iterator[Block]:
+    """K-way merge of sorted runs, yielding sorted blocks of (keys, types, weights).
 
     At most :data:`FAN_IN` runs are read at a time, each through a block of
-    ``memory_keys // fan_in`` keys. With ``dedupe``, equal keys are merged (the smallest payload
-    is kept); runs must then be free of internal duplicates. Blocks come out in global order.
-    Call :func:`reduce_runs` first when there are more than FAN_IN runs.
+    ``memory_keys // fan_in`` keys. With ``dedupe``, records with equal (key, type) are merged
+    into the first in (key, type, -weight) order: the largest weight is kept; runs must then be
+    free of internal duplicates. Blocks come out in global order. Call :func:`reduce_runs` first
+    when there are more than FAN_IN runs.
     """
     if not runs:
         return
     block = max(1, memory_keys // max(1, len(runs)))
-    readers = [_RunReader(k, p, c, block) for k, p, c in runs]
-    with_pay = runs[0][1] is not None
+    readers = [_RunReader(r, block) for r in runs]
     try:
         while True:
             live = [r for r in readers if r.keys.shape[0] > 0]
             if not live:
                 return
             frontier = min(int(r.keys[-1]) for r in live)
-            ks, ps = [], []
-            for r in live:
-                cut = int(np.searchsorted(r.keys, frontier, side="right"))
-                ks.append(r.keys[:cut])
-                if with_pay:
-                    ps.append(r.pay[:cut])  # type: ignore[index]
-                if cut == r.keys.shape[0]:
-                    r.refill()
-                else:
-                    r.keys = r.keys[cut:]
-                    if with_pay:
-                        r.pay = r.pay[cut:]  # type: ignore[index]
-            keys = np.concatenate(ks)
-            pay = np.concatenate(ps) if with_pay else None
-            if pay is not None:
-                order = np.lexsort((pay, keys))
-                keys, pay = keys[order], pay[order]
-            else:
-                keys = np.sort(keys, kind="stable")
+            parts = [r.take(int(np.searchsorted(r.keys, frontier, side="right"))) for r in live]
+            keys = np.concatenate([p[0] for p in parts])
+            types = None if parts[0][1] is None else np.concatenate([p[1] for p in parts])
+            weights = None if parts[0][2] is None else np.concatenate([p[2] for p in parts])
+            order = record_order(keys, types, weights)
+            keys = keys[order]
+            types = None if types is None else types[order]
+            weights = None if weights is None else weights[order]
             if dedupe:
-                keep = first_of_groups(keys)
+                keep = first_of_records(keys, types)
                 keys = keys[keep]
-                pay = pay[keep] if pay is not None else None
-            yield keys, pay
+                types = None if types is None else types[keep]
+                weights = None if weights is None else weights[keep]
+            yield keys, types, weights
     finally:
         for r in readers:
             r.close()
 
 
-def reduce_runs(writer: RunWriter, dedupe: bool, memory_keys: int = 1 << 23,
-                progress: Callable[[int], None] | None = None) -> list[tuple[Path, Path | None, int]]:
+def reduce_runs(writer: RunWriter, dedupe: bool, memory_keys: int = 1 << 23) -> list[Run]:
     """Merge groups of runs into bigger runs until at most :data:`FAN_IN` remain."""
     runs = list(writer.runs)
     level = 0
     while len(runs) > FAN_IN:
-        merged: list[tuple[Path, Path | None, int]] = []
+        merged: list[Run] = []
         for g0 in range(0, len(runs), FAN_IN):
             group = runs[g0:g0 + FAN_IN]
             if len(group) == 1:
                 merged.append(group[0])
                 continue
-            kp = writer.folder / f"merge-{level}-{g0:06d}.key"
-            pp = writer.folder / f"merge-{level}-{g0:06d}.pay" if writer.with_payload else None
-            count = 0
-            with open(kp, "wb") as kf, (open(pp, "wb") if pp else open(os.devnull, "wb")) as pf:
-                for keys, pay in merge_runs(group, dedupe, memory_keys):
-                    keys.astype("<i8", copy=False).tofile(kf)
-                    if pay is not None:
-                        pay.astype("<i4", copy=False).tofile(pf)
-                    count += keys.shape[0]
-            for k, p, _ in group:
-                k.unlink()
-                if p is not None:
-                    p.unlink()
-            merged.append((kp, pp, count))
+            out = writer._paths(f"merge-{level}-{g0:06d}")
+            fhs = [open(f, "wb") for f in out.files()]
+            try:
+                for block in merge_runs(group, dedupe, memory_keys):
+                    for fh, arr, dt in zip(fhs, [a for a in block if a is not None],
+                                           ("<i8",) + (("<i4",) if out.typ else ()) +
+                                           (("<f4",) if out.wgt else ())):
+                        arr.astype(dt, copy=False).tofile(fh)
+                    out.count += block[0].shape[0]
+            finally:
+                for fh in fhs:
+                    fh.close()
+            for r in group:
+                for f in r.files():
+                    f.unlink()
+            merged.append(out)
         runs = merged
         level += 1
     return runs

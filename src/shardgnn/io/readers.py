@@ -21,7 +21,7 @@ from shardgnn.errors import input_error
 
 #: File name endings understood by ``convert`` and the format each maps to.
 EXTENSIONS = {
-    ".txt": "snap", ".edges": "snap", ".tsv": "snap", ".el": "snap",
+    ".txt": "snap", ".edges": "snap", ".tsv": "snap", ".el": "snap", ".edgelist": "snap",
     ".csv": "csv", ".mtx": "mtx", ".npy": "npy", ".npz": "npz", ".toml": "toml",
 }
 TEXT_FORMATS = ("snap", "csv", "mtx")
@@ -39,6 +39,7 @@ class EdgeChunk:
     row0: int = 0
     byte0: int = 0
     row_bytes: int = 0
+    weights: np.ndarray | None = None
 
     def where(self, i: int) -> str:
         """Location of edge ``i`` of this chunk, for error messages."""
@@ -55,6 +56,7 @@ class EdgeSource:
     path: Path = Path("")
     declared_nodes: int | None = None
     has_types: bool = False
+    has_weights: bool = False
     symmetric: bool = False
     name: str = ""
 
@@ -70,11 +72,58 @@ def _is_sep(c: int) -> bool:
 
 
 @njit(cache=True)
-def _parse_block(buf, nparse, ncols, out, lines, line0):  # pragma: no cover - numba
-    """Parse complete text lines of integers.
+def _parse_float(buf, i, n):  # pragma: no cover - numba
+    """Parse a decimal number (sign, digits, '.', digits, exponent) at ``buf[i]``.
+
+    Returns (value, next index, ok); ``ok`` is False for anything else (nan, inf, text).
+    """
+    neg = False
+    if i < n and (buf[i] == 45 or buf[i] == 43):
+        neg = buf[i] == 45
+        i += 1
+    mant = 0.0
+    nd = 0
+    while i < n and 48 <= buf[i] <= 57:
+        mant = mant * 10.0 + (buf[i] - 48)
+        nd += 1
+        i += 1
+    scale = 0
+    if i < n and buf[i] == 46:
+        i += 1
+        while i < n and 48 <= buf[i] <= 57:
+            mant = mant * 10.0 + (buf[i] - 48)
+            scale -= 1
+            nd += 1
+            i += 1
+    if nd == 0:
+        return 0.0, i, False
+    if i < n and (buf[i] == 101 or buf[i] == 69):
+        i += 1
+        eneg = False
+        if i < n and (buf[i] == 45 or buf[i] == 43):
+            eneg = buf[i] == 45
+            i += 1
+        ev = 0
+        ne = 0
+        while i < n and 48 <= buf[i] <= 57:
+            ev = min(ev * 10 + (buf[i] - 48), 10000)
+            ne += 1
+            i += 1
+        if ne == 0:
+            return 0.0, i, False
+        scale += -ev if eneg else ev
+    val = mant * 10.0 ** scale if scale >= -300 else (mant * 10.0 ** (scale + 300)) * 1e-300
+    return (-val if neg else val), i, True
+
+
+@njit(cache=True)
+def _parse_block(buf, nparse, ncols, out, lines, line0, wcol, wout):  # pragma: no cover - numba
+    """Parse complete text lines of integers (columns < nparse) and one decimal column ``wcol``
+    (the edge weight, into ``wout``; -1: none).
 
     Returns (rows, last_line, ncols, err, err_line, err_val). err: 0 ok, 1 column count,
-    2 negative id, 3 non-integer, 4 integer too large, 5 fewer than 2 columns.
+    2 negative id, 3 non-integer, 4 integer too large, 5 fewer than 2 columns, 6 a weight that
+    is not a finite decimal number.
     """
     n = buf.shape[0]
     i = 0
@@ -112,6 +161,12 @@ def _parse_block(buf, nparse, ncols, out, lines, line0):  # pragma: no cover - n
                 if nd > 18:
                     return row, line, ncols, 4, line, col
                 out[row, col] = v
+            elif col == wcol:
+                w, i, ok = _parse_float(buf, i, n)
+                if not ok or (i < n and not _is_sep(buf[i]) and buf[i] != 10) or \
+                        not np.isfinite(w) or abs(w) > 3.4e38:
+                    return row, line, ncols, 6, line, col
+                wout[row] = w
             else:
                 while i < n and not _is_sep(buf[i]) and buf[i] != 10:
                     i += 1
@@ -164,11 +219,14 @@ class TextSource(EdgeSource):
 
     Lines starting with ``#`` or ``%`` are comments; CRLF is accepted. Every data line must have
     the column count of the first data line; the first two columns are ids, an optional third
-    integer column is the edge type (``edge_types``); further columns are ignored.
+    integer column is the edge type (``edge_types``); the next column, when the first data line
+    has one holding a decimal number, is the edge weight (``weights=True``; ``False`` ignores
+    it; a Matrix Market ``real``/``integer`` value is the weight); further columns are ignored.
     """
 
     def __init__(self, path: str | os.PathLike, fmt: str = "snap", edge_types: bool = False,
-                 chunk_edges: int = DEFAULT_CHUNK_EDGES, chunk_bytes: int | None = None) -> None:
+                 chunk_edges: int = DEFAULT_CHUNK_EDGES, chunk_bytes: int | None = None,
+                 weights: bool = True) -> None:
         self.path = Path(path)
         self.fmt = fmt
         self.has_types = edge_types
@@ -178,18 +236,38 @@ class TextSource(EdgeSource):
         self.one_based = False
         self._skip_lines = 0
         _check_readable(self.path)
+        self.mtx_values = False
         if fmt == "mtx":
             self._read_mtx_header()
         elif fmt == "csv":
             self._detect_header()
+        self.has_weights = bool(weights) and self._weight_column()
+
+    def _weight_column(self) -> bool:
+        """Whether the first data line has a decimal number after the ids (and type)."""
+        if self.fmt == "mtx":
+            return self.mtx_values
+        first = self._first_data_line(self._skip_lines)
+        if first is None:
+            return False
+        toks = [t for t in first[1].decode("utf-8", "replace").replace("\t", ",")
+                .replace(";", ",").replace(" ", ",").strip().split(",") if t]
+        k = 3 if self.has_types else 2
+        if len(toks) <= k:
+            return False
+        try:
+            return bool(np.isfinite(float(toks[k])))
+        except ValueError:
+            return False
 
     # -- headers
-    def _first_data_line(self) -> tuple[int, bytes] | None:
-        """(line number, raw bytes) of the first non-blank, non-comment line."""
+    def _first_data_line(self, after: int = 0) -> tuple[int, bytes] | None:
+        """(line number, raw bytes) of the first non-blank, non-comment line after line
+        ``after``."""
         with _open_bytes(self.path) as fh:
             for no, raw in enumerate(fh, 1):
                 s = raw.strip()
-                if s and not s.startswith((b"#", b"%")):
+                if no > after and s and not s.startswith((b"#", b"%")):
                     return no, raw
         return None
 
@@ -217,6 +295,7 @@ class TextSource(EdgeSource):
                 raise input_error(self.path, f"expected a coordinate (sparse) matrix, got "
                                   f"{banner[2]!r}", "line 1")
             self.symmetric = banner[4] in ("symmetric", "skew-symmetric", "hermitian")
+            self.mtx_values = banner[3] in ("real", "integer", "double")
             no = 1
             for raw in fh:
                 no += 1
@@ -272,7 +351,9 @@ class TextSource(EdgeSource):
             cap = block.count(b"\n") + 1
             out = np.empty((cap, nparse), dtype=np.int64)
             lines = np.empty(cap, dtype=np.int64)
-            rows, _, ncols, err, eline, eval_ = _parse_block(buf, nparse, ncols, out, lines, line0)
+            wout = np.zeros(cap if self.has_weights else 1, dtype=np.float64)
+            rows, _, ncols, err, eline, eval_ = _parse_block(
+                buf, nparse, ncols, out, lines, line0, nparse if self.has_weights else -1, wout)
             if err:
                 self._raise(err, eline, eval_, ncols, block, line0)
             if rows and self.has_types and ncols < 3:
@@ -290,7 +371,11 @@ class TextSource(EdgeSource):
             if types is not None and rows and int(out[:rows, 2].max()) > np.iinfo(np.int32).max:
                 i = int(np.argmax(out[:rows, 2]))
                 raise input_error(self.path, "edge type does not fit int32", f"line {int(lines[i])}")
-            yield EdgeChunk(e, types, self.path, lines=lines[:rows].copy())
+            if self.has_weights and rows and ncols <= nparse:
+                raise input_error(self.path, f"expected a weight column after the ids like the "
+                                  f"first data line, got {ncols} columns", f"line {int(lines[0])}")
+            w = wout[:rows].astype(np.float32) if self.has_weights else None
+            yield EdgeChunk(e, types, self.path, lines=lines[:rows].copy(), weights=w)
         if self.fmt == "mtx" and seen != self.nnz:
             raise input_error(self.path, f"expected {self.nnz} entries from the size line, "
                               f"got {seen} (truncated file?)", f"line {self._skip_lines}")
@@ -307,6 +392,9 @@ class TextSource(EdgeSource):
             msg = f"expected an integer {what} in column {val + 1}, got {text!r}"
         elif err == 4:
             msg = f"integer in column {val + 1} is too large (expected < 10^18): {text!r}"
+        elif err == 6:
+            msg = (f"expected a finite decimal edge weight in column {val + 1} (like the first "
+                   f"data line; --no-weights ignores the column), got {text!r}")
         else:
             msg = f"expected at least 2 columns (src dst), got {val}: {text!r}"
         raise input_error(self.path, msg, f"line {line}")
@@ -341,9 +429,11 @@ def _check_int_dtype(dt: np.dtype, path: Path, what: str) -> None:
 
 
 class NpySource(EdgeSource):
-    """An (m, 2) integer ``.npy`` edge array (a third column is ignored), read in chunks."""
+    """An (m, 2) integer ``.npy`` edge array, or (m, 3) whose third column is the edge weight
+    (ignored with ``weights=False``), read in chunks."""
 
-    def __init__(self, path: str | os.PathLike, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> None:
+    def __init__(self, path: str | os.PathLike, chunk_edges: int = DEFAULT_CHUNK_EDGES,
+                 weights: bool = True) -> None:
         self.path = Path(path)
         self.name = self.path.stem
         self.chunk = int(chunk_edges)
@@ -355,6 +445,7 @@ class NpySource(EdgeSource):
             raise input_error(self.path, f"expected an (m, 2) edge array, got shape {shape}")
         self.m, self.cols, self.dtype, self.offset = shape[0], shape[1], dt, off
         self.fortran = fortran
+        self.has_weights = bool(weights) and self.cols == 3
         need = self.m * self.cols * dt.itemsize
         have = self.path.stat().st_size - off
         if have != need:
@@ -374,21 +465,35 @@ class NpySource(EdgeSource):
             mm = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self.offset,
                            shape=(self.m, self.cols), order="F")
             blocks: Iterator[tuple[int, np.ndarray]] = (
-                (lo, np.array(mm[lo:lo + self.chunk, :2], dtype=np.int64))
+                (lo, np.array(mm[lo:lo + self.chunk]))
                 for lo in range(0, self.m, self.chunk))
         else:
             blocks = self._c_blocks()
-        for lo, e in blocks:
+        for lo, raw in blocks:
+            e = raw[:, :2].astype(np.int64)
             _check_nonneg(e, self.path, lambda i, lo=lo: f"byte {self.offset + (lo + i) * row_bytes}")
-            yield EdgeChunk(e, None, self.path, row0=lo, byte0=self.offset, row_bytes=row_bytes)
+            w = None
+            if self.has_weights:
+                w = raw[:, 2].astype(np.float32)
+                _check_weights(w, self.path, lambda i, lo=lo: f"byte {self.offset + (lo + i) * row_bytes}")
+            yield EdgeChunk(e, None, self.path, row0=lo, byte0=self.offset, row_bytes=row_bytes,
+                            weights=w)
 
     def _c_blocks(self) -> Iterator[tuple[int, np.ndarray]]:
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
             for lo in range(0, self.m, self.chunk):
                 k = min(self.chunk, self.m - lo)
-                raw = np.fromfile(fh, dtype=self.dtype, count=k * self.cols).reshape(k, self.cols)
-                yield lo, raw[:, :2].astype(np.int64)
+                yield lo, np.fromfile(fh, dtype=self.dtype, count=k * self.cols).reshape(k, self.cols)
+
+
+def _check_weights(w: np.ndarray, path: Path, where) -> None:
+    """Edge weights must be finite (float32)."""
+    bad = ~np.isfinite(w)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise input_error(path, f"non-finite edge weight {w[i]} (expected finite numbers "
+                          "that fit float32)", where(i))
 
 
 def _check_nonneg(e: np.ndarray, path: Path, where) -> None:
@@ -398,12 +503,14 @@ def _check_nonneg(e: np.ndarray, path: Path, where) -> None:
 
 
 class NpzSource(EdgeSource):
-    """An ``.npz`` archive with ``edges`` (m, 2) or ``row`` and ``col`` (m,) integer arrays.
+    """An ``.npz`` archive with ``edges`` (m, 2) or ``row`` and ``col`` (m,) integer arrays, and
+    optionally ``weight`` (m,) numbers (the edge weights; ignored with ``weights=False``).
 
     Members are streamed from the (possibly compressed) zip in chunks; nothing is loaded whole.
     """
 
-    def __init__(self, path: str | os.PathLike, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> None:
+    def __init__(self, path: str | os.PathLike, chunk_edges: int = DEFAULT_CHUNK_EDGES,
+                 weights: bool = True) -> None:
         self.path = Path(path)
         self.name = self.path.stem
         self.chunk = int(chunk_edges)
@@ -420,12 +527,18 @@ class NpzSource(EdgeSource):
             self.members = ["row.npy", "col.npy"]
         else:
             got = sorted(n[:-4] for n in names)
-            raise input_error(self.path, f"expected arrays 'edges' or 'row' and 'col', got {got}")
+            raise input_error(self.path, f"expected arrays 'edges' or 'row' and 'col' (or the "
+                              f"CSR keys 'adj_matrix.indptr', ...), got {got}")
+        self.has_weights = bool(weights) and "weight.npy" in names
         self.shapes = []
-        for mname in self.members:
+        for mname in self.members + (["weight.npy"] if self.has_weights else []):
             with zipfile.ZipFile(self.path) as zf, zf.open(mname) as fh:
                 shape, fortran, dt, off = _read_npy_header(fh, self.path)
-            _check_int_dtype(dt, self.path, mname[:-4])
+            if mname == "weight.npy":
+                if dt.kind not in "iufb":
+                    raise input_error(self.path, f"weight: expected a numeric array, got {dt}")
+            else:
+                _check_int_dtype(dt, self.path, mname[:-4])
             if fortran and len(shape) > 1:
                 raise input_error(self.path, f"{mname}: expected a C-ordered array")
             need = int(np.prod(shape)) * dt.itemsize
@@ -440,15 +553,19 @@ class NpzSource(EdgeSource):
                 raise input_error(self.path, f"expected 'edges' of shape (m, 2), got {shape}")
             self.m = shape[0]
         else:
-            (rs, _, _), (cs, _, _) = self.shapes
+            (rs, _, _), (cs, _, _) = self.shapes[:2]
             if len(rs) != 1 or rs != cs:
                 raise input_error(self.path, f"expected 'row' and 'col' of equal 1-D shape, "
                                   f"got {rs} and {cs}")
             self.m = rs[0]
+        if self.has_weights and self.shapes[-1][0] != (self.m,):
+            raise input_error(self.path, f"weight: expected shape ({self.m},) (one per edge), "
+                              f"got {self.shapes[-1][0]}")
 
     def chunks(self) -> Iterator[EdgeChunk]:
         with zipfile.ZipFile(self.path) as zf:
-            fhs = [zf.open(mname) for mname in self.members]
+            members = self.members + (["weight.npy"] if self.has_weights else [])
+            fhs = [zf.open(mname) for mname in members]
             try:
                 for fh, (_, _, off) in zip(fhs, self.shapes):
                     fh.read(off)
@@ -456,12 +573,18 @@ class NpzSource(EdgeSource):
                 for lo in range(0, self.m, self.chunk):
                     k = min(self.chunk, self.m - lo)
                     cols = []
-                    for fh, (_, dt, _) in zip(fhs, self.shapes):
+                    for fh, (_, dt, _) in zip(fhs[:len(self.members)], self.shapes):
                         raw = _read_exact(fh, k * width * dt.itemsize)
                         cols.append(np.frombuffer(raw, dtype=dt).astype(np.int64).reshape(k, width))
                     e = np.concatenate(cols, axis=1) if width == 1 else cols[0]
                     _check_nonneg(e, self.path, lambda i, lo=lo: f"edge {lo + i}")
-                    yield EdgeChunk(e, None, self.path, row0=lo)
+                    w = None
+                    if self.has_weights:
+                        dt = self.shapes[-1][1]
+                        w = np.frombuffer(_read_exact(fhs[-1], k * dt.itemsize),
+                                          dtype=dt).astype(np.float32)
+                        _check_weights(w, self.path, lambda i, lo=lo: f"edge {lo + i}")
+                    yield EdgeChunk(e, None, self.path, row0=lo, weights=w)
             finally:
                 for fh in fhs:
                     fh.close()
