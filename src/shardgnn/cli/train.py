@@ -1,19 +1,40 @@
-"""`shardgnn train`: dispatch to the full-batch RDM / CAGNET-1D engine or partition-parallel averaging."""
+"""`shardgnn train`: shared options, the per-engine option check, dispatch to the engine family
+(full-batch RDM / CAGNET-1D in ``shardgnn.rdm.cli``, partition-parallel averaging in
+``shardgnn.train.cli``)."""
 from __future__ import annotations
 
 import argparse
+from types import ModuleType
 from typing import Any
 
 from shardgnn.errors import ShardError
 from shardgnn.rdm import cli as rdm_cli
 from shardgnn.train import cli as avg_cli
+from shardgnn.train import guards
+
+#: Engine families: modules with ENGINES, add_arguments(parser), run(comm, args) and optionally
+#: SHARED_OPTIONS (dests of the shared group below it takes) and NOT_OPTIONS (engine -> dests of
+#: its own group that engine does not take). An engine takes the common options, the options its
+#: module's add_arguments adds (minus NOT_OPTIONS) and its SHARED_OPTIONS; any other option
+#: given on the command line is an error.
+FAMILIES: tuple[ModuleType, ...] = (rdm_cli, avg_cli)
 
 HELP = """\
 Train a GNN. Engines:
   rdm        full-batch GCN with row/column redistribution (Alltoallv), DATA = converted dataset
   cagnet1d   full-batch GCN, CAGNET 1D baseline (broadcasts of H blocks), DATA = converted dataset
   averaging  partition-parallel training with model averaging (CATGNN), DATA = partition directory
+
+An option that the chosen engine does not take is an error (exit 2), e.g. --model with
+--engine rdm; each group below says which engines take its options.
 """
+
+#: dest -> option string of every option of `shardgnn train`, and dest -> family of the
+#: family-specific ones (filled by add_parser).
+_NAMES: dict[str, str] = {}
+_OWN: dict[str, set[str]] = {}
+_COMMON: set[str] = set()
+_SHARED: set[str] = set()
 
 
 def add_parser(sub: Any) -> None:
@@ -24,22 +45,65 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--epochs", type=int, default=200, help="training epochs (default: 200)")
     p.add_argument("--hidden", type=int, default=16, help="hidden width (default: 16)")
     p.add_argument("--layers", type=int, default=2, help="number of GNN layers (default: 2)")
-    p.add_argument("--dropout", type=float, default=0.5, help="dropout probability (default: 0.5)")
-    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default: 0.01)")
-    p.add_argument("--weight-decay", type=float, default=5e-4, help="Adam weight decay (default: 5e-4)")
+    p.add_argument("--dropout", type=guards.probability, default=0.5,
+                   help="dropout probability, in [0, 1) (default: 0.5)")
+    p.add_argument("--lr", type=guards.positive_float, default=0.01,
+                   help="Adam learning rate, finite and > 0 (default: 0.01)")
+    p.add_argument("--weight-decay", type=guards.nonnegative_float, default=5e-4,
+                   help="Adam weight decay, finite and >= 0 (default: 5e-4)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--out", required=True, help="results HDF5 file (written atomically)")
-    rdm_cli.add_arguments(p)
-    avg_cli.add_arguments(p)
+    n0 = len(p._actions)
+    g = p.add_argument_group("options of several engines (each says which engines take it)")
+    g.add_argument("--eval", choices=("full", "local", "none"), default="full",
+                   help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always; averaging: a "
+                   "forward on rank 0 over the source dataset named in meta.json); local "
+                   "(averaging): owned vertices on each partition (approximate beyond one layer); "
+                   "none: no evaluation (default: full)")
+    g.add_argument("--eval-every", type=int, default=1,
+                   help="(all engines) evaluate every N epochs (averaging: at synchronised epochs only) "
+                   "(default: 1)")
+    g.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="(averaging) write a checkpoint every N epochs; 0 = never (default: 0)")
+    g.add_argument("--checkpoint", default=None, metavar="FILE",
+                   help="(averaging) checkpoint HDF5 file (default: OUT.ckpt.h5)")
+    g.add_argument("--resume", default=None, metavar="FILE",
+                   help="(averaging) continue from this checkpoint (same options; "
+                   "the same loss/accuracy curve as without interruption)")
+    _COMMON.update(a.dest for a in p._actions[:n0])
+    _SHARED.update(a.dest for a in p._actions[n0:])
+    for fam in FAMILIES:
+        k = len(p._actions)
+        fam.add_arguments(p)
+        _OWN[fam.__name__] = {a.dest for a in p._actions[k:]}
+    _NAMES.update(guards.track_explicit(p._actions))
     p.set_defaults(func=run)
 
 
+def family_of(engine: str) -> ModuleType:
+    """The family module running ``engine`` (ShardError if none)."""
+    for fam in FAMILIES:
+        if engine in fam.ENGINES:
+            return fam
+    names = [e for fam in FAMILIES for e in fam.ENGINES]
+    raise ShardError(f"unknown --engine {engine!r}; expected one of {', '.join(names)}")
+
+
+def accepted_options(engine: str) -> set[str]:
+    """Dests of the options ``engine`` takes (see :data:`FAMILIES`)."""
+    fam = family_of(engine)
+    own = _OWN.get(fam.__name__, set()) - set(getattr(fam, "NOT_OPTIONS", {}).get(engine, ()))
+    return _COMMON | own | (set(getattr(fam, "SHARED_OPTIONS", ())) & _SHARED)
+
+
 def run(comm: Any, args: argparse.Namespace) -> int:
-    """Run the engine named by ``args.engine``. Collective over comm."""
+    """Check the options against the engine, then run the engine named by ``args.engine``.
+    Collective over comm."""
+    given = guards.resolve_explicit(args)
     engine = args.engine.lower()
-    if engine in rdm_cli.ENGINES:
-        return rdm_cli.run(comm, args)
-    if engine in avg_cli.ENGINES:
-        return avg_cli.run(comm, args)
-    raise ShardError(f"unknown --engine {args.engine!r}; expected one of "
-                     f"{', '.join(rdm_cli.ENGINES + avg_cli.ENGINES)}")
+
+    def check() -> None:
+        guards.reject_unsupported(engine, given, accepted_options(engine), _NAMES, _COMMON)
+
+    comm.run_agreed(check)  # the same verdict on every rank: exit 2 without an abort
+    return int(family_of(engine).run(comm, args) or 0)

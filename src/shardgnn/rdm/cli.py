@@ -5,6 +5,11 @@ import argparse
 from typing import Any
 
 ENGINES: tuple[str, ...] = ("rdm", "cagnet1d")
+#: Options of `shardgnn train`'s shared group these engines take (see cli/train.py).
+SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every")
+#: Options of the group below that cagnet1d does not take (GraphSAINT runs on rdm only).
+NOT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "cagnet1d": ("saint", "saint_budget", "saint_walk_length", "saint_steps", "saint_presample")}
 
 ORDER_HELP = """\
 SpMM/GEMM order (rdm, cagnet1d). 2L letters, case-insensitive, S = SpMM first

@@ -285,6 +285,9 @@ def write_train(comm: Any, w: ResultWriter, cfg: RDMConfig, built: Built, rec: d
 def config_from_args(args: Any) -> RDMConfig:
     """Build an RDMConfig from parsed ``shardgnn train`` arguments."""
     eval_every = int(getattr(args, "eval_every", 1))
+    if getattr(args, "eval", "full") == "local":
+        raise ShardError(f"--eval local: expected full or none with --engine {args.engine} (it "
+                         "evaluates the whole graph exactly), got local")
     if getattr(args, "eval", "full") == "none":
         eval_every = 0
     return RDMConfig(data=str(args.data), engine=args.engine.lower(), epochs=args.epochs,

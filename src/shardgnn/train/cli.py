@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
-from shardgnn.errors import ShardError
-
 ALGORITHMS: tuple[str, ...] = ()
 ENGINES: tuple[str, ...] = ("averaging",)
+#: Options of `shardgnn train`'s shared group this engine takes (see cli/train.py).
+SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every", "checkpoint_every", "checkpoint", "resume")
 
 
 def _fanouts(text: str) -> list[int]:
@@ -51,19 +50,6 @@ def add_arguments(parser: Any) -> None:
                    "(default: 25 then 10 for every further layer)")
     g.add_argument("--batch-size", type=int, default=512,
                    help="target vertices per mini-batch (default: 512)")
-    g.add_argument("--eval", choices=("full", "local", "none"), default="full",
-                   help="full: exact full-graph forward on rank 0 over the source dataset named in "
-                   "meta.json; local: owned vertices on each partition (approximate beyond one "
-                   "layer); none (default: full)")
-    g.add_argument("--eval-every", type=int, default=1,
-                   help="evaluate every N epochs, at synchronised epochs only (default: 1)")
-    g.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="write a checkpoint every N epochs; 0 = never (default: 0)")
-    g.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="checkpoint HDF5 file (default: OUT.ckpt.h5)")
-    g.add_argument("--resume", default=None, metavar="FILE",
-                   help="continue from this checkpoint (same options; same curve as without "
-                   "interruption)")
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -73,8 +59,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
     fanouts = args.fanouts
     if fanouts is None:
         fanouts = [25] + [10] * (args.layers - 1)
-    if not math.isfinite(args.lr) or args.lr <= 0:
-        raise ShardError(f"--lr: expected > 0, got {args.lr}")
     cfg = AveragingConfig(
         data=args.data, out=args.out, model=args.model, hidden=args.hidden, layers=args.layers,
         heads=args.heads, dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay,
