@@ -17,7 +17,7 @@ from shardgnn import __version__, log
 from shardgnn.errors import ShardError
 
 #: Subcommand modules under shardgnn.cli, in --help order.
-COMMANDS = ("convert", "info", "generate", "partition", "train", "inspect")
+COMMANDS = ("convert", "info", "generate", "partition", "train", "sample", "inspect")
 
 DESCRIPTION = """\
 shardgnn: train graph neural networks on graphs larger than one machine.

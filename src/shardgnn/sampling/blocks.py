@@ -1,0 +1,92 @@
+"""Sampled mini-batches as relabelled per-hop blocks (the layout every model eats); pure, no
+communication.
+
+Layout of a mini-batch with L hops (``docs/sampling.md``):
+
+* ``nodes[0]`` are the seeds (global ids, in the order given); ``nodes[h + 1]`` starts with
+  ``nodes[h]`` (destination first) followed by the vertices first reached at hop h + 1, in the
+  order of their first appearance.
+* hop h (0 <= h < L) sampled the neighbours of every vertex of ``nodes[h]``: its CSC
+  ``indptr`` (``len(nodes[h]) + 1``) and ``indices`` (positions in ``nodes[h + 1]``) list, for each
+  destination, its sampled neighbours sorted by global id (then edge type).
+* Model layer l (0 = the input layer) computes the rows of ``nodes[L - 1 - l]`` from those of
+  ``nodes[L - l]`` over hop ``L - 1 - l``: :meth:`MiniBatch.blocks` returns them in that order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Block:
+    """One layer's bipartite graph: ``num_src`` source rows (the first ``num_dst`` of them are the
+    destinations), CSC ``indptr`` over destinations, ``indices`` into the source rows."""
+
+    num_src: int
+    num_dst: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    etype: np.ndarray | None = None
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    def edge_index(self) -> np.ndarray:
+        """(2, m) int64: row 0 source (neighbour), row 1 destination (PyG's convention)."""
+        dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.indptr))
+        return np.stack([self.indices.astype(np.int64), dst])
+
+    def in_degree(self) -> np.ndarray:
+        """Sampled neighbours per destination."""
+        return np.diff(self.indptr)
+
+
+@dataclass
+class MiniBatch:
+    """The sampled computation graph of one batch of seeds (see the module docstring)."""
+
+    nodes: list[np.ndarray]
+    hops: list[Block] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> np.ndarray:
+        return self.nodes[0]
+
+    @property
+    def input_nodes(self) -> np.ndarray:
+        """Global ids whose features the first layer reads (``nodes[L]``)."""
+        return self.nodes[-1]
+
+    def blocks(self) -> list[Block]:
+        """Per model layer, input layer first (hop L - 1 first)."""
+        return self.hops[::-1]
+
+    def counts(self) -> dict[str, list[int]]:
+        """Nodes per boundary and sampled edges per hop."""
+        return {"nodes": [int(n.size) for n in self.nodes],
+                "edges": [b.num_edges for b in self.hops]}
+
+
+def relabel(nodes: np.ndarray, dst: np.ndarray, nbr: np.ndarray, etype: np.ndarray
+            ) -> tuple[np.ndarray, Block]:
+    """Build hop h's block from sampled edges (``dst`` = position in ``nodes``, ``nbr`` global).
+
+    Edges are sorted by (destination, neighbour, type); new vertices are appended to ``nodes``
+    in the order of their first appearance in that order. Returns (``nodes[h + 1]``, block).
+    """
+    order = np.lexsort((etype, nbr, dst))
+    dst, nbr, etype = dst[order], nbr[order], etype[order]
+    allg = np.concatenate([nodes, nbr])
+    uniq, first = np.unique(allg, return_index=True)
+    rank = np.argsort(first, kind="stable")
+    lid = np.empty(uniq.size, np.int64)
+    lid[rank] = np.arange(uniq.size, dtype=np.int64)
+    nxt = uniq[rank]
+    src = lid[np.searchsorted(uniq, nbr)]
+    indptr = np.zeros(nodes.size + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=nodes.size), out=indptr[1:])
+    return nxt, Block(num_src=int(nxt.size), num_dst=int(nodes.size), indptr=indptr,
+                      indices=src, etype=etype.astype(np.int32))

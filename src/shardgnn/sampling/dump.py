@@ -1,0 +1,154 @@
+"""`shardgnn sample`: dump the Gather-Apply sampled blocks of given seeds to HDF5. Collective over
+comm.
+
+Seeds (a file or a mask, in that order) are cut into batches of ``batch_size``; batch b is
+sampled by rank ``b % P`` at step ``b`` (``+ r * num_batches`` in repeat r), so the output does
+not depend on the number of ranks. Output layout (``docs/sampling.md``)::
+
+    /sample           attrs: fanouts, seed, mode, replace, direction, batches, repeats, hops
+    /sample/nodes-H/{batch,gid,lid}           node lists per boundary H (0 = seeds)
+    /sample/hop-H/{batch,dst,src,dst_lid,src_lid,etype}   sampled edges of hop H (global and
+                                                          block-local ids)
+    /sample/load      (P, 3) per rank: requests served, adjacency entries read, edges returned
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardgnn import log
+from shardgnn.errors import ShardError
+from shardgnn.io.results import ResultWriter
+from shardgnn.sampling.blocks import MiniBatch
+from shardgnn.sampling.features import check_fanouts, open_store, read_mask, read_seed_file
+from shardgnn.sampling.service import GatherApplySampler, store_weights
+
+
+@dataclass
+class SampleConfig:
+    """Resolved options of one ``shardgnn sample`` run."""
+
+    store: str
+    out: str
+    fanouts: str = "10,5"
+    seeds: str | None = None
+    mask: str | None = None
+    dataset: str | None = None
+    batch_size: int = 1024
+    seed: int = 0
+    mode: str = "uniform"
+    replace: bool = False
+    direction: str = "out"
+    type_fanouts: str | None = None
+    repeats: int = 1
+    hops: list[Any] = field(default_factory=list)
+
+    def validate(self) -> None:
+        """Raise ShardError on a bad option (identical on every rank)."""
+        if (self.seeds is None) == (self.mask is None):
+            raise ShardError("expected exactly one of --seeds FILE and --mask NAME, got "
+                             + ("both" if self.seeds else "neither"))
+        if self.batch_size < 1:
+            raise ShardError(f"--batch-size: expected >= 1, got {self.batch_size}")
+        if self.repeats < 1:
+            raise ShardError(f"--repeats: expected >= 1, got {self.repeats}")
+        self.hops = check_fanouts(self.fanouts)
+
+
+def parse_type_fanouts(text: str, hops: int, num_types: int) -> list[list[int]]:
+    """``"0:10,5 1:3,3"`` -> per hop a fanout per edge type (-2 = type not sampled)."""
+    out = [[-2] * max(num_types, 1) for _ in range(hops)]
+    for item in str(text).replace(";", " ").split():
+        t, _, fans = item.partition(":")
+        try:
+            tid = int(t)
+        except ValueError:
+            raise ShardError(f"--type-fanouts: expected TYPE:F1,F2,... items, got {item!r}") from None
+        if not 0 <= tid < max(num_types, 1):
+            raise ShardError(f"--type-fanouts: expected edge types in [0, {num_types}), got {tid}")
+        vals = check_fanouts(fans, hops)
+        for h in range(hops):
+            out[h][tid] = vals[h]
+    return out
+
+
+def _sampler(comm: Any, cfg: SampleConfig) -> tuple[GatherApplySampler, Any, list[Any]]:
+    store, ds = comm.run_agreed(open_store, cfg.store, cfg.dataset)
+    fanouts: list[Any] = list(cfg.hops)
+    if cfg.type_fanouts:
+        nt = int(store.meta.get("num_edge_types", 1) or 1)
+        fanouts = comm.run_agreed(parse_type_fanouts, cfg.type_fanouts, len(cfg.hops), nt)
+    weights = comm.run_agreed(store_weights, store, ds) if cfg.mode == "weighted" else None
+    s = GatherApplySampler(comm, store, direction=cfg.direction, mode=cfg.mode,
+                           replace=cfg.replace, by_type=bool(cfg.type_fanouts), weights=weights,
+                           seed=cfg.seed)
+    return s, ds, fanouts
+
+
+def _tables(mb: MiniBatch, b: int, acc: dict[str, list[np.ndarray]]) -> None:
+    """Append one batch's node lists and edges to the flat tables."""
+    for h, nodes in enumerate(mb.nodes):
+        acc.setdefault(f"nodes-{h}/batch", []).append(np.full(nodes.size, b, np.int64))
+        acc.setdefault(f"nodes-{h}/gid", []).append(nodes)
+        acc.setdefault(f"nodes-{h}/lid", []).append(np.arange(nodes.size, dtype=np.int64))
+    for h, blk in enumerate(mb.hops):
+        dst_l = np.repeat(np.arange(blk.num_dst, dtype=np.int64), np.diff(blk.indptr))
+        cols = {"batch": np.full(dst_l.size, b, np.int64), "dst": mb.nodes[h][dst_l],
+                "src": mb.nodes[h + 1][blk.indices], "dst_lid": dst_l,
+                "src_lid": blk.indices.astype(np.int64),
+                "etype": (blk.etype if blk.etype is not None else np.zeros(dst_l.size)).astype(
+                    np.int64)}
+        for k, v in cols.items():
+            acc.setdefault(f"hop-{h}/{k}", []).append(v)
+
+
+def main(comm: Any, cfg: SampleConfig, command: str = "") -> dict[str, Any]:
+    """Sample the blocks of every batch and write ``cfg.out``. Collective over comm."""
+    cfg.validate()
+    sampler, ds, fanouts = _sampler(comm, cfg)
+    n = sampler.num_nodes
+    seeds = comm.run_agreed(lambda: read_seed_file(cfg.seeds, n) if cfg.seeds
+                            else read_mask(ds, str(cfg.mask), n))
+    nb = max(1, -(-seeds.size // cfg.batch_size))
+    total = nb * cfg.repeats
+    rounds = -(-total // comm.size)
+    acc: dict[str, list[np.ndarray]] = {}
+    t0 = time.perf_counter()
+    prog = log.Progress(rounds, "sample", unit="round", enabled=comm.rank == 0)
+    for i in range(rounds):
+        b = i * comm.size + comm.rank
+        step_seeds = np.zeros(0, np.int64)
+        if b < total:
+            j = b % nb
+            step_seeds = seeds[j * cfg.batch_size:(j + 1) * cfg.batch_size]
+        mb = sampler.sample(step_seeds, fanouts, step=b)
+        if b < total:
+            _tables(mb, b, acc)
+        prog.update(1)
+    prog.close()
+    seconds = time.perf_counter() - t0
+    keys = [f"nodes-{h}/{c}" for h in range(len(fanouts) + 1) for c in ("batch", "gid", "lid")]
+    keys += [f"hop-{h}/{c}" for h in range(len(fanouts))
+             for c in ("batch", "dst", "src", "dst_lid", "src_lid", "etype")]
+    load = sampler.load.as_array()
+    summary = {"batches": nb, "repeats": cfg.repeats, "seeds": int(seeds.size),
+               "seconds": comm.allreduce_scalar(seconds, "max"),
+               "edges": int(comm.allreduce_scalar(int(load[2])))}
+    with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
+        for k in keys:
+            parts = acc.get(k, [])
+            local = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            full = comm.gatherv(np.ascontiguousarray(local, dtype=np.int64), root=0)
+            bcol = comm.gatherv(np.concatenate(acc.get(k.split("/")[0] + "/batch", [])
+                                               or [np.zeros(0, np.int64)]), root=0)
+            if comm.rank == 0:
+                rw.dataset(f"sample/{k}", full[np.argsort(bcol, kind="stable")], compress=True)
+        rw.per_rank("sample/load", load)
+        rw.attrs("sample", {**summary, "fanouts": str(fanouts), "seed": cfg.seed,
+                            "mode": cfg.mode, "replace": cfg.replace,
+                            "direction": cfg.direction, "hops": len(fanouts),
+                            "load_columns": "requests,scanned,returned"})
+    return summary

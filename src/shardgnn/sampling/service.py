@@ -1,0 +1,403 @@
+"""GLISP's Gather-Apply sampling service over a vertex-cut partition store. Collective over comm.
+
+Every rank serves the partitions ``rank, rank + P, ...`` of the store (memory-mapped) and is a
+client with its own seeds. One hop for a frontier (:meth:`GatherApplySampler.sample`):
+
+1. **Gather**: the client sends each frontier vertex's request ``(gid, partition, step)`` to
+   the host rank of every partition holding the vertex (the store's ``partition_set`` bits;
+   no request to ranks that hold none) — one counts-then-values ``Alltoallv``.
+2. Servers answer from their local adjacency (:func:`shardgnn.sampling.kernels.serve`): one
+   ``Alltoallv`` of per-request counts, one of neighbour ids (plus one of keys for A-ES).
+3. **Apply**: the client merges the partial answers (uniform: their union; A-ES: the global
+   top-k keys) and relabels them into a block (:mod:`shardgnn.sampling.blocks`).
+
+The exchange is lock-step: every rank takes part in every hop's collectives, with zero requests
+when it has none. Setup (collective, once) builds the partition directory (one bit per vertex
+and partition, replicated: ``n * ceil(p/8)`` bytes per rank) and, per (vertex, edge type) group,
+the count of its neighbours in lower partitions and in all partitions (two ``Alltoallv`` through
+rank ``gid % P``), which is what makes the uniform split exact without scanning.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numba
+import numpy as np
+
+from shardgnn.errors import ShardError
+from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
+from shardgnn.sampling import kernels
+from shardgnn.sampling.blocks import MiniBatch, relabel
+
+#: (partition index, partition) -> float weights aligned with the partition's ``out_indices``.
+WeightSource = Callable[[int, StorePartition], np.ndarray]
+
+MODES = {("uniform", False): kernels.MODE_UNIFORM, ("uniform", True): kernels.MODE_UNIFORM_REPLACE,
+         ("keyed", False): kernels.MODE_KEYED, ("weighted", False): kernels.MODE_KEYED,
+         ("weighted", True): kernels.MODE_WEIGHTED_REPLACE}
+
+
+@dataclass
+class ServerLoad:
+    """What this rank's server did: requests answered, adjacency entries read, edges returned."""
+
+    requests: int = 0
+    scanned: int = 0
+    returned: int = 0
+    seconds: float = 0.0
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.requests, self.scanned, self.returned], dtype=np.int64)
+
+
+@dataclass
+class _Served:
+    """One hosted partition prepared for serving in one direction."""
+
+    index: int
+    global_id: np.ndarray
+    indices: np.ndarray
+    gptr: np.ndarray
+    gtype: np.ndarray
+    gstart: np.ndarray
+    gend: np.ndarray
+    goff: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gtot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    wgt: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    wcum: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    woff: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    wtot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+
+
+def _groups(part: StorePartition, side: str, by_type: bool) -> tuple[np.ndarray, ...]:
+    """(gptr, gtype, gstart, gend) of a partition: per (vertex, type) or one group per vertex."""
+    indptr = np.asarray(part.arrays[f"{side}_indptr"], dtype=np.int64)
+    if by_type:
+        gptr = np.asarray(part.arrays[f"{side}_type_indptr"], dtype=np.int64)
+        gend = np.asarray(part.arrays[f"{side}_type_ends"], dtype=np.int64)
+        gtype = np.asarray(part.arrays[f"{side}_type_ids"], dtype=np.int32)
+        gstart = np.concatenate([[0], gend[:-1]]).astype(np.int64)
+        return gptr, gtype, gstart, gend
+    nv = indptr.size - 1
+    return (np.arange(nv + 1, dtype=np.int64), np.zeros(nv, np.int32), indptr[:-1].copy(),
+            indptr[1:].copy())
+
+
+@numba.njit(cache=True)
+def _prefix_by_group(new: np.ndarray, counts: np.ndarray, wsum: np.ndarray):
+    """Exclusive prefix and total of counts (and weight sums) within runs started by ``new``."""
+    m = counts.shape[0]
+    off = np.empty(m, np.int64)
+    tot = np.empty(m, np.int64)
+    woff = np.empty(m, np.float64)
+    wtot = np.empty(m, np.float64)
+    i = 0
+    while i < m:
+        j = i + 1
+        while j < m and not new[j]:
+            j += 1
+        acc = 0
+        wacc = 0.0
+        for q in range(i, j):
+            off[q] = acc
+            woff[q] = wacc
+            acc += counts[q]
+            wacc += wsum[q]
+        for q in range(i, j):
+            tot[q] = acc
+            wtot[q] = wacc
+        i = j
+    return off, tot, woff, wtot
+
+
+def _segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(starts[i], starts[i] + counts[i])``. Pure."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    idx = np.arange(total, dtype=np.int64)
+    return idx - np.repeat(ends - counts, counts) + np.repeat(starts, counts)
+
+
+def lowest_bit_partition(memb: np.ndarray) -> np.ndarray:
+    """Lowest partition id per row of a (n, nb) uint8 bit array; -1 for rows with no bit. Pure."""
+    low = np.full(memb.shape[0], -1, np.int64)
+    lut = np.array([-1] + [int((b & -b).bit_length() - 1) for b in range(1, 256)], np.int64)
+    for b in range(memb.shape[1] - 1, -1, -1):
+        col = memb[:, b]
+        hit = col != 0
+        low[hit] = 8 * b + lut[col[hit]]
+    return low
+
+
+class GatherApplySampler:
+    """The Gather-Apply k-hop sampler. Construction and :meth:`sample` are collective over comm.
+
+    Parameters
+    ----------
+    comm
+        A :class:`shardgnn.comm.Communicator`.
+    store
+        The vertex-cut store (``PartitionStore``); rank r serves partitions r, r + P, ...
+    direction
+        ``out`` (neighbours along out-edges; the only side of an undirected graph) or ``in``.
+    mode
+        ``uniform`` (default: O(k) per server), ``keyed`` (uniform through A-ES keys of weight 1:
+        identical samples on any partitioning, O(local degree)), or ``weighted`` (A-ES).
+    replace
+        Sample with replacement (``uniform`` and ``weighted``).
+    by_type
+        Per-edge-type fanouts (``fanouts`` of :meth:`sample` are then per hop a list per type).
+    weights
+        ``weighted`` only: edge weights per hosted partition (:data:`WeightSource`).
+    seed
+        The run's seed; with the step and hop it keys every random number.
+    """
+
+    def __init__(self, comm: Any, store: PartitionStore, direction: str = "out",
+                 mode: str = "uniform", replace: bool = False, by_type: bool = False,
+                 weights: WeightSource | None = None, seed: int = 0) -> None:
+        if direction not in ("out", "in"):
+            raise ShardError(f"--direction: expected out or in, got {direction!r}")
+        if (mode, replace) not in MODES:
+            raise ShardError(f"sampling: expected mode uniform, keyed or weighted (keyed without "
+                             f"replacement), got {mode!r} with replace={replace}")
+        if mode == "weighted" and weights is None:
+            raise ShardError(f"{store.path}: weighted sampling requested but the store has no "
+                             f"edge weights; expected a dataset converted with a weight column")
+        self.comm, self.store = comm, store
+        self.mode, self.replace, self.by_type = mode, bool(replace), bool(by_type)
+        self.kmode = MODES[(mode, self.replace)]
+        self.seed = int(seed)
+        self.side = direction if bool(store.meta.get("directed")) else "out"
+        self.num_parts = int(store.num_parts)
+        self.num_nodes = int(store.meta["num_nodes"])
+        self.hosted = list(range(comm.rank, self.num_parts, comm.size))
+        parts = comm.run_agreed(lambda: [store.partition(i) for i in self.hosted])
+        self.served = [self._prepare(pt, weights) for pt in parts]
+        self.membership = self._directory(parts)
+        self._exchange_offsets()
+        self.load = ServerLoad()
+
+    # ------------------------------------------------------------------ setup
+    def _prepare(self, part: StorePartition, weights: WeightSource | None) -> _Served:
+        gptr, gtype, gstart, gend = _groups(part, self.side, self.by_type)
+        s = _Served(part.index, np.asarray(part.global_id, dtype=np.int64),
+                    np.asarray(part.arrays[f"{self.side}_indices"], dtype=np.int64),
+                    gptr, gtype, gstart, gend)
+        if self.mode == "weighted" and weights is not None:
+            w = np.asarray(weights(part.index, part), dtype=np.float64)
+            if self.side == "in":
+                w = w[np.asarray(part.arrays["in_eids"])]
+            s.wgt = w
+            s.wcum = np.concatenate([[0.0], np.cumsum(np.where(w > 0, w, 0.0))])
+        return s
+
+    def _directory(self, parts: list[StorePartition]) -> np.ndarray:
+        """(n, ceil(p/8)) uint8 partition bits of every vertex on every rank. Collective."""
+        nb = (self.num_parts + 7) // 8
+        memb = np.zeros((self.num_nodes, nb), np.uint8)
+        for pt in parts:
+            gid = np.asarray(pt.global_id, dtype=np.int64)
+            memb[gid] |= np.asarray(pt.partition_set, dtype=np.uint8).reshape(gid.size, nb)
+        self.comm.allreduce(memb, "bor")
+        return memb
+
+    def _exchange_offsets(self) -> None:
+        """Per group: neighbours of the same (vertex, type) in lower partitions and in all (and
+        the same for weight sums), computed at rank ``gid % P``. Collective over comm."""
+        recs, wsums = [], []
+        for s in self.served:
+            nv = s.gptr.size - 1
+            lid = np.repeat(np.arange(nv, dtype=np.int64), np.diff(s.gptr))
+            cnt = s.gend - s.gstart
+            recs.append(np.stack([s.global_id[lid], s.gtype.astype(np.int64),
+                                  np.full(lid.size, s.index, np.int64), cnt], axis=1))
+            wsums.append(s.wcum[s.gend] - s.wcum[s.gstart] if s.wcum.size else
+                         np.zeros(lid.size))
+        rec = np.concatenate(recs) if recs else np.zeros((0, 4), np.int64)
+        ws = np.concatenate(wsums).astype(np.float64) if wsums else np.zeros(0)
+        P = self.comm.size
+        dest = rec[:, 0] % P
+        order = np.argsort(dest, kind="stable")
+        counts = np.bincount(dest, minlength=P).astype(np.int64)
+        rcounts = self.comm.alltoall_counts(counts)
+        got = self.comm.alltoallv(np.ascontiguousarray(rec[order]), counts, recvcounts=rcounts,
+                                  op_name="sample_setup")
+        gw = self.comm.alltoallv(np.ascontiguousarray(ws[order]), counts, recvcounts=rcounts,
+                                 op_name="sample_setup")
+        so = np.lexsort((got[:, 2], got[:, 1], got[:, 0]))
+        g = got[so]
+        new = np.ones(g.shape[0], dtype=np.bool_)
+        new[1:] = (g[1:, 0] != g[:-1, 0]) | (g[1:, 1] != g[:-1, 1])
+        off, tot, woff, wtot = _prefix_by_group(new, g[:, 3].copy(), gw[so].copy())
+        ans = np.empty((g.shape[0], 2), np.int64)
+        ans[so, 0], ans[so, 1] = off, tot
+        wans = np.empty((g.shape[0], 2), np.float64)
+        wans[so, 0], wans[so, 1] = woff, wtot
+        back = self.comm.alltoallv(ans, rcounts, recvcounts=counts, op_name="sample_setup")
+        wback = self.comm.alltoallv(wans, rcounts, recvcounts=counts, op_name="sample_setup")
+        res = np.empty_like(back)
+        res[order] = back
+        wres = np.empty_like(wback)
+        wres[order] = wback
+        pos = 0
+        for s in self.served:
+            n = s.gtype.size
+            s.goff, s.gtot = res[pos:pos + n, 0].copy(), res[pos:pos + n, 1].copy()
+            s.woff, s.wtot = wres[pos:pos + n, 0].copy(), wres[pos:pos + n, 1].copy()
+            pos += n
+
+    # ------------------------------------------------------------------ one hop
+    def _type_fanout(self, fanout: int | Sequence[int]) -> np.ndarray:
+        if self.by_type:
+            return np.asarray(list(fanout), dtype=np.int64)
+        return np.asarray([int(fanout)], dtype=np.int64)
+
+    def _requests(self, frontier: np.ndarray, step: Any) -> tuple[np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
+        """Request rows (gid, partition, step) sorted by destination rank; their frontier
+        positions; rows per destination."""
+        bits = np.unpackbits(self.membership[frontier], axis=1, bitorder="little")
+        fi, part = np.nonzero(bits[:, :self.num_parts])
+        dest = part % self.comm.size
+        order = np.lexsort((fi, part, dest))
+        fi, part, dest = fi[order], part[order], dest[order]
+        steps = np.broadcast_to(np.asarray(step, dtype=np.int64), frontier.shape)
+        req = np.stack([frontier[fi], part.astype(np.int64), steps[fi]], axis=1)
+        return req, fi.astype(np.int64), np.bincount(dest, minlength=self.comm.size)
+
+    def _serve(self, req: np.ndarray, hop: int, tfan: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Answer received request rows in their order: (counts, nbr, keys, types)."""
+        t0 = time.perf_counter()
+        m = req.shape[0]
+        counts = np.zeros(m, np.int64)
+        pieces: list[tuple[np.ndarray, ...]] = []
+        starts = np.zeros(m, np.int64)
+        base = 0
+        for s in self.served:
+            rows = np.flatnonzero(req[:, 1] == s.index)
+            if rows.size == 0:
+                continue
+            c, v, k, t, scanned = kernels.serve(
+                np.ascontiguousarray(req[rows, 0]), np.ascontiguousarray(req[rows, 2]), hop,
+                self.seed, self.kmode, s.global_id, s.gptr, s.gtype, s.gend, s.gstart, s.goff,
+                s.gtot, s.indices, tfan, s.wcum, s.woff, s.wtot, s.wgt)
+            counts[rows] = c
+            starts[rows] = base + np.cumsum(c) - c
+            base += int(v.size)
+            pieces.append((v, k, t))
+            self.load.scanned += int(scanned)
+        nbr = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
+        keys = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0)
+        types = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0, np.int32)
+        idx = _segment_index(starts, counts)
+        self.load.requests += m
+        self.load.returned += int(idx.size)
+        self.load.seconds += time.perf_counter() - t0
+        return counts, nbr[idx], keys[idx], types[idx]
+
+    def hop(self, frontier: np.ndarray, step: Any, hop: int, fanout: int | Sequence[int]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample one hop for ``frontier`` (global ids; a repeated id is sampled once per
+        occurrence, independently only if its ``step`` differs). Collective over comm.
+
+        ``step`` is one step for all or one per frontier entry. Returns (positions in
+        ``frontier``, neighbour global ids, edge types), merged (Apply).
+        """
+        comm = self.comm
+        tfan = self._type_fanout(fanout)
+        req, fi, scount = self._requests(np.asarray(frontier, dtype=np.int64), step)
+        rcount = comm.alltoall_counts(scount)
+        got = comm.alltoallv(np.ascontiguousarray(req), scount, recvcounts=rcount,
+                             op_name="sample_request")
+        cnt, nbr, keys, types = self._serve(got, hop, tfan)
+        back_cnt = comm.alltoallv(cnt, rcount, recvcounts=scount, op_name="sample_count")
+        bounds = np.concatenate([[0], np.cumsum(rcount)])
+        vsend = np.array([int(cnt[bounds[r]:bounds[r + 1]].sum()) for r in range(comm.size)],
+                         np.int64)
+        cb = np.concatenate([[0], np.cumsum(scount)])
+        vrecv = np.array([int(back_cnt[cb[r]:cb[r + 1]].sum()) for r in range(comm.size)],
+                         np.int64)
+        nb = comm.alltoallv(nbr, vsend, recvcounts=vrecv, op_name="sample_values")
+        tb = (comm.alltoallv(types, vsend, recvcounts=vrecv, op_name="sample_values")
+              if self.by_type else np.zeros(nb.size, np.int32))
+        dst = np.repeat(fi, back_cnt)
+        if self.kmode == kernels.MODE_KEYED:
+            kb = comm.alltoallv(keys, vsend, recvcounts=vrecv, op_name="sample_values")
+            keep = _top_k(dst, tb, kb, tfan)
+            dst, nb, tb = dst[keep], nb[keep], tb[keep]
+        return dst, nb, tb.astype(np.int32)
+
+    def sample(self, seeds: np.ndarray, fanouts: Sequence[Any], step: int) -> MiniBatch:
+        """Sample the k-hop blocks of ``seeds`` (distinct global ids; may be empty).
+        Collective over comm: every rank calls it with the same number of hops."""
+        nodes = [np.asarray(seeds, dtype=np.int64)]
+        mb = MiniBatch(nodes=nodes)
+        for h, f in enumerate(fanouts):
+            dst, nbr, et = self.hop(nodes[-1], step, h, f)
+            nxt, block = relabel(nodes[-1], dst, nbr, et)
+            nodes.append(nxt)
+            mb.hops.append(block)
+        return mb
+
+
+def _top_k(dst: np.ndarray, types: np.ndarray, keys: np.ndarray, tfan: np.ndarray) -> np.ndarray:
+    """Indices of the k largest keys per (destination, type) (A-ES Apply). Pure."""
+    if dst.size == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((-keys, types, dst))
+    d, t = dst[order], types[order]
+    new = np.ones(d.size, dtype=bool)
+    new[1:] = (d[1:] != d[:-1]) | (t[1:] != t[:-1])
+    start = np.maximum.accumulate(np.where(new, np.arange(d.size), 0))
+    rank = np.arange(d.size) - start
+    k = tfan[np.minimum(t, tfan.size - 1)] if tfan.size > 1 else np.full(d.size, tfan[0])
+    return order[(k < 0) | (rank < k)]
+
+
+def store_weights(store: PartitionStore, dataset: Any = None) -> WeightSource:
+    """The edge weights of a store's partitions, aligned with each partition's ``out_indices``.
+
+    Reads ``out_weight.npy`` from the part folders when the store carries weights; otherwise
+    looks each stored edge up in the dataset's ``edge_weight.bin`` (binary search on the
+    dataset's edge keys; every rank holds those keys, 8 bytes per edge). Raises ShardError when
+    neither has weights. Rank-local.
+    """
+    from pathlib import Path
+
+    first = store.path / "part-00000" / "out_weight.npy"
+    if first.exists():
+        return lambda i, part: np.load(store.path / f"part-{i:05d}" / "out_weight.npy",
+                                       mmap_mode="r")
+    gm = None
+    if dataset is not None and (Path(dataset) / "graph.json").exists():
+        from shardgnn.io.canonical import read_meta
+
+        gm = read_meta(dataset)
+    if gm is None or not getattr(gm, "edge_weights", False):
+        raise ShardError(f"{dataset or store.path}: weighted sampling requested but the dataset "
+                         f"has no edge weights; expected one converted with a weight column")
+    from shardgnn.io.canonical import edge_memmap, edge_weight_memmap  # type: ignore[attr-defined]
+
+    e = np.asarray(edge_memmap(dataset, gm), dtype=np.int64)
+    w = np.asarray(edge_weight_memmap(dataset, gm), dtype=np.float64)
+    n, directed = int(gm.num_nodes), bool(gm.directed)
+    a, b = e[:, 0], e[:, 1]
+    if not directed:
+        a, b = np.minimum(a, b), np.maximum(a, b)
+    key = a * n + b
+    order = np.argsort(key, kind="stable")
+    key, w = key[order], w[order]
+
+    def lookup(i: int, part: StorePartition) -> np.ndarray:
+        src, dst, _ = part.edges()
+        u, v = (src, dst) if directed else (np.minimum(src, dst), np.maximum(src, dst))
+        pos = np.minimum(np.searchsorted(key, u * n + v), max(key.size - 1, 0))
+        return w[pos] if key.size else np.zeros(0)
+
+    return lookup

@@ -1,0 +1,74 @@
+"""Pure pieces of the Gather-Apply sampler: keyed Floyd draws, relabelled blocks, A-ES top-k
+merge, group prefix sums, option parsing. No MPI."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from shardgnn.errors import ShardError
+from shardgnn.sampling import kernels
+from shardgnn.sampling.blocks import relabel
+from shardgnn.sampling.dump import parse_type_fanouts
+from shardgnn.sampling.features import check_fanouts
+from shardgnn.sampling.service import (_prefix_by_group, _segment_index, _top_k,
+                                       lowest_bit_partition)
+
+
+def test_floyd_positions_distinct_and_uniform():
+    d, k, reps = 40, 6, 6000
+    counts = np.zeros(d)
+    out = np.empty(k, np.int64)
+    for s in range(reps):
+        kernels.uniform_positions(1, s, 0, 9, 0, d, k, out)
+        assert np.unique(out).size == k and out.min() >= 0 and out.max() < d
+        counts[out] += 1
+    assert stats.chisquare(counts, np.full(d, reps * k / d)).pvalue > 1e-4
+    kernels.uniform_positions(1, 5, 0, 9, 0, d, k, out)
+    again = out.copy()
+    kernels.uniform_positions(1, 5, 0, 9, 0, d, k, out)
+    assert np.array_equal(out, again)  # a function of the key alone
+
+
+def test_relabel_destination_first():
+    nodes = np.array([7, 3])
+    dst = np.array([1, 0, 0, 1])
+    nbr = np.array([9, 3, 8, 7])
+    nxt, blk = relabel(nodes, dst, nbr, np.zeros(4, np.int32))
+    assert nxt.tolist() == [7, 3, 8, 9]
+    assert blk.indptr.tolist() == [0, 2, 4]
+    assert nxt[blk.indices].tolist() == [3, 8, 7, 9]  # per destination, by global id
+    assert blk.edge_index().tolist() == [[1, 2, 0, 3], [0, 0, 1, 1]]
+
+
+def test_top_k_per_destination_and_type():
+    dst = np.array([0, 0, 0, 1, 1, 0])
+    types = np.array([0, 0, 0, 0, 0, 1], np.int32)
+    keys = np.array([-1.0, -0.5, -3.0, -2.0, -0.1, -9.0])
+    keep = sorted(_top_k(dst, types, keys, np.array([2, 1])).tolist())
+    assert keep == [0, 1, 3, 4, 5]
+    assert sorted(_top_k(dst, types, keys, np.array([-1])).tolist()) == list(range(6))
+
+
+def test_prefix_by_group_and_segments():
+    new = np.array([True, False, False, True, False])
+    off, tot, woff, wtot = _prefix_by_group(new, np.array([2, 3, 1, 4, 0]),
+                                            np.array([1.0, 2.0, 0.5, 3.0, 0.0]))
+    assert off.tolist() == [0, 2, 5, 0, 4] and tot.tolist() == [6, 6, 6, 4, 4]
+    assert woff.tolist() == [0.0, 1.0, 3.0, 0.0, 3.0] and wtot.tolist() == [3.5] * 3 + [3.0] * 2
+    assert _segment_index(np.array([5, 0, 2]), np.array([2, 0, 3])).tolist() == [5, 6, 2, 3, 4]
+
+
+def test_lowest_bit_partition():
+    memb = np.array([[0, 0], [6, 0], [0, 4], [128, 1]], np.uint8)
+    assert lowest_bit_partition(memb).tolist() == [-1, 1, 10, 7]
+
+
+def test_option_parsing():
+    assert check_fanouts("15,10,-1") == [15, 10, -1]
+    for bad in ("15,,2", "a", "0", "-2,3"):
+        with pytest.raises(ShardError, match="--fanouts"):
+            check_fanouts(bad)
+    with pytest.raises(ShardError, match="one fanout per layer"):
+        check_fanouts("5,5", layers=3)
+    assert parse_type_fanouts("0:4,2 2:1,-1", 2, 3) == [[4, -2, 1], [2, -2, -1]]
+    with pytest.raises(ShardError, match="--type-fanouts"):
+        parse_type_fanouts("x:1", 1, 2)
