@@ -107,7 +107,7 @@ def _tables(mb: MiniBatch, b: int, acc: dict[str, list[np.ndarray]]) -> None:
 
 def main(comm: Any, cfg: SampleConfig, command: str = "") -> dict[str, Any]:
     """Sample the blocks of every batch and write ``cfg.out``. Collective over comm."""
-    cfg.validate()
+    comm.run_agreed(cfg.validate)
     sampler, ds, fanouts = _sampler(comm, cfg)
     n = sampler.num_nodes
     seeds = comm.run_agreed(lambda: read_seed_file(cfg.seeds, n) if cfg.seeds
