@@ -25,7 +25,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io.sidecar import read_sidecar
 
 FORMAT = "shardgnn-edges"
 VERSION = 1
@@ -85,15 +87,8 @@ def read_meta(directory: str | os.PathLike) -> GraphMeta:
         raise input_error(d, "no such dataset directory")
     if not d.is_dir():
         raise input_error(d, "expected a converted dataset directory (run `shardgnn convert`), got a file")
-    side = d / SIDECAR
-    if not side.exists():
-        raise input_error(side, "missing sidecar; expected a directory written by `shardgnn convert`")
-    try:
-        raw = json.loads(side.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise input_error(side, f"not valid JSON ({exc})") from None
-    if raw.get("format") != FORMAT:
-        raise input_error(side, f"expected format {FORMAT!r}, got {raw.get('format')!r}")
+    raw = read_sidecar(d / SIDECAR, FORMAT, VERSION, ("num_nodes", "num_edges"),
+                       "expected a directory written by `shardgnn convert`")
     known = set(GraphMeta.__dataclass_fields__)
     meta = GraphMeta(**{k: v for k, v in raw.items() if k in known})
     edges = d / EDGES
@@ -170,28 +165,25 @@ class EdgeStream:
     directory
         A dataset directory written by ``shardgnn convert``.
     comm
-        A :class:`shardgnn.comm.Communicator` (or None for a single process reading everything).
+        The ranks sharing the stream (:func:`shardgnn.comm.serial` for one process reading
+        everything).
     chunk
         Edges per chunk (memory bound of one chunk: ``chunk * 2 * itemsize`` bytes, doubled with
         ``both_directions``).
     """
 
-    def __init__(self, directory: str | os.PathLike, comm: Any = None, chunk: int = 1 << 20,
+    def __init__(self, directory: str | os.PathLike, comm: Communicator, chunk: int = 1 << 20,
                  both_directions: bool = False, with_types: bool = False,
                  with_weights: bool = False) -> None:
         self.path = Path(directory)
-        rank = 0 if comm is None else comm.rank
-        size = 1 if comm is None else comm.size
+        rank, size = comm.rank, comm.size
         meta: GraphMeta | None = None
         err = ""
         try:
             meta = read_meta(self.path)
         except ShardError as exc:
             err = str(exc)
-        if comm is not None:
-            comm.agree(not err, err)
-        elif err:
-            raise ShardError(err)
+        comm.agree(not err, err)
         assert meta is not None
         if chunk < 1:
             raise ShardError(f"expected chunk >= 1 edges, got {chunk}")

@@ -26,17 +26,12 @@ Rank-local. Paths inside a descriptor are relative to the descriptor's folder. K
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shardgnn.errors import input_error
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from shardgnn.io.sidecar import read_sidecar
 
 KNOWN = {"name", "path", "format", "directed", "labels", "features", "structure_only",
          "num_nodes", "edge_types", "source", "license", "citation", "expected", "convert",
@@ -80,10 +75,7 @@ def read_descriptor(file: Path) -> Descriptor:
     """Parse and check a descriptor; relative paths are resolved against its folder."""
     if not file.exists():
         raise input_error(file, "no such file")
-    try:
-        raw = tomllib.loads(file.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise input_error(file, f"not valid TOML ({exc})") from None
+    raw = read_sidecar(file)
     unknown = sorted(set(raw) - KNOWN)
     if unknown:
         raise input_error(file, f"unknown keys {unknown} (expected some of {sorted(KNOWN)})")

@@ -1,0 +1,68 @@
+"""Read and validate a JSON or TOML sidecar (a small metadata file beside data). Rank-local.
+
+The one reader of every sidecar shardgnn owns: the canonical dataset's ``graph.json``, the
+partition stores' ``meta.json`` and the dataset descriptors (TOML). It checks the file exists,
+parses, names the expected format and version, and lists missing keys, always raising one
+:class:`~shardgnn.errors.ShardError` line that names the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from shardgnn.errors import input_error
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+def read_sidecar(path: str | os.PathLike, fmt: str | None = None, version: int | None = None,
+                 required: Iterable[str] = (), missing_hint: str = "") -> dict[str, Any]:
+    """Parse ``path`` (TOML when it ends in ``.toml``, JSON otherwise) and check it.
+
+    Parameters
+    ----------
+    path
+        The sidecar file.
+    fmt, version
+        When given, the file's ``format`` and ``version`` keys must equal them; otherwise the
+        error reads ``expected format X version N, got format Y version M``.
+    required
+        Keys that must be present.
+    missing_hint
+        What to say when the file does not exist (e.g. "expected a directory written by
+        `shardgnn convert`").
+
+    Returns
+    -------
+    dict
+        The parsed top-level table.
+    """
+    p = Path(path)
+    if not p.is_file():
+        what = "missing" if not p.exists() else "not a file"
+        raise input_error(p, f"{what}; {missing_hint}" if missing_hint else what)
+    toml = p.suffix == ".toml"
+    try:
+        raw = tomllib.loads(p.read_text()) if toml else json.loads(p.read_text())
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise input_error(p, f"not valid {'TOML' if toml else 'JSON'} ({exc})") from None
+    if not isinstance(raw, dict):
+        raise input_error(p, f"expected a {'table' if toml else 'JSON object'}, "
+                          f"got {type(raw).__name__}")
+    if fmt is not None and (raw.get("format") != fmt
+                            or (version is not None and raw.get("version") != version)):
+        want = f"format {fmt!r}" + (f" version {version}" if version is not None else "")
+        got = f"format {raw.get('format')!r}" + (f" version {raw.get('version')!r}"
+                                                  if version is not None else "")
+        raise input_error(p, f"expected {want}, got {got}")
+    need = list(required)
+    missing = [k for k in need if k not in raw]
+    if missing:
+        raise input_error(p, f"expected keys {', '.join(need)}, missing {', '.join(missing)}")
+    return raw
