@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from shardgnn.comm import block_bounds, block_range
+from shardgnn.comm import block_bounds, block_range, serial
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter, read_tree
 
@@ -57,7 +57,7 @@ def test_block_range_partitions_everything(n, size):
 
 def test_results_written_atomically(tmp_path):
     path = tmp_path / "run.h5"
-    with ResultWriter(None, path, config={"lr": 0.01, "order": "DSSD", "widths": [3, 4]}) as rw:
+    with ResultWriter(serial(), path, config={"lr": 0.01, "order": "DSSD", "widths": [3, 4]}) as rw:
         rw.dataset("train/loss", np.array([1.0, 0.5]))
         rw.attrs("partition", {"rf": 1.5})
         assert not path.exists()
@@ -71,7 +71,7 @@ def test_results_written_atomically(tmp_path):
 def test_failed_run_leaves_no_result(tmp_path):
     path = tmp_path / "run.h5"
     with pytest.raises(RuntimeError):
-        with ResultWriter(None, path) as rw:
+        with ResultWriter(serial(), path) as rw:
             rw.dataset("train/loss", np.ones(3))
             raise RuntimeError("crash mid-run")
     assert list(tmp_path.iterdir()) == []
@@ -79,24 +79,24 @@ def test_failed_run_leaves_no_result(tmp_path):
 
 def test_result_path_that_is_a_directory_is_rejected(tmp_path):
     with pytest.raises(ShardError, match="directory"):
-        ResultWriter(None, tmp_path)
+        ResultWriter(serial(), tmp_path)
 
 
 def test_inspect_json_and_text(tmp_path, capsys):
     from shardgnn.cli.main import build_parser, run_command
 
     path = tmp_path / "r.h5"
-    with ResultWriter(None, path, config={"seed": 3}) as rw:
+    with ResultWriter(serial(), path, config={"seed": 3}) as rw:
         rw.dataset("train/epoch", np.arange(20))
         rw.dataset("train/big", np.zeros(5000))
     args = build_parser().parse_args(["inspect", str(path), "--json"])
-    assert run_command(None, args) == 0
+    assert run_command(serial(), args) == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["groups"]["config"]["attrs"]["seed"] == 3
     assert obj["groups"]["train"]["datasets"]["epoch"]["data"][-1] == 19
     assert "data" not in obj["groups"]["train"]["datasets"]["big"]
     args = build_parser().parse_args(["inspect", str(path)])
-    run_command(None, args)
+    run_command(serial(), args)
     text = capsys.readouterr().out
     assert "epoch (20,)" in text and "@seed = 3" in text
 

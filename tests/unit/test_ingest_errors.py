@@ -9,6 +9,7 @@ import pytest
 
 from conftest import DATASETS
 from shardgnn.cli.main import main
+from shardgnn.comm import serial
 from shardgnn.io import canonical as cn
 
 
@@ -61,7 +62,7 @@ def test_truncated_canonical_edges(capsys, tmp_path):
     line = run_err(capsys, tmp_path, ["info", d])
     assert "edges.bin:byte 16" in line and "truncated" in line
     with pytest.raises(Exception, match="truncated"):
-        cn.EdgeStream(d, None)
+        cn.EdgeStream(d, serial())
 
 
 @pytest.mark.parametrize("body,line_no,what", [

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from shardgnn.cli.main import main
+from shardgnn.comm import serial
 from shardgnn.io import canonical as cn
 from shardgnn.io.convert import ConvertOptions, convert_source
 from shardgnn.io.readers import ArraySource, TextSource
@@ -131,7 +132,7 @@ def test_edge_types_stay_distinct(tmp_path):
     np.testing.assert_array_equal(edges_of(out), [[0, 1], [0, 1], [1, 2], [1, 2]])
     np.testing.assert_array_equal(cn.edge_type_memmap(out, meta), [2, 5, 0, 7])
     assert meta.duplicates_input == 1
-    st = cn.EdgeStream(out, None, chunk=1, with_types=True)
+    st = cn.EdgeStream(out, serial(), chunk=1, with_types=True)
     got = list(st.chunks())
     assert [int(t[0]) for _, t in got] == [2, 5, 0, 7]
     # without --edge-types the third column is ignored

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shardgnn import log
-from shardgnn.comm import peak_rss_bytes
+from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.convert import ConvertOptions, NodeData, convert_source, run_on_root
 from shardgnn.io.descriptor import Descriptor, read_descriptor
@@ -220,10 +220,10 @@ def _check_expected(desc: Descriptor, n: int, m: int, directed: bool) -> bool:
     return ok
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Convert on rank 0; every rank reports the same verdict. Collective over comm."""
     info = run_on_root(comm, _convert, args)
-    if comm is None or comm.rank == 0:
+    if comm.rank == 0:
         kind = "directed" if info["directed"] else "undirected"
         print(f"wrote {info['out']}: {info['num_nodes']} nodes, {info['num_edges']} {kind} edges "
               f"(input self-loops {info['self_loops_input']}, duplicates "

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from shardgnn.io.convert import run_on_root as on_root
-from shardgnn.comm import peak_rss_bytes
+from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.graph import generators as gen
 
@@ -116,12 +116,12 @@ def _csbm(args: argparse.Namespace) -> dict[str, Any]:
             "edge_homophily": round(g.edge_homophily(), 4)}
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Generate on rank 0; all ranks agree on the verdict. Collective over comm."""
     t0 = time.perf_counter()
     fn = _rmat if args.generator == "rmat" else _csbm
     info = on_root(comm, fn, args)
-    if comm is None or comm.rank == 0:
+    if comm.rank == 0:
         info.update(seconds=round(time.perf_counter() - t0, 3),
                     peak_rss_mb=round(peak_rss_bytes() / 2**20, 1))
         print(json.dumps(info))

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.graph.stats import degree_summary, stream_degrees
 from shardgnn.io import canonical as cn
 
@@ -32,12 +33,11 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def gather_info(directory: str, comm: Any, chunk: int = 1 << 22) -> dict[str, Any]:
+def gather_info(directory: str, comm: Communicator, chunk: int = 1 << 22) -> dict[str, Any]:
     """The info dict (identical on every rank). Collective over comm."""
     out_deg, in_deg, loops = stream_degrees(directory, comm, chunk)
     meta = cn.read_meta(directory)
-    node_data = comm.run_agreed(_node_data, directory, meta) if comm is not None else \
-        _node_data(directory, meta)
+    node_data = comm.run_agreed(_node_data, directory, meta)
     deg = out_deg + in_deg
     info: dict[str, Any] = {
         "path": str(directory), "name": meta.name, "num_nodes": meta.num_nodes,
@@ -154,9 +154,9 @@ def render(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Stream degrees on every rank, print on rank 0. Collective over comm."""
     info = gather_info(args.dir, comm, args.chunk)
-    if comm is None or comm.rank == 0:
+    if comm.rank == 0:
         print(json.dumps(info) if args.json else render(info), flush=True)
     return 0

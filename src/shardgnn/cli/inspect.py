@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.io.results import read_tree
 
 
@@ -51,9 +52,9 @@ def render(tree: dict[str, Any], name: str = "/", depth: int = 0) -> list[str]:
     return lines
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Print the file on rank 0. Rank-local work; other ranks only wait."""
-    if comm is not None and comm.rank != 0:
+    if comm.rank != 0:
         return 0
     tree = read_tree(args.file, max_elems=args.max_elems)
     if args.json:

@@ -11,9 +11,10 @@ import argparse
 import importlib
 import sys
 import traceback
-from typing import Any, Sequence
+from typing import Sequence
 
 from shardgnn import __version__, log
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 
 #: Subcommand modules under shardgnn.cli, in --help order.
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_command(comm: Any, args: argparse.Namespace) -> int:
+def run_command(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the parsed subcommand on ``comm`` (in-process entry point for tests)."""
     return int(args.func(comm, args) or 0)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.partition.streaming import cli as streaming_cli
 from shardgnn.partition.vertexcut import cli as vertexcut_cli
@@ -42,7 +43,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the partitioner named by ``args.algo``. Collective over comm."""
     algo = args.algo.lower()
     if algo in vertexcut_cli.ALGORITHMS:

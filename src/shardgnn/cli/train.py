@@ -7,6 +7,7 @@ import argparse
 from types import ModuleType
 from typing import Any
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.rdm import cli as rdm_cli
 from shardgnn.train import cli as avg_cli
@@ -96,7 +97,7 @@ def accepted_options(engine: str) -> set[str]:
     return _COMMON | own | (set(getattr(fam, "SHARED_OPTIONS", ())) & _SHARED)
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Check the options against the engine, then run the engine named by ``args.engine``.
     Collective over comm."""
     given = guards.resolve_explicit(args)

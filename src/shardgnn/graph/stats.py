@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.io.canonical import EdgeStream
 
 
-def stream_degrees(directory: str | os.PathLike, comm: Any,
+def stream_degrees(directory: str | os.PathLike, comm: Communicator,
                    chunk: int = 1 << 22) -> tuple[np.ndarray, np.ndarray, int]:
     """Out- and in-degree of every node and the self-loop count, summed over ranks.
 
@@ -33,8 +34,7 @@ def stream_degrees(directory: str | os.PathLike, comm: Any,
         counts[:n] += np.bincount(e[:, 0], minlength=n)
         counts[n:2 * n] += np.bincount(e[:, 1], minlength=n)
         counts[2 * n] += int((e[:, 0] == e[:, 1]).sum())
-    if comm is not None:
-        comm.allreduce(counts)
+    comm.allreduce(counts)
     return counts[:n], counts[n:2 * n], int(counts[2 * n])
 
 

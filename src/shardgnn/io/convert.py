@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import canonical as cn
 from shardgnn.io.extsort import (RunWriter, first_of_groups, first_of_records, merge_runs,
@@ -546,12 +547,12 @@ def random_split(y: np.ndarray, fractions: tuple[float, float, float],
     return masks
 
 
-def run_on_root(comm: Any, fn: Callable[..., Any], *args: Any) -> Any:
+def run_on_root(comm: Communicator, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn`` on rank 0 only; every rank raises the same ShardError if it failed.
 
-    Collective over comm (``comm`` may be None for a plain process).
+    Collective over comm.
     """
-    if comm is None or comm.size == 1:
+    if comm.size == 1:
         return fn(*args)
     res, err = None, ""
     if comm.rank == 0:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from shardgnn import __version__
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 
 GROUPS = ("config", "partition", "train", "perfmodel", "embeddings")
@@ -57,10 +58,10 @@ class ResultWriter:
     left under the final name.
     """
 
-    def __init__(self, comm: Any, path: str | os.PathLike, config: Mapping[str, Any] | None = None,
+    def __init__(self, comm: Communicator, path: str | os.PathLike, config: Mapping[str, Any] | None = None,
                  command: str = "") -> None:
         self.comm = comm
-        self.rank = 0 if comm is None else comm.rank
+        self.rank = comm.rank
         self.path = Path(path)
         err = ""
         try:
@@ -69,10 +70,7 @@ class ResultWriter:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
         except (ShardError, OSError) as exc:
             err = str(exc)
-        if comm is not None:
-            comm.agree(not err, err)
-        elif err:
-            raise ShardError(err)
+        comm.agree(not err, err)
         self.tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         self.h5: Any = None
         if self.rank == 0:
@@ -80,7 +78,7 @@ class ResultWriter:
 
             self.h5 = h5py.File(self.tmp, "w")
             self.h5.attrs["shardgnn_version"] = __version__
-            self.h5.attrs["world_size"] = 1 if comm is None else comm.size
+            self.h5.attrs["world_size"] = comm.size
             self.h5.attrs["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             self.h5.attrs["command"] = command
             for g in GROUPS:
@@ -130,7 +128,7 @@ class ResultWriter:
     def gather_dataset(self, name: str, local: np.ndarray, compress: bool = False) -> None:
         """Concatenate every rank's rows along axis 0 into dataset ``name``. Collective over comm."""
         local = np.ascontiguousarray(local)
-        full = local if self.comm is None else self.comm.gatherv(local, root=0)
+        full = self.comm.gatherv(local, root=0)
         if self.rank == 0:
             self.dataset(name, full, compress=compress)
 
@@ -152,7 +150,7 @@ class ResultWriter:
                 os.replace(self.tmp, self.path)
             elif self.tmp.exists():
                 self.tmp.unlink()
-        if self.comm is not None and ok:
+        if ok:
             self.comm.barrier()
 
     def __enter__(self) -> "ResultWriter":

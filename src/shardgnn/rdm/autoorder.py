@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 
 DEFAULT_PROFILE = "local-2core"
@@ -39,7 +40,7 @@ def _perfmodel():
     return exact, orders, profile, timing
 
 
-def problem_of(comm: Any, tr: Any) -> dict[str, Any]:
+def problem_of(comm: Communicator, tr: Any) -> dict[str, Any]:
     """N, nnz(Â), P, R_A, widths and item size of a Trainer's graph. Collective over comm."""
     g = tr.graph.grid
     nnz_panels = comm.allreduce_scalar(int(tr.graph.nnz), "sum")  # every panel R times
@@ -112,7 +113,7 @@ def _restore(tr: Any, snap: dict[str, Any]) -> None:
     tr.set_order(snap["order"])
 
 
-def time_order(comm: Any, tr: Any, order: Any, warmup: int = WARMUP,
+def time_order(comm: Communicator, tr: Any, order: Any, warmup: int = WARMUP,
                trials: int = TRIALS) -> dict[str, Any]:
     """Run ``warmup`` + ``trials`` training steps of ``order``; the slowest rank's time of
     each timed step and this rank's bytes per kind of the last one. Collective over comm."""
@@ -127,7 +128,7 @@ def time_order(comm: Any, tr: Any, order: Any, warmup: int = WARMUP,
     return {"times": times, "median": float(np.median(times)), "bytes": dict(last)}
 
 
-def choose_order(comm: Any, cfg: Any, trainer_factory: Callable[[], Any], mode: str = "auto",
+def choose_order(comm: Communicator, cfg: Any, trainer_factory: Callable[[], Any], mode: str = "auto",
                  writer: Any = None, warmup: int = WARMUP, trials: int = TRIALS) -> str:
     """Pick the order for this run (see module docstring); returns its 2L-letter string and
     leaves the trainer set to it with its state as before. Collective over comm."""
@@ -179,7 +180,7 @@ def choose_order(comm: Any, cfg: Any, trainer_factory: Callable[[], Any], mode: 
 
 
 def _row(order: Any, pareto: bool, predicted: float | None, meas: dict[str, Any] | None,
-         fig: dict[str, Any], comm: Any) -> dict[str, Any]:
+         fig: dict[str, Any], comm: Communicator) -> dict[str, Any]:
     model_total = sum(sum(v) for v in fig["bytes"].values())
     row: dict[str, Any] = {
         "order": str(order), "forward": order.forward, "backward": order.backward,

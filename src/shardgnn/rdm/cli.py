@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shardgnn.comm import Communicator
+
 ENGINES: tuple[str, ...] = ("rdm", "cagnet1d")
 #: Options of `shardgnn train`'s shared group these engines take (see cli/train.py).
 SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every")
@@ -64,7 +66,7 @@ def add_arguments(parser: Any) -> None:
                    "normalisation (default: 20)")
 
 
-def run(comm: Any, args: Any) -> int:
+def run(comm: Communicator, args: Any) -> int:
     """Run training. Collective over comm."""
     from shardgnn.rdm.main import config_from_args, main
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from shardgnn.comm import Communicator
 from shardgnn.rdm.backend import Backend, dropout_mask, mask_key
 from shardgnn.rdm.layout import Grid, resplit_counts
 from shardgnn.rdm.schedule import OTHER, Order, backward, forward, parse_order
@@ -72,7 +73,7 @@ class Trainer:
         f_0 .. f_L.
     """
 
-    def __init__(self, comm: Any, row_comm: Any, col_comm: Any, graph: GraphState,
+    def __init__(self, comm: Communicator, row_comm: Any, col_comm: Any, graph: GraphState,
                  widths: list[int], backend: Backend, order: Order, *, memo: bool = True,
                  bias: bool = True, dropout: float = 0.5, lr: float = 0.01,
                  weight_decay: float = 5e-4, seed: int = 0) -> None:
@@ -161,7 +162,7 @@ class Trainer:
         return buf, sum(self.comm.bytes.values()) - b0
 
     # ------------------------------------------------------------------ internals
-    def _timed(self, tkind: str, bkind: str | None, comm: Any, fn: Callable[[], Any]) -> Any:
+    def _timed(self, tkind: str, bkind: str | None, comm: Communicator | None, fn: Callable[[], Any]) -> Any:
         b0 = sum(comm.bytes.values()) if comm is not None else 0
         t0 = time.perf_counter()
         out = fn()

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import input_error
 from shardgnn.graph.csr import CSR, add_self_loops, csr_from_pairs, gcn_values
 from shardgnn.io.canonical import EdgeStream, GraphMeta, load_node_array
@@ -66,7 +66,7 @@ def read_partition(directory: str | Path, num_nodes: int) -> Renumbering:
     return Renumbering(new_of_old, old_of_new, sizes)
 
 
-def load_panel(comm: Any, directory: str | Path, grid: Grid, renum: Renumbering | None = None,
+def load_panel(comm: Communicator, directory: str | Path, grid: Grid, renum: Renumbering | None = None,
                chunk: int = 1 << 20) -> tuple[CSR, dict[str, int]]:
     """This rank's panel rows of Â (global, renumbered column ids), float64 values.
 

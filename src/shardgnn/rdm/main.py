@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.io.canonical import read_meta
 from shardgnn.io.results import ResultWriter
@@ -108,7 +109,7 @@ class Built:
     panel: Any
 
 
-def build(comm: Any, cfg: RDMConfig) -> Built:
+def build(comm: Communicator, cfg: RDMConfig) -> Built:
     """Load this rank's share of the graph and make a Trainer. Collective over comm."""
     comm.run_agreed(validate, cfg, comm.size)
     meta = comm.run_agreed(read_meta, cfg.data)
@@ -164,7 +165,7 @@ def make_graph_state(grid: Grid, panel: Any, nd: NodeData, be: Backend, rank: in
     return GraphState(grid, a_blocks, x_tile, labels, loss_w, masks, totals, nnz=panel.nnz)
 
 
-def _choose_order(comm: Any, cfg: RDMConfig, built: Built, writer: ResultWriter | None) -> None:
+def _choose_order(comm: Communicator, cfg: RDMConfig, built: Built, writer: ResultWriter | None) -> None:
     try:
         from shardgnn.rdm import autoorder  # written by the perfmodel work
     except ImportError:
@@ -176,7 +177,7 @@ def _choose_order(comm: Any, cfg: RDMConfig, built: Built, writer: ResultWriter 
     built.trainer.set_order(order)
 
 
-def main(comm: Any, cfg: RDMConfig) -> int:
+def main(comm: Communicator, cfg: RDMConfig) -> int:
     """Train and write the results file. Collective over comm."""
     built = build(comm, cfg)
     tr = built.trainer
@@ -195,13 +196,13 @@ def main(comm: Any, cfg: RDMConfig) -> int:
     return 0
 
 
-def run_full_batch(comm: Any, cfg: RDMConfig, built: Built) -> dict[str, Any]:
+def run_full_batch(comm: Communicator, cfg: RDMConfig, built: Built) -> dict[str, Any]:
     """The epoch loop of full-batch training. Collective over comm."""
     tr, g = built.trainer, built.graph
     return epoch_loop(comm, cfg, tr, g, lambda epoch: [tr.train_step()])
 
 
-def epoch_loop(comm: Any, cfg: RDMConfig, tr: Trainer, g: GraphState, steps_of_epoch) -> dict[str, Any]:
+def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, steps_of_epoch) -> dict[str, Any]:
     """Run ``cfg.epochs`` epochs; ``steps_of_epoch(e)`` runs the epoch's steps and returns their
     records. Evaluates every ``cfg.eval_every`` epochs (0: never); one metrics all-reduce per
     epoch. Returns per-epoch arrays (rank-local times/bytes)."""
@@ -247,7 +248,7 @@ def epoch_loop(comm: Any, cfg: RDMConfig, tr: Trainer, g: GraphState, steps_of_e
     return rec
 
 
-def write_train(comm: Any, w: ResultWriter, cfg: RDMConfig, built: Built, rec: dict[str, Any]) -> None:
+def write_train(comm: Communicator, w: ResultWriter, cfg: RDMConfig, built: Built, rec: dict[str, Any]) -> None:
     """Gather per-rank times/bytes and write ``/train``. Collective over comm."""
     E = cfg.epochs
     times = comm.gatherv(np.ascontiguousarray(rec["times"][None]))       # (P, E, K)

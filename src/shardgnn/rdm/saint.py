@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.graph.csr import CSR
 from shardgnn.rdm.engine import GraphState
 from shardgnn.rdm.layout import Grid
@@ -114,7 +115,7 @@ def normalisation(sampler: Sampler, presample: int, seed: int, n_train: int) -> 
     return aggr, loss, float(np.mean(sizes)) if sizes else 1.0
 
 
-def run_saint(comm: Any, cfg: Any, built: Any) -> dict[str, Any]:
+def run_saint(comm: Communicator, cfg: Any, built: Any) -> dict[str, Any]:
     """GraphSAINT training with RDM on every subgraph; full-graph evaluation. Collective."""
     from shardgnn.rdm.main import epoch_loop
 

@@ -8,12 +8,13 @@ the flat vector is float32 (the model's dtype) so one synchronisation moves
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 
 
@@ -70,7 +71,7 @@ def weighted_sum(vectors: Sequence[torch.Tensor], weights: Sequence[float]) -> t
     return out
 
 
-def average_models(comm: Any, models: Sequence[nn.Module], weights: Sequence[float]) -> None:
+def average_models(comm: Communicator, models: Sequence[nn.Module], weights: Sequence[float]) -> None:
     """Replace every local model by Σ_i α_i θ_i over all partitions of all ranks.
 
     ``models`` are this rank's local models, ``weights`` their α_i (global weights summing to 1
@@ -104,7 +105,7 @@ def _adam_like_state(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
     return out
 
 
-def average_optimizers(comm: Any, opts: Sequence[torch.optim.Optimizer],
+def average_optimizers(comm: Communicator, opts: Sequence[torch.optim.Optimizer],
                        weights: Sequence[float]) -> None:
     """Average the optimisers' floating state (Adam moments and step) with the model weights.
 
@@ -117,7 +118,7 @@ def average_optimizers(comm: Any, opts: Sequence[torch.optim.Optimizer],
         unflatten_into(vec, ts)
 
 
-def allreduce_grads(comm: Any, model: nn.Module, count: float) -> float:
+def allreduce_grads(comm: Communicator, model: nn.Module, count: float) -> float:
     """Sum every parameter gradient and ``count`` over ranks, then divide the gradients by the total.
 
     Parameters without a gradient contribute zeros (a rank with no batch this step still takes

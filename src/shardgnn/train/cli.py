@@ -5,6 +5,9 @@ import argparse
 import sys
 from typing import Any
 
+from shardgnn.comm import Communicator
+from shardgnn.errors import ShardError
+
 ALGORITHMS: tuple[str, ...] = ()
 ENGINES: tuple[str, ...] = ("averaging",)
 #: Options of `shardgnn train`'s shared group this engine takes (see cli/train.py).
@@ -70,7 +73,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run partition-parallel training. Collective over comm."""
     from shardgnn.train.loop import main
 

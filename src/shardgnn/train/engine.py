@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
 from shardgnn.train import averaging, models
@@ -115,7 +116,7 @@ def _seeds(seed: int, part: int) -> tuple[torch.Tensor, np.random.Generator]:
     return g.get_state(), np.random.default_rng(int(np_seed))
 
 
-def _load(comm: Any, cfg: AveragingConfig) -> tuple[dict[str, Any], list[int], list[LocalGraph]]:
+def _load(comm: Communicator, cfg: AveragingConfig) -> tuple[dict[str, Any], list[int], list[LocalGraph]]:
     """Read the store meta and this rank's partitions (errors agreed on all ranks)."""
     meta: dict[str, Any] = {}
     err = ""
@@ -184,7 +185,7 @@ class _Stats:
         self.sync_wait = 0.0
         self.sync_bytes = 0
 
-    def wait(self, comm: Any) -> None:
+    def wait(self, comm: Communicator) -> None:
         """Barrier before a synchronisation, so that sync_time excludes load imbalance."""
         t0 = time.perf_counter()
         comm.barrier()
@@ -226,7 +227,7 @@ def _epoch_avg(w: _Worker, cfg: AveragingConfig, st: _Stats) -> None:
     w.torch_rng = torch.get_rng_state()
 
 
-def _epoch_grad(comm: Any, workers: list[_Worker], cfg: AveragingConfig, st: _Stats) -> None:
+def _epoch_grad(comm: Communicator, workers: list[_Worker], cfg: AveragingConfig, st: _Stats) -> None:
     """One epoch with gradient averaging every step. Collective over comm.
 
     Every rank takes ``max`` over ranks of its largest batch count steps; a rank (or partition)
@@ -251,7 +252,7 @@ def _epoch_grad(comm: Any, workers: list[_Worker], cfg: AveragingConfig, st: _St
         opt.step()
 
 
-def _sync_avg(comm: Any, workers: list[_Worker], weights: list[float], cfg: AveragingConfig,
+def _sync_avg(comm: Communicator, workers: list[_Worker], weights: list[float], cfg: AveragingConfig,
               st: _Stats) -> None:
     """Weighted model average (and optimiser average when asked). Collective over comm."""
     st.wait(comm)
@@ -304,7 +305,7 @@ class _EvalGraph:
         return out
 
 
-def _evaluate_local(comm: Any, workers: list[_Worker]) -> dict[str, float]:
+def _evaluate_local(comm: Communicator, workers: list[_Worker]) -> dict[str, float]:
     """Accuracy over owned vertices of every partition, on the partitions' local graphs.
 
     Approximate for models deeper than one layer (replicas lack their own neighbourhoods).

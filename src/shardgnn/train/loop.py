@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
-from shardgnn.comm import peak_rss_bytes
+from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
 from shardgnn.train import averaging, checkpoint
@@ -30,7 +30,7 @@ def _new_history() -> dict[str, Any]:
     return h
 
 
-def _eval_graph(comm: Any, cfg: AveragingConfig, meta: dict[str, Any]) -> _EvalGraph | None:
+def _eval_graph(comm: Communicator, cfg: AveragingConfig, meta: dict[str, Any]) -> _EvalGraph | None:
     """Load the canonical dataset on rank 0 when evaluating on the full graph. Collective."""
     if cfg.eval != "full":
         return None
@@ -44,7 +44,7 @@ def _eval_graph(comm: Any, cfg: AveragingConfig, meta: dict[str, Any]) -> _EvalG
     return g
 
 
-def _resume(comm: Any, cfg: AveragingConfig, workers: list[_Worker], mine: list[int]
+def _resume(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker], mine: list[int]
             ) -> tuple[int, dict[str, Any]]:
     """Load a checkpoint into the workers; returns (first epoch to run, history). Collective."""
     ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, mine)
@@ -62,7 +62,7 @@ def _resume(comm: Any, cfg: AveragingConfig, workers: list[_Worker], mine: list[
     return ck["epoch"] + 1, ck["history"]
 
 
-def _save(comm: Any, cfg: AveragingConfig, path: str, epoch: int, workers: list[_Worker],
+def _save(comm: Communicator, cfg: AveragingConfig, path: str, epoch: int, workers: list[_Worker],
           history: dict[str, Any]) -> None:
     """Gather every partition's state to rank 0 and write the checkpoint. Collective."""
     states = {w.graph.index: checkpoint.partition_state(w.model, w.opt, w.torch_rng, w.np_rng)
@@ -89,7 +89,7 @@ def _record(history: dict[str, Any], epoch: int, metrics: dict[str, float],
                        best_model={k: v.detach().numpy().copy() for k, v in model_state.items()})
 
 
-def _run_epoch(comm: Any, cfg: AveragingConfig, workers: list[_Worker], weights: list[float],
+def _run_epoch(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker], weights: list[float],
                epoch: int, evalg: _EvalGraph | None) -> dict[str, float]:
     """Train one epoch (+ sync, + evaluation when due); returns the epoch's metrics. Collective."""
     st = _Stats()
@@ -120,7 +120,7 @@ def _run_epoch(comm: Any, cfg: AveragingConfig, workers: list[_Worker], weights:
     return m
 
 
-def main(comm: Any, cfg: AveragingConfig, command: str = "") -> dict[str, Any]:
+def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[str, Any]:
     """Train on the partition store ``cfg.data``; write ``cfg.out``. Collective over comm."""
     cfg.validate()
     meta, mine, graphs = _load(comm, cfg)
@@ -159,7 +159,7 @@ def main(comm: Any, cfg: AveragingConfig, command: str = "") -> dict[str, Any]:
     return summary
 
 
-def _summary(comm: Any, cfg: AveragingConfig, history: dict[str, Any], counts: np.ndarray,
+def _summary(comm: Communicator, cfg: AveragingConfig, history: dict[str, Any], counts: np.ndarray,
              alpha: np.ndarray, mine: list[int], sampled_edges: float) -> dict[str, Any]:
     def last(k: str) -> float:
         vals = [v for v in history[k] if not math.isnan(v)]
@@ -181,7 +181,7 @@ def _summary(comm: Any, cfg: AveragingConfig, history: dict[str, Any], counts: n
             "assignment": comm.allgather_obj(mine)}
 
 
-def _write(rw: ResultWriter, comm: Any, history: dict[str, Any], summary: dict[str, Any]) -> None:
+def _write(rw: ResultWriter, comm: Communicator, history: dict[str, Any], summary: dict[str, Any]) -> None:
     """Per-epoch series, summary attributes, best model and per-rank memory. Collective."""
     for k in SERIES:
         rw.dataset(f"train/{k}", np.asarray(history[k], dtype=np.float64))

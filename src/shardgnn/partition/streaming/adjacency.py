@@ -27,11 +27,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 from numba import njit
 
+from shardgnn.comm import Communicator
 from shardgnn.io.canonical import EdgeStream
 from shardgnn.partition.streaming import kernels as K
 from shardgnn.partition.streaming import passes
@@ -104,7 +105,7 @@ class AdjacencyShard:
         shutil.rmtree(self.path.parent, ignore_errors=True)
 
 
-def build(stream: EdgeStream, comm: Any, deg: np.ndarray, scratch: str | os.PathLike | None,
+def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str | os.PathLike | None,
           timer: passes.PassTimer) -> AdjacencyShard:
     """Route this rank's lines to the source-range owners and write its range's targets file
     (module docstring). ``deg``: global degrees. Collective over comm."""

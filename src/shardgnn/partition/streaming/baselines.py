@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.io.canonical import EdgeStream
 from shardgnn.partition.streaming import kernels as K
@@ -84,7 +85,7 @@ def load_user_class(spec: str) -> type:
 class _Sync:
     """Sum the per-rank changes of state arrays since the last sync (no-op on one rank)."""
 
-    def __init__(self, comm: Any, arrays: list[np.ndarray]) -> None:
+    def __init__(self, comm: Communicator, arrays: list[np.ndarray]) -> None:
         self.comm, self.arrays = comm, arrays
         self.base = [a.copy() for a in arrays] if comm.size > 1 else []
 
@@ -98,7 +99,7 @@ class _Sync:
             b[...] = a
 
 
-def vertexcut_owner(stream: EdgeStream, comm: Any, algo: str, p: int, deg: np.ndarray,
+def vertexcut_owner(stream: EdgeStream, comm: Communicator, algo: str, p: int, deg: np.ndarray,
                     params: BaselineParams, timer: PassTimer,
                     user_cls: type | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """Stream the edges through a vertex-cut algorithm, then pick owners by the
@@ -160,7 +161,7 @@ def _run_user(step: Callable[[np.ndarray, np.ndarray], None], e: np.ndarray, out
     return True, ""
 
 
-def _twops_step(stream: EdgeStream, comm: Any, p: int, deg: np.ndarray, params: BaselineParams,
+def _twops_step(stream: EdgeStream, comm: Communicator, p: int, deg: np.ndarray, params: BaselineParams,
                 timer: PassTimer, cnt: np.ndarray, load: np.ndarray) -> tuple[Any, dict[str, Any]]:
     """2PS-L phase 1 (streaming clustering, clusters to partitions by volume); returns the
     phase-2 step. Collective over comm."""

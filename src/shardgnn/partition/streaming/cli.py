@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from shardgnn.comm import Communicator
 from shardgnn.partition.streaming.baselines import BaselineParams
 from shardgnn.partition.streaming.pipeline import ALGORITHMS, AutoParts, PartitionConfig, main
 from shardgnn.partition.streaming.spring import SpringParams
@@ -136,7 +137,7 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
         auto=auto)
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the streaming partitioner named by ``--algo``. Collective over comm."""
     cfg = config_from_args(args)
     m = main(comm, cfg, command=" ".join(sys.argv))

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.io.canonical import EDGES, EdgeStream
 from shardgnn.partition.streaming import kernels as K
 
@@ -59,7 +60,7 @@ class NativeStream(EdgeStream):
                 yield buf[:n]
 
 
-def open_stream(dataset: str, comm: Any, chunk: int) -> NativeStream:
+def open_stream(dataset: str, comm: Communicator, chunk: int) -> NativeStream:
     """This rank's share of the dataset's edges, each stored edge once. Collective over comm."""
     return NativeStream(dataset, comm, chunk, both_directions=False)
 
@@ -69,13 +70,13 @@ def native(stream: EdgeStream) -> Iterator[np.ndarray]:
     return stream.native() if isinstance(stream, NativeStream) else iter(stream)
 
 
-def num_rounds(stream: EdgeStream, comm: Any) -> int:
+def num_rounds(stream: EdgeStream, comm: Communicator) -> int:
     """The largest number of chunks any rank streams. Collective over comm."""
     mine = (stream.hi - stream.lo + stream.chunk - 1) // stream.chunk
     return int(comm.allreduce_scalar(int(mine), "max"))
 
 
-def lockstep(stream: EdgeStream, comm: Any, raw: bool = False) -> Iterator[np.ndarray]:
+def lockstep(stream: EdgeStream, comm: Communicator, raw: bool = False) -> Iterator[np.ndarray]:
     """Chunks of this rank, padded with empty chunks so every rank yields the same count
     (``raw``: file-dtype views of a reused buffer, see :func:`native`).
 
@@ -88,11 +89,11 @@ def lockstep(stream: EdgeStream, comm: Any, raw: bool = False) -> Iterator[np.nd
         yield next(it, empty)
 
 
-def _progress(stream: EdgeStream, comm: Any, desc: str) -> log.Progress:
+def _progress(stream: EdgeStream, comm: Communicator, desc: str) -> log.Progress:
     return log.Progress(stream.hi - stream.lo, desc, unit="edge", enabled=comm.rank == 0)
 
 
-def degree_pass(stream: EdgeStream, comm: Any, timer: PassTimer) -> np.ndarray:
+def degree_pass(stream: EdgeStream, comm: Communicator, timer: PassTimer) -> np.ndarray:
     """Global degree of every vertex (undirected; in + out for directed graphs). Collective."""
     n = stream.meta.num_nodes
     deg = np.zeros(n, np.int64)
@@ -119,7 +120,7 @@ def owner_bits(owner: np.ndarray, p: int) -> np.ndarray:
     return pres
 
 
-def hop_pass(stream: EdgeStream, comm: Any, pres: np.ndarray, timer: PassTimer,
+def hop_pass(stream: EdgeStream, comm: Communicator, pres: np.ndarray, timer: PassTimer,
              name: str) -> np.ndarray:
     """One more hop of presence: a vertex joins every partition holding a neighbour. Collective."""
     out = pres.copy()
@@ -213,7 +214,7 @@ class _Writer:
                 self.pool.shutdown(wait=True)
 
 
-def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: Any,
+def route_pass(stream: EdgeStream, comm: Communicator, p: int, timer: PassTimer, sink: Any,
                pres: np.ndarray | None = None, owner: np.ndarray | None = None,
                seed: int = 0) -> None:
     """Hand every edge of this rank's share to ``sink(i, edges)`` for each partition i holding
@@ -243,7 +244,7 @@ def route_pass(stream: EdgeStream, comm: Any, p: int, timer: PassTimer, sink: An
 PROF: dict = {}          # rank-local seconds of the routing pass: kernel, sink (inline writes)
 
 
-def _route_one_side(stream: EdgeStream, comm: Any, p: int, owner: np.ndarray, seed: int,
+def _route_one_side(stream: EdgeStream, comm: Communicator, p: int, owner: np.ndarray, seed: int,
                     out: _Writer) -> None:
     """route_pass with hops = 0: one partition per edge, records grouped by partition (file
     order kept within a partition). Rank-local."""
@@ -260,7 +261,7 @@ def _route_one_side(stream: EdgeStream, comm: Any, p: int, owner: np.ndarray, se
             bar.update(k)
 
 
-def _route_masks(stream: EdgeStream, comm: Any, p: int, pres: np.ndarray, out: _Writer) -> None:
+def _route_masks(stream: EdgeStream, comm: Communicator, p: int, pres: np.ndarray, out: _Writer) -> None:
     """route_pass with a presence bitmask: per chunk the masks (AND of the endpoints' rows), then
     the records grouped by partition, handed to ``out``; with a sink taking shared records,
     edges held by at least :func:`shared_min` partitions go there once instead. Rank-local."""
@@ -298,7 +299,7 @@ def _route_masks(stream: EdgeStream, comm: Any, p: int, pres: np.ndarray, out: _
             bar.update(len(e))
 
 
-def cluster_refine_pass(stream: EdgeStream, comm: Any, owner: np.ndarray, label: np.ndarray,
+def cluster_refine_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarray, label: np.ndarray,
                         p: int, rounds: int, cap: float, seed: int, timer: PassTimer) -> list[int]:
     """``rounds`` restreaming passes moving whole clusters (``label``: cluster of each vertex,
     every cluster inside one partition) towards the partition holding most of their outside
@@ -331,7 +332,7 @@ def cluster_refine_pass(stream: EdgeStream, comm: Any, owner: np.ndarray, label:
     return moves
 
 
-def refine_pass(stream: EdgeStream, comm: Any, owner: np.ndarray, p: int, rounds: int,
+def refine_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarray, p: int, rounds: int,
                 cap: float, seed: int, timer: PassTimer, frac: float = 0.5) -> list[int]:
     """``rounds`` restreaming passes moving vertices towards the partition holding most of their
     neighbours, never above ``cap`` owned vertices per partition. Memory: an (n, p) int32

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
-from shardgnn.comm import peak_rss_bytes
+from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_meta
 from shardgnn.io.results import ResultWriter
@@ -115,7 +115,7 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
     return meta, p
 
 
-def _owners(cfg: PartitionConfig, comm: Any, stream: Any, p: int,
+def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
             timer: passes.PassTimer) -> tuple[np.ndarray, dict[str, Any]]:
     n = stream.meta.num_nodes
     if cfg.algo == "hash":
@@ -127,7 +127,7 @@ def _owners(cfg: PartitionConfig, comm: Any, stream: Any, p: int,
     return vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user)
 
 
-def _tmp_dir(comm: Any, out: Path) -> Path:
+def _tmp_dir(comm: Communicator, out: Path) -> Path:
     name = f"{out.name}.tmp-{os.getpid()}" if comm.rank == 0 else None
     name = comm.bcast_obj(name)
     tmp = out.with_name(name)
@@ -144,7 +144,7 @@ def _tmp_dir(comm: Any, out: Path) -> Path:
     return tmp
 
 
-def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
+def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
     """Run one streaming partitioning job and write the store. Collective over comm.
 
     Returns the metrics (same on every rank).
@@ -221,7 +221,7 @@ def main(comm: Any, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
     return m
 
 
-def _write_parts(comm: Any, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
+def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
                  owner: np.ndarray, sink: store.SpillSink, p: int,
                  timer: passes.PassTimer) -> dict[int, dict[str, int]]:
     """Write this rank's partitions from their spill files; all ranks get every count."""
@@ -246,7 +246,7 @@ def _write_parts(comm: Any, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
     return merged
 
 
-def _finish(comm: Any, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path, out: Path,
+def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path, out: Path,
             m: dict[str, Any], command: str) -> None:
     """Write meta.json and the results file, then move the store into place. Collective."""
     params = {"spring": asdict(cfg.spring), "baselines": asdict(cfg.base), "hops": cfg.hops,

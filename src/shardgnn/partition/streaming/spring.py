@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.io.canonical import EdgeStream
 from shardgnn.partition.streaming import adjacency
 from shardgnn.partition.streaming import kernels as K
@@ -52,7 +53,7 @@ def directed_lines(stream: EdgeStream) -> int:
     return m if stream.meta.directed else 2 * m
 
 
-def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
+def cluster_pass(stream: EdgeStream, comm: Communicator, deg: np.ndarray, tau_vol: float,
                  modes: tuple[int, ...], timer: PassTimer, name: str = "cluster",
                  source: adjacency.AdjacencyShard | None = None) -> Clustering:
     """Streaming clustering (Algorithm 1 lines 2-21) over this rank's shard (or, with
@@ -90,7 +91,7 @@ def cluster_pass(stream: EdgeStream, comm: Any, deg: np.ndarray, tau_vol: float,
     return Clustering(c=cc, rich=rich, num_clusters=num, raw_clusters=raw)
 
 
-def _agree(comm: Any, c: np.ndarray, vol: np.ndarray, rich: np.ndarray, deg: np.ndarray,
+def _agree(comm: Communicator, c: np.ndarray, vol: np.ndarray, rich: np.ndarray, deg: np.ndarray,
            k: int) -> tuple[np.ndarray, np.ndarray]:
     """Namespace cluster ids by rank; keep per vertex the largest-volume cluster (lowest id on
     ties) and the richest neighbour (lowest rank on ties). Identity on one rank."""
@@ -164,7 +165,7 @@ def merge_and_assign(cl: Clustering, deg: np.ndarray, p: int,
     return owner.astype(np.int64), label.astype(np.int64).reshape(-1), info
 
 
-def spring_owner(stream: EdgeStream, comm: Any, deg: np.ndarray, p: int, params: SpringParams,
+def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int, params: SpringParams,
                  timer: PassTimer) -> tuple[np.ndarray, dict[str, Any]]:
     """Owner partition of every vertex by SPRING (``info["labels"]``: merged and streaming
     cluster of every vertex, coarse first). Collective over comm."""

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
-from shardgnn.comm import peak_rss_bytes
+from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
 from shardgnn.partition.vertexcut.adaptive import RESPONSES
@@ -129,7 +129,7 @@ def _mem(tag: str) -> None:
         pass
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Partition, write the store and the results. Collective over comm."""
     t_start = time.perf_counter()
     cfg = config_from_args(args, comm.size)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.partition.vertexcut import adaptive, kernels, refine
 from shardgnn.partition.vertexcut.shard import EdgeShard, audience, hash2d, mix64
 
@@ -142,7 +143,7 @@ class _State:
                                      self.vsize, self.esize2)
 
 
-def _updates(comm: Any, loc: _Local, pairs: np.ndarray, parts: np.ndarray,
+def _updates(comm: Communicator, loc: _Local, pairs: np.ndarray, parts: np.ndarray,
              p: int) -> tuple[np.ndarray, np.ndarray]:
     """All-gather the (vertex*p+part, count) updates of locally allocated pairs. Collective."""
     keys = np.concatenate([loc.pa[pairs] * p + parts, loc.pb[pairs] * p + parts])
@@ -151,7 +152,7 @@ def _updates(comm: Any, loc: _Local, pairs: np.ndarray, parts: np.ndarray,
     return np.ascontiguousarray(both[:, 0]), np.ascontiguousarray(both[:, 1])
 
 
-def _quota_cut(comm: Any, parts: np.ndarray, room: np.ndarray | None) -> np.ndarray:
+def _quota_cut(comm: Communicator, parts: np.ndarray, room: np.ndarray | None) -> np.ndarray:
     """Keep-mask of proposals so that no partition exceeds its room. Collective when capped.
 
     Ranks are served in rank order: rank r keeps min(c_r, room - sum of c below r).
@@ -166,7 +167,7 @@ def _quota_cut(comm: Any, parts: np.ndarray, room: np.ndarray | None) -> np.ndar
     return kernels.take_quota(parts, quota)
 
 
-def _commit(comm: Any, loc: _Local, st: _State, pairs: np.ndarray,
+def _commit(comm: Communicator, loc: _Local, st: _State, pairs: np.ndarray,
             parts: np.ndarray) -> np.ndarray:
     """Assign pairs locally, share the updates, apply them everywhere. Collective."""
     loc.assign[pairs] = parts
@@ -263,7 +264,7 @@ class _Expander:
         return np.concatenate(out) if out else np.zeros((0, 2), dtype=np.int64)
 
 
-def _route_requests(comm: Any, req: np.ndarray, salt: int) -> np.ndarray:
+def _route_requests(comm: Communicator, req: np.ndarray, salt: int) -> np.ndarray:
     """Send each (v, i) request to every rank that may hold an edge of v. Collective."""
     which, dest = audience(req[:, 0], comm.size, salt)
     counts = np.bincount(dest, minlength=comm.size).astype(np.int64)
@@ -271,7 +272,7 @@ def _route_requests(comm: Any, req: np.ndarray, salt: int) -> np.ndarray:
                           op_name="requests")
 
 
-def _initial_scores(comm: Any, loc: _Local, st: _State) -> int:
+def _initial_scores(comm: Communicator, loc: _Local, st: _State) -> int:
     """Free degree of every vertex over all unique pairs; returns the global pair count."""
     n = st.score.size
     st.score += np.bincount(loc.pa, minlength=n)
@@ -280,13 +281,13 @@ def _initial_scores(comm: Any, loc: _Local, st: _State) -> int:
     return int(comm.allreduce_scalar(int(loc.npairs), "sum"))
 
 
-def _leftover(comm: Any, loc: _Local, st: _State, target: int) -> None:
+def _leftover(comm: Communicator, loc: _Local, st: _State, target: int) -> None:
     """All remaining free pairs go to ``target``. Collective."""
     pairs = np.flatnonzero(loc.assign < 0)
     _commit(comm, loc, st, pairs, np.full(pairs.size, target, dtype=np.int64))
 
 
-def expand(comm: Any, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult:
+def expand(comm: Communicator, shard: EdgeShard, cfg: ExpansionConfig) -> ExpansionResult:
     """Run DistributedNE, AdaDNE or Hash-2D on the 2-D hashed shards. Collective over comm.
 
     ``seconds`` of the result excludes loading the numba kernels (done first, untimed).
@@ -328,7 +329,7 @@ def edge_cap(total_pairs: int, p: int, balance: float) -> int:
     return max(-(-int(total_pairs) // p), int(np.floor(balance * total_pairs / p)))
 
 
-def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
+def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionConfig,
                     total_pairs: int, trace: list[dict[str, Any]],
                     ph: _Phases | None = None) -> int:
     """The DNE / AdaDNE iterations; returns their count. Collective over comm."""
@@ -406,7 +407,7 @@ def _expansion_loop(comm: Any, loc: _Local, st: _State, cfg: ExpansionConfig,
     return it
 
 
-def _records(comm: Any, shard: EdgeShard, loc: _Local, st: _State,
+def _records(comm: Communicator, shard: EdgeShard, loc: _Local, st: _State,
              cfg: ExpansionConfig) -> np.ndarray:
     """Partition of every local record; self-loops join a partition of their vertex. Collective."""
     rec_part = np.full(shard.src.size, -1, dtype=np.int64)

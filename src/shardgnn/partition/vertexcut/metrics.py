@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.comm import Communicator
+
 
 def quality(edges_per_part: np.ndarray, vertices_per_part: np.ndarray,
             num_vertices: int) -> dict[str, float]:
@@ -45,7 +47,7 @@ def vertex_cut_of_assignment(src: np.ndarray, dst: np.ndarray, part: np.ndarray,
     return out
 
 
-def distributed_quality(comm: Any, rec_part: np.ndarray, vsize: np.ndarray,
+def distributed_quality(comm: Communicator, rec_part: np.ndarray, vsize: np.ndarray,
                         member: np.ndarray, p: int) -> dict[str, Any]:
     """RF/EB/VB of a distributed run: records counted per rank, vertices from replicated bits.
 

@@ -12,10 +12,11 @@ Moves are all-gathered and applied to the replicated per-(vertex, partition) edg
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 from numba import njit
+
+from shardgnn.comm import Communicator
 
 
 @njit(cache=True)
@@ -211,7 +212,7 @@ def member_bits(cnt: np.ndarray, words: int) -> np.ndarray:
     return member
 
 
-def refine(comm: Any, lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: np.ndarray,
+def refine(comm: Communicator, lv: np.ndarray, indptr: np.ndarray, adj: np.ndarray, pa: np.ndarray,
            pb: np.ndarray, assign: np.ndarray, n: int, p: int, cap2: float, rounds: int,
            kmax: int = 8, tol: float = 0.0, min_gain: float | None = None,
            timers: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray,

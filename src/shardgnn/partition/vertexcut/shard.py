@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.io.canonical import EdgeStream
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -101,7 +101,7 @@ class EdgeShard:
     num_edge_types: int
 
 
-def load_shard(directory: str | os.PathLike, comm: Any, chunk: int = 1 << 20,
+def load_shard(directory: str | os.PathLike, comm: Communicator, chunk: int = 1 << 20,
                salt: int = 0) -> EdgeShard:
     """Stream this rank's share of the edge file and redistribute records by 2-D hash.
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 
 FORMAT = "shardgnn-vertexcut-store"
@@ -171,7 +172,7 @@ def check_out_dir(out: Path) -> str:
     return ""
 
 
-def write_store(comm: Any, out: str | os.PathLike, src: np.ndarray, dst: np.ndarray,
+def write_store(comm: Communicator, out: str | os.PathLike, src: np.ndarray, dst: np.ndarray,
                 etype: np.ndarray, rec_part: np.ndarray, member: np.ndarray,
                 info: dict[str, Any]) -> dict[str, Any]:
     """Write the partition store of a distributed run atomically. Collective over comm.
@@ -186,7 +187,7 @@ def write_store(comm: Any, out: str | os.PathLike, src: np.ndarray, dst: np.ndar
     return write_store_columns(comm, out, cols, member, info)
 
 
-def write_store_columns(comm: Any, out: str | os.PathLike, cols: dict[str, np.ndarray],
+def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[str, np.ndarray],
                         member: np.ndarray, info: dict[str, Any]) -> dict[str, Any]:
     """:func:`write_store` taking the record columns in a dict it empties. Collective over comm.
 
