@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from shardgnn.cli.main import main
+from shardgnn.comm import serial
 from shardgnn.io import canonical as cn
 
 
@@ -37,7 +38,7 @@ def test_weight_column_and_merge_rule(tmp_path, capsys):
     assert meta.edge_weights and meta.duplicates_input == 2
     np.testing.assert_array_equal(edges_of(out), [[0, 1], [1, 2]])
     np.testing.assert_allclose(cn.edge_weight_memmap(out, meta), [2.5, -3.25])
-    st = cn.EdgeStream(out, None, chunk=1, both_directions=True, with_weights=True)
+    st = cn.EdgeStream(out, serial(), chunk=1, both_directions=True, with_weights=True)
     got = [(e.tolist(), w.tolist()) for e, _, w in st.chunks()]
     assert got == [([[0, 1], [1, 0]], [2.5, 2.5]), ([[1, 2], [2, 1]], [-3.25, -3.25])]
     # --keep-duplicates keeps every copy with its own weight; --no-weights ignores the column

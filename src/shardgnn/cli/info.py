@@ -68,7 +68,7 @@ def gather_info(directory: str, comm: Communicator, chunk: int = 1 << 22) -> dic
     return info
 
 
-def edge_type_counts(directory: str, comm: Any, meta: cn.GraphMeta,
+def edge_type_counts(directory: str, comm: Communicator, meta: cn.GraphMeta,
                      chunk: int = 1 << 22) -> np.ndarray:
     """Stored edges per edge type (an undirected edge counts once), summed over ranks.
     Collective over comm."""
@@ -82,10 +82,9 @@ def edge_type_counts(directory: str, comm: Any, meta: cn.GraphMeta,
                 counts = np.concatenate([counts, np.zeros(c.shape[0] - k, np.int64)])
                 k = c.shape[0]
             counts[:c.shape[0]] += c
-    if comm is not None:
-        k = int(comm.allreduce_scalar(k, "max"))
-        counts = np.concatenate([counts, np.zeros(k - counts.shape[0], np.int64)])
-        comm.allreduce(counts)
+    k = int(comm.allreduce_scalar(k, "max"))
+    counts = np.concatenate([counts, np.zeros(k - counts.shape[0], np.int64)])
+    comm.allreduce(counts)
     return counts
 
 

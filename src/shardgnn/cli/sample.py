@@ -5,6 +5,8 @@ import argparse
 import sys
 from typing import Any
 
+from shardgnn.comm import Communicator
+
 HELP = """\
 Sample the k-hop neighbourhood blocks of given seeds over a vertex-cut partition store (written
 by `shardgnn partition --algo adadne|dne|hash2d`) with GLISP's Gather-Apply service, and write
@@ -58,7 +60,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the sampling dump. Collective over comm."""
     from shardgnn.sampling.dump import SampleConfig, main
 

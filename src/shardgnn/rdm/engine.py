@@ -73,7 +73,7 @@ class Trainer:
         f_0 .. f_L.
     """
 
-    def __init__(self, comm: Communicator, row_comm: Any, col_comm: Any, graph: GraphState,
+    def __init__(self, comm: Communicator, row_comm: Communicator, col_comm: Communicator, graph: GraphState,
                  widths: list[int], backend: Backend, order: Order, *, memo: bool = True,
                  bias: bool = True, dropout: float = 0.5, lr: float = 0.01,
                  weight_decay: float = 5e-4, seed: int = 0) -> None:

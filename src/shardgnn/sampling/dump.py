@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
 from shardgnn.sampling.blocks import MiniBatch
@@ -75,7 +76,7 @@ def parse_type_fanouts(text: str, hops: int, num_types: int) -> list[list[int]]:
     return out
 
 
-def _sampler(comm: Any, cfg: SampleConfig) -> tuple[GatherApplySampler, Any, list[Any]]:
+def _sampler(comm: Communicator, cfg: SampleConfig) -> tuple[GatherApplySampler, Any, list[Any]]:
     store, ds = comm.run_agreed(open_store, cfg.store, cfg.dataset)
     fanouts: list[Any] = list(cfg.hops)
     if cfg.type_fanouts:
@@ -105,7 +106,7 @@ def _tables(mb: MiniBatch, b: int, acc: dict[str, list[np.ndarray]]) -> None:
             acc.setdefault(f"hop-{h}/{k}", []).append(v)
 
 
-def main(comm: Any, cfg: SampleConfig, command: str = "") -> dict[str, Any]:
+def main(comm: Communicator, cfg: SampleConfig, command: str = "") -> dict[str, Any]:
     """Sample the blocks of every batch and write ``cfg.out``. Collective over comm."""
     comm.run_agreed(cfg.validate)
     sampler, ds, fanouts = _sampler(comm, cfg)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.partition.vertexcut.store import PartitionStore, part_dir
 from shardgnn.sampling.service import lowest_bit_partition
@@ -65,7 +66,7 @@ def owner_ranks(membership: np.ndarray, size: int) -> np.ndarray:
 class VertexData:
     """Owned rows of a node array (features or labels); :meth:`fetch` is collective over comm."""
 
-    def __init__(self, comm: Any, owner: np.ndarray, array: np.ndarray) -> None:
+    def __init__(self, comm: Communicator, owner: np.ndarray, array: np.ndarray) -> None:
         self.comm = comm
         self.owner = owner
         self.owned = np.flatnonzero(owner == comm.rank).astype(np.int64)
@@ -96,7 +97,7 @@ class VertexData:
         return out
 
 
-def load_vertex_data(comm: Any, dataset: Path, owner: np.ndarray, need_labels: bool = True
+def load_vertex_data(comm: Communicator, dataset: Path, owner: np.ndarray, need_labels: bool = True
                      ) -> tuple[VertexData, VertexData | None]:
     """Owned feature rows (``x.npy``) and labels (``y.npy``) of this rank. Collective over comm
     (errors agreed)."""

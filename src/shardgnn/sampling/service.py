@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 import numba
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
 from shardgnn.sampling import kernels
@@ -157,7 +158,7 @@ class GatherApplySampler:
         The run's seed; with the step and hop it keys every random number.
     """
 
-    def __init__(self, comm: Any, store: PartitionStore, direction: str = "out",
+    def __init__(self, comm: Communicator, store: PartitionStore, direction: str = "out",
                  mode: str = "uniform", replace: bool = False, by_type: bool = False,
                  weights: WeightSource | None = None, seed: int = 0) -> None:
         if direction not in ("out", "in"):

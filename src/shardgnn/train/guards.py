@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 
 #: The label ``convert`` stores for a vertex without one (docs/formats.md). Such a vertex may
@@ -77,7 +78,7 @@ class Finding:
     message: str
 
 
-def agree_first(comm: Any, finding: Finding | None) -> None:
+def agree_first(comm: Communicator, finding: Finding | None) -> None:
     """Raise the same ShardError on every rank with the smallest finding over all ranks (if any
     rank has one). Collective over comm."""
     found = comm.allgather_obj(finding)
@@ -163,14 +164,14 @@ def label_finding(path: str | Path, y: np.ndarray, num_classes: int,
     return Finding((order, r), f"{path}:row {r}: {problem}{extra}")
 
 
-def check_features(comm: Any, path: str | Path, x: Any, rows: slice | np.ndarray | None = None,
+def check_features(comm: Communicator, path: str | Path, x: Any, rows: slice | np.ndarray | None = None,
                    what: str = "") -> None:
     """Fail on every rank if ``x[rows]`` (this rank's rows) holds NaN or inf on any rank, naming
     ``path`` and the first bad row over all ranks. Collective over comm."""
     agree_first(comm, feature_finding(path, x, rows, what))
 
 
-def check_labels(comm: Any, path: str | Path, y: np.ndarray, num_classes: int,
+def check_labels(comm: Communicator, path: str | Path, y: np.ndarray, num_classes: int,
                  masks: Mapping[str, np.ndarray | None], row_ids: np.ndarray | None = None
                  ) -> None:
     """Fail on every rank if any rank's labels ``y`` (rows ``row_ids`` of ``path``) are out of
