@@ -17,6 +17,7 @@ import numpy as np
 HERE = Path(__file__).resolve()
 SHARED = HERE.parents[3] / "shared" if (HERE.parents[3] / "shared").exists() else Path("/work/shared")
 DATASETS = SHARED / "datasets"
+BUNDLED = HERE.parents[2] / "inputs"   # byte-identical copies of cora, citeseer, facebook_combined
 
 GRAPHS = ("ca-AstroPh", "ca-HepPh", "citeseer", "cora", "email-Enron", "facebook_combined",
           "musae-github", "p2p-Gnutella31", "pubmed", "wiki-Vote")
@@ -44,13 +45,13 @@ def _planetoid_pairs(directory: Path, name: str) -> np.ndarray:
 
 
 def raw_pairs(name: str) -> np.ndarray:
-    """The raw (u, v) lines of a shared graph, in file order."""
-    d = DATASETS / name
+    """The raw (u, v) lines of a shared graph, in file order (the bundled copy when there is one)."""
+    d = BUNDLED / name if (BUNDLED / name).is_dir() else DATASETS / name
     if name in ("cora", "citeseer", "pubmed"):
         return _planetoid_pairs(d, name)
     if name == "musae-github":
         return _text_pairs(d / "edges.csv", skip_header=True)
-    files = [f for f in d.iterdir() if f.suffix in (".txt", ".gz")]
+    files = sorted(f for f in d.iterdir() if f.suffix in (".txt", ".gz"))
     return _text_pairs(files[0])
 
 

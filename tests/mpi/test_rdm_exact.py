@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import DATASETS, SCRIPTS, run_cli, run_mpi
+from conftest import INPUTS, SCRIPTS, run_cli, run_mpi
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +42,7 @@ def rdm_data(tmp_path_factory):
         with h5py.File(parts / f"part-{k:05d}.h5", "w") as h:
             h["gid"] = np.concatenate([owned, rng.choice(n, 5)]).astype(np.int64)
             h.attrs["num_owned"] = owned.size
-    subprocess.run([sys.executable, "-m", "shardgnn", "convert", str(DATASETS / "cora"),
+    subprocess.run([sys.executable, "-m", "shardgnn", "convert", str(INPUTS / "cora"),
                     "--out", str(root / "cora")], check=True, capture_output=True)
     return root
 

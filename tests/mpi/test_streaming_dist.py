@@ -12,7 +12,7 @@ from conftest import ROOT, SCRIPTS, run_cli, run_mpi
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, datasets):
+def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("streaming")
     res = {}
     for n in (1, 2, 4):

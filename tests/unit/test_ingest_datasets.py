@@ -1,4 +1,5 @@
-"""Ingest: every shared dataset converts through its descriptor to the PROVENANCE.md counts."""
+"""Ingest: the bundled real graphs (inputs/) convert to their published counts; with
+``$SHARDGNN_DATASETS`` set, every shared dataset converts through its descriptor too."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import INPUTS, ROOT
 from shardgnn.cli.main import main
 from shardgnn.io import canonical as cn
 
@@ -28,6 +29,29 @@ def info_json(capsys, d: Path) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+SHARED_PREFIX = "../../../shared/datasets"
+
+
+def descriptor(tmp_path: Path, datasets: Path, name: str) -> Path:
+    """The shipped descriptor of ``name`` with its ``../shared/datasets`` paths pointed at
+    ``datasets`` (the directory ``$SHARDGNN_DATASETS`` names)."""
+    text = (DESCRIPTORS / f"{name}.toml").read_text()
+    assert SHARED_PREFIX in text
+    out = tmp_path / f"{name}.toml"
+    out.write_text(text.replace(SHARED_PREFIX, datasets.as_posix()))
+    return out
+
+
+def test_bundled_facebook_snap_gz(capsys, tmp_path):
+    """A real SNAP .txt.gz (bundled): no header, space separated, contiguous ids."""
+    out = tmp_path / "fb"
+    assert main(["convert", str(INPUTS / "facebook_combined" / "facebook_combined.txt.gz"),
+                 "--out", str(out)]) == 0
+    info = info_json(capsys, out)
+    assert (info["num_nodes"], info["num_edges"]) == COUNTS["facebook_combined"]
+    assert info["directed"] is False and info["self_loops"] == 0
+
+
 def test_every_shared_dataset_has_a_descriptor(datasets):
     names = {p.name for p in datasets.iterdir() if p.is_dir()}
     assert names == set(COUNTS)
@@ -37,7 +61,7 @@ def test_every_shared_dataset_has_a_descriptor(datasets):
 @pytest.mark.parametrize("name", sorted(COUNTS))
 def test_descriptor_counts_match_provenance(capsys, tmp_path, datasets, name):
     out = tmp_path / name
-    assert main(["convert", str(DESCRIPTORS / f"{name}.toml"), "--out", str(out)]) == 0
+    assert main(["convert", str(descriptor(tmp_path, datasets, name)), "--out", str(out)]) == 0
     info = info_json(capsys, out)
     assert (info["num_nodes"], info["num_edges"]) == COUNTS[name]
     assert info["directed"] is False and info["self_loops"] == 0
@@ -45,7 +69,7 @@ def test_descriptor_counts_match_provenance(capsys, tmp_path, datasets, name):
 
 def test_wiki_vote_directed(capsys, tmp_path, datasets):
     out = tmp_path / "wv"
-    assert main(["convert", str(DESCRIPTORS / "wiki-Vote.toml"), "--out", str(out),
+    assert main(["convert", str(descriptor(tmp_path, datasets, "wiki-Vote")), "--out", str(out),
                  "--directed"]) == 0
     info = info_json(capsys, out)
     assert (info["num_nodes"], info["num_edges"], info["directed"]) == (7115, 103689, True)
@@ -62,21 +86,22 @@ def test_bundled_cora_descriptor(capsys, tmp_path):
     assert info["masks"] == {"train_mask": 140, "val_mask": 500, "test_mask": 1000}
 
 
-def test_musae_labels_from_descriptor(capsys, tmp_path):
+def test_musae_labels_from_descriptor(capsys, tmp_path, datasets):
     out = tmp_path / "gh"
-    assert main(["convert", str(DESCRIPTORS / "musae-github.toml"), "--out", str(out)]) == 0
+    assert main(["convert", str(descriptor(tmp_path, datasets, "musae-github")), "--out",
+                 str(out)]) == 0
     y = np.load(out / "y.npy")
     assert np.bincount(y).tolist() == [27961, 9739]
 
 
 @pytest.mark.parametrize("name", ["cora", "citeseer"])
-def test_planetoid_matches_pyg_loader(tmp_path, datasets, name):
-    """Oracle: torch_geometric's Planetoid reader (same GCN loader semantics)."""
+def test_planetoid_matches_pyg_loader(tmp_path, name):
+    """Oracle: torch_geometric's Planetoid reader (same GCN loader semantics), bundled copies."""
     from torch_geometric.io import read_planetoid_data
 
-    ref = read_planetoid_data(str(datasets / name), name)
+    ref = read_planetoid_data(str(INPUTS / name), name)
     out = tmp_path / name
-    assert main(["convert", str(datasets / name), "--out", str(out)]) == 0
+    assert main(["convert", str(INPUTS / name), "--out", str(out)]) == 0
     meta = cn.read_meta(out)
     assert meta.num_nodes == ref.num_nodes
     np.testing.assert_array_equal(np.load(out / "x.npy"), ref.x.numpy())

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DATASETS
+from conftest import INPUTS
 from shardgnn.cli.main import main
 from shardgnn.comm import serial
 from shardgnn.io import canonical as cn
@@ -138,20 +138,43 @@ def test_output_is_a_file(capsys, tmp_path):
     assert out.read_text() == "not a dir"
 
 
+def cora_without_allx(tmp_path):
+    """Bundled Cora with ``ind.cora.allx`` removed: PubMed's shape in the shared datasets."""
+    d = tmp_path / "cora-noallx"
+    shutil.copytree(INPUTS / "cora", d)
+    (d / "ind.cora.allx").unlink()
+    return d
+
+
 def test_planetoid_missing_file(capsys, tmp_path):
-    line = convert_err(capsys, tmp_path, DATASETS / "pubmed")
-    assert "ind.pubmed.allx" in line and "--structure-only" in line
+    line = convert_err(capsys, tmp_path, cora_without_allx(tmp_path))
+    assert "ind.cora.allx" in line and "--structure-only" in line
     partial = tmp_path / "cora"
-    shutil.copytree(DATASETS / "cora", partial)
+    shutil.copytree(INPUTS / "cora", partial)
     (partial / "ind.cora.graph").chmod(0o644)
     (partial / "ind.cora.graph").unlink()
     line = convert_err(capsys, tmp_path, partial)
     assert "ind.cora.graph" in line and "missing Planetoid file" in line
 
 
-def test_structure_only_pubmed(tmp_path):
+def test_structure_only_without_allx(tmp_path):
+    out = tmp_path / "c"
+    assert main(["convert", str(cora_without_allx(tmp_path)), "--out", str(out),
+                 "--structure-only"]) == 0
+    meta = cn.read_meta(out)
+    assert (meta.num_nodes, meta.num_edges) == (2708, 5278)
+    assert not (out / "x.npy").exists()
+    y = np.load(out / "y.npy")
+    assert y.shape == (2708,) and y.max() == 6
+    assert np.load(out / "test_mask.npy").sum() == 1000
+
+
+def test_structure_only_pubmed(tmp_path, datasets):
+    """The shared PubMed copy really lacks ``ind.pubmed.allx`` (optional real data)."""
+    line_out = tmp_path / "err"
+    assert main(["convert", str(datasets / "pubmed"), "--out", str(line_out)]) == 2
     out = tmp_path / "pm"
-    assert main(["convert", str(DATASETS / "pubmed"), "--out", str(out), "--structure-only"]) == 0
+    assert main(["convert", str(datasets / "pubmed"), "--out", str(out), "--structure-only"]) == 0
     meta = cn.read_meta(out)
     assert (meta.num_nodes, meta.num_edges) == (19717, 44324)
     assert not (out / "x.npy").exists()

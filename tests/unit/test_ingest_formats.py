@@ -256,10 +256,10 @@ def test_force_replaces_existing(tmp_path):
 
 
 def test_planetoid_prefix_and_format_override(tmp_path):
-    from conftest import DATASETS
+    from conftest import INPUTS
 
     out = tmp_path / "cs"
-    assert cli("convert", DATASETS / "citeseer" / "ind.citeseer", "--out", out) == 0
+    assert cli("convert", INPUTS / "citeseer" / "ind.citeseer", "--out", out) == 0
     meta = cn.read_meta(out)
     assert (meta.num_nodes, meta.num_edges, meta.self_loops_input) == (3327, 4552, 248)
     x = np.load(out / "x.npy")

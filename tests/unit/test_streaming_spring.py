@@ -33,7 +33,7 @@ def comm():
 
 
 @pytest.fixture(scope="module")
-def cora(tmp_path_factory, datasets):
+def cora(tmp_path_factory):
     edges, n = sd.normalise(sd.raw_pairs("cora"))
     rng = np.random.default_rng(0)
     x = rng.random((n, 5)).astype(np.float32)
