@@ -9,6 +9,7 @@ from typing import Any
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.nau import cli as nau_cli
 from shardgnn.rdm import cli as rdm_cli
 from shardgnn.train import cli as avg_cli
 from shardgnn.train import guards
@@ -18,13 +19,15 @@ from shardgnn.train import guards
 #: its own group that engine does not take). An engine takes the common options, the options its
 #: module's add_arguments adds (minus NOT_OPTIONS) and its SHARED_OPTIONS; any other option
 #: given on the command line is an error.
-FAMILIES: tuple[ModuleType, ...] = (rdm_cli, avg_cli)
+FAMILIES: tuple[ModuleType, ...] = (rdm_cli, avg_cli, nau_cli)
 
 HELP = """\
 Train a GNN. Engines:
   rdm        full-batch GCN with row/column redistribution (Alltoallv), DATA = converted dataset
   cagnet1d   full-batch GCN, CAGNET 1D baseline (broadcasts of H blocks), DATA = converted dataset
   averaging  partition-parallel training with model averaging (CATGNN), DATA = partition directory
+  nau        FlexGraph NAU on one rank (--model gcn|pinsage|magnn|jknet|pgnn), DATA = converted
+             dataset; results include the NeighborSelection/Aggregation/Update times, HDG memory
 
 An option that the chosen engine does not take is an error (exit 2), e.g. --model with
 --engine rdm; each group below says which engines take its options.
@@ -39,10 +42,10 @@ _SHARED: set[str] = set()
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("train", help="train a GNN (engines: rdm, cagnet1d, averaging)",
+    p = sub.add_parser("train", help="train a GNN (engines: rdm, cagnet1d, averaging, nau)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
-    p.add_argument("--engine", default="rdm", help="rdm (default), cagnet1d or averaging")
+    p.add_argument("--engine", default="rdm", help="rdm (default), cagnet1d, averaging or nau")
     p.add_argument("--epochs", type=int, default=200, help="training epochs (default: 200)")
     p.add_argument("--hidden", type=int, default=16, help="hidden width (default: 16)")
     p.add_argument("--layers", type=int, default=2, help="number of GNN layers (default: 2)")
@@ -56,6 +59,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", required=True, help="results HDF5 file (written atomically)")
     n0 = len(p._actions)
     g = p.add_argument_group("options of several engines (each says which engines take it)")
+    g.add_argument("--model", default="gcn",
+                   help="(averaging, nau) averaging: gcn, sage (GraphSAGE, mean), gat "
+                   "(multi-head), sgc, or package.module:Name for a user torch.nn.Module with "
+                   "forward(x, edge_index), built as Name(in_channels=, hidden_channels=, "
+                   "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
+                   "out_channels); nau: gcn, pinsage, magnn, jknet or pgnn (default: gcn)")
     g.add_argument("--eval", choices=("full", "local", "none"), default="full",
                    help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always; averaging: a "
                    "forward on rank 0 over the source dataset named in meta.json); local "

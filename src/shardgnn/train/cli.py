@@ -11,7 +11,8 @@ from shardgnn.errors import ShardError
 ALGORITHMS: tuple[str, ...] = ()
 ENGINES: tuple[str, ...] = ("averaging",)
 #: Options of `shardgnn train`'s shared group this engine takes (see cli/train.py).
-SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every", "checkpoint_every", "checkpoint", "resume")
+SHARED_OPTIONS: tuple[str, ...] = ("model", "eval", "eval_every", "checkpoint_every",
+                                   "checkpoint", "resume")
 
 
 def _fanouts(text: str) -> list[int]:
@@ -24,11 +25,6 @@ def _fanouts(text: str) -> list[int]:
 def add_arguments(parser: Any) -> None:
     """Add the averaging engine's own options (the shared ones live in cli/train.py)."""
     g = parser.add_argument_group("averaging engine (DATA = partition directory)")
-    g.add_argument("--model", default="gcn",
-                   help="gcn, sage (GraphSAGE, mean), gat (multi-head), sgc, or package.module:Name "
-                   "for a user torch.nn.Module with forward(x, edge_index), built as Name("
-                   "in_channels=, hidden_channels=, out_channels=, num_layers=, dropout=) or, "
-                   "failing that, Name(in_channels, out_channels) (default: gcn)")
     g.add_argument("--heads", type=int, default=4, help="attention heads per GAT layer (default: 4)")
     g.add_argument("--sync", choices=("avg", "grad"), default="avg",
                    help="avg: weighted model averaging every --sync-every epochs (CATGNN); grad: "

@@ -1,0 +1,131 @@
+"""The input graph NAU selects neighbours from: CSR adjacency with node and edge types. Rank-local.
+
+:class:`TypedGraph` is built in memory (tests, generators) or read from a canonical dataset
+directory (:func:`load_dataset`). Undirected datasets are symmetrised; node types come from
+``node_type.npy`` (int) with names from the sidecar's ``node_type_names`` when present, else
+every node has type 0. Edge types come from ``edge_type.bin`` when present.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardgnn.errors import ShardError, input_error
+
+
+@dataclass
+class TypedGraph:
+    """A graph with optional node/edge types, features, labels and split masks.
+
+    ``indptr``/``indices`` hold the out-neighbours of each vertex (both directions for
+    undirected graphs); ``edge_type`` is aligned with ``indices``.
+    """
+
+    num_nodes: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    node_type: np.ndarray
+    node_type_names: tuple[str, ...] = ("node",)
+    edge_type: np.ndarray | None = None
+    edge_type_names: tuple[str, ...] = ()
+    x: np.ndarray | None = None
+    y: np.ndarray | None = None
+    masks: dict[str, np.ndarray] = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    def degrees(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def nbytes(self) -> int:
+        """Bytes of the input graph structure (CSR, node and edge types)."""
+        n = self.indptr.nbytes + self.indices.nbytes + self.node_type.nbytes
+        if self.edge_type is not None:
+            n += self.edge_type.nbytes
+        return int(n)
+
+    def type_id(self, name: str) -> int:
+        """Id of a node type given by name or number."""
+        if name in self.node_type_names:
+            return self.node_type_names.index(name)
+        if name.isdigit() and int(name) < len(self.node_type_names):
+            return int(name)
+        raise ShardError(f"{self.name or 'graph'}: unknown node type {name!r}, expected one of "
+                         f"{', '.join(self.node_type_names)}")
+
+    def edge_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) of every stored directed edge."""
+        src = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))
+        return src, self.indices.astype(np.int64)
+
+
+def from_edges(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, undirected: bool = True,
+               node_type: np.ndarray | None = None, node_type_names: tuple[str, ...] | None = None,
+               edge_type: np.ndarray | None = None, edge_type_names: tuple[str, ...] = (),
+               x: np.ndarray | None = None, y: np.ndarray | None = None,
+               masks: dict[str, np.ndarray] | None = None, name: str = "") -> TypedGraph:
+    """Build a :class:`TypedGraph` from edge arrays (self-loops dropped, duplicates merged)."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    et = None if edge_type is None else np.asarray(edge_type, dtype=np.int32)
+    if undirected:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        et = None if et is None else np.concatenate([et, et])
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    et = None if et is None else et[keep]
+    key = src * num_nodes + dst
+    key, first = np.unique(key, return_index=True)
+    src, dst = key // num_nodes, key % num_nodes
+    et = None if et is None else et[first]
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
+    nt = np.zeros(num_nodes, np.int32) if node_type is None else np.asarray(node_type, np.int32)
+    names = node_type_names or tuple(f"type{i}" for i in range(int(nt.max(initial=0)) + 1))
+    if node_type is None and node_type_names is None:
+        names = ("node",)
+    return TypedGraph(num_nodes, indptr, dst, nt, tuple(names), et, tuple(edge_type_names),
+                      None if x is None else np.ascontiguousarray(x, dtype=np.float32),
+                      None if y is None else np.asarray(y, dtype=np.int64), dict(masks or {}), name)
+
+
+def load_dataset(directory: str | os.PathLike) -> TypedGraph:
+    """Read a canonical dataset directory into a :class:`TypedGraph`. Rank-local."""
+    from shardgnn.io import canonical
+
+    d = Path(directory)
+    meta = canonical.read_meta(d)
+    edges = np.asarray(canonical.edge_memmap(d, meta), dtype=np.int64)
+    et = canonical.edge_type_memmap(d, meta)
+    node_type = None
+    names: tuple[str, ...] | None = None
+    nt_path = d / "node_type.npy"
+    if nt_path.exists():
+        node_type = np.load(nt_path)
+        if node_type.shape != (meta.num_nodes,):
+            raise input_error(nt_path, f"expected {meta.num_nodes} node types, got shape "
+                              f"{node_type.shape}")
+        raw: Any = (getattr(meta, "node_type_names", None) or meta.extra.get("node_types")
+                    or meta.extra.get("node_type_names"))
+        if isinstance(raw, dict):
+            raw = [k for k, _ in sorted(raw.items(), key=lambda kv: kv[1])]
+        names = tuple(str(n) for n in raw) if raw else None
+    rel: Any = (getattr(meta, "edge_type_names", None) or meta.extra.get("edge_types")
+                or meta.extra.get("relations") or ())
+    if isinstance(rel, dict):
+        rel = [k for k, _ in sorted(rel.items(), key=lambda kv: kv[1])]
+    arrays = {n: canonical.load_node_array(d, n, meta, mmap=False)
+              for n in ("x", "y", "train_mask", "val_mask", "test_mask")}
+    masks = {k[:-5]: v.astype(bool) for k, v in arrays.items() if k.endswith("_mask") and v is not None}
+    return from_edges(meta.num_nodes, edges[:, 0], edges[:, 1], undirected=not meta.directed,
+                      node_type=node_type, node_type_names=names,
+                      edge_type=None if et is None else np.asarray(et),
+                      edge_type_names=tuple(str(r) for r in rel), x=arrays["x"], y=arrays["y"],
+                      masks=masks, name=meta.name or d.name)

@@ -1,0 +1,261 @@
+"""Hierarchical dependency graphs (HDGs) in FlexGraph's compact storage (§4.1). Rank-local.
+
+An HDG set covers a list of *roots* (graph vertices whose features a layer computes). One global
+:class:`SchemaTree` is shared by all roots: the root and ``T`` neighbour types (its leaves). Each
+root owns ``T`` *slots* (root, type); each slot owns a run of *neighbour instances*; each instance
+is a list of *leaves* (graph vertex ids)::
+
+    level 0   roots                      r                          (n roots)
+    level 1   schema leaves (slots)      r·T + t                    (global schema tree, not stored)
+    level 2   neighbour instances        slot_ptr[s] .. slot_ptr[s+1]   (offsets only, Dst omitted)
+    level 3   leaves (graph vertices)    leaf[inst_ptr[i] .. inst_ptr[i+1]]  (CSC: Offset + Dst)
+
+The instance level is stored as CSC (``inst_ptr`` = Offset over instances, ``leaf`` = the ids at
+the other end of each edge). The in-between level (instances → slots) keeps only the offsets
+``slot_ptr``: instances are ordered by their slot, so the per-instance destination array is the
+ordered ``repeat(arange(S), diff(slot_ptr))`` and is not stored. Flat models (GCN, PinSage) have
+one vertex per instance: ``inst_ptr`` is then ``None`` (the identity) and ``leaf`` holds one id
+per instance. Optional per-instance ``weight`` (normalisation, visit counts) rides along.
+
+Roots and leaves are *global* vertex ids, so the HDGs of any subset of roots are self-contained
+(a later distributed engine can give each rank a disjoint root set and fetch remote leaves).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from shardgnn.errors import ShardError
+
+
+@dataclass(frozen=True)
+class SchemaTree:
+    """The one global schema tree of a model: a root and its neighbour types (leaves).
+
+    Parameters
+    ----------
+    types
+        Names of the neighbour types, one per schema leaf (``("vertex",)`` for flat models).
+    arity
+        Vertices per instance of each type when fixed (metapath length), else 0.
+    """
+
+    types: tuple[str, ...] = ("vertex",)
+    arity: tuple[int, ...] = ()
+
+    @property
+    def num_types(self) -> int:
+        return len(self.types)
+
+    def nbytes(self) -> int:
+        """Bytes of the schema tree: one parent index per schema vertex (stored once)."""
+        return 8 * (1 + self.num_types)
+
+
+@dataclass
+class HDG:
+    """The HDGs of a set of roots in compact form (see the module docstring).
+
+    Attributes
+    ----------
+    schema : SchemaTree
+    roots : int64 (n,)  global vertex id of each root
+    slot_ptr : int64 (n*T + 1,)  offsets of each (root, type) slot's instances
+    inst_ptr : int64 (I + 1,) or None  offsets of each instance's leaves (None: one leaf each)
+    leaf : int64 (L,)  global vertex id of each leaf
+    weight : float32 (I,) or None  one weight per instance
+    """
+
+    schema: SchemaTree
+    roots: np.ndarray
+    slot_ptr: np.ndarray
+    leaf: np.ndarray
+    inst_ptr: np.ndarray | None = None
+    weight: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_roots(self) -> int:
+        return int(self.roots.shape[0])
+
+    @property
+    def num_types(self) -> int:
+        return self.schema.num_types
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_roots * self.num_types
+
+    @property
+    def num_instances(self) -> int:
+        return int(self.slot_ptr[-1])
+
+    @property
+    def flat(self) -> bool:
+        """True when every instance is a single vertex (no instance level)."""
+        return self.inst_ptr is None
+
+    def nbytes(self) -> int:
+        """Bytes of the stored arrays (schema tree counted once)."""
+        n = self.roots.nbytes + self.slot_ptr.nbytes + self.leaf.nbytes + self.schema.nbytes()
+        if self.inst_ptr is not None:
+            n += self.inst_ptr.nbytes
+        if self.weight is not None:
+            n += self.weight.nbytes
+        return int(n)
+
+    def plain_csc_nbytes(self) -> int:
+        """Bytes the same HDGs take as plain per-level CSC (Dst_2 and per-root schema trees kept)."""
+        idx = self.leaf.itemsize
+        n = self.nbytes() + self.num_instances * idx  # Dst of the in-between level
+        n += self.num_roots * (self.num_types + 1) * 8  # one schema tree copy per root
+        return int(n)
+
+    # ------------------------------------------------------------------ derived views
+    def slot_of_instance(self) -> np.ndarray:
+        """The omitted Dst array of the in-between level: slot id of every instance."""
+        return np.repeat(np.arange(self.num_slots, dtype=np.int64), np.diff(self.slot_ptr))
+
+    def instance_sizes(self) -> np.ndarray:
+        """Leaves per instance."""
+        if self.inst_ptr is None:
+            return np.ones(self.num_instances, dtype=np.int64)
+        return np.diff(self.inst_ptr)
+
+    def instance_of_leaf(self) -> np.ndarray:
+        """Instance id of every leaf entry (the column index of the instance-level CSC)."""
+        if self.inst_ptr is None:
+            return np.arange(self.num_instances, dtype=np.int64)
+        return np.repeat(np.arange(self.num_instances, dtype=np.int64), np.diff(self.inst_ptr))
+
+    def level_csc(self, level: int) -> tuple[np.ndarray, np.ndarray]:
+        """Plain CSC (Offset over destinations, source index array) of one HDG level.
+
+        Level 3: instances ← leaves; level 2: slots ← instances (the omitted Dst rebuilt);
+        level 1: roots ← slots (the shared schema tree expanded per root).
+        """
+        if level == 3:
+            ptr = (np.arange(self.num_instances + 1, dtype=np.int64) if self.inst_ptr is None
+                   else self.inst_ptr)
+            return ptr, self.leaf
+        if level == 2:
+            return self.slot_ptr, np.arange(self.num_instances, dtype=np.int64)
+        if level == 1:
+            t = self.num_types
+            return (np.arange(self.num_roots + 1, dtype=np.int64) * t,
+                    np.arange(self.num_slots, dtype=np.int64))
+        raise ShardError(f"HDG level: expected 1, 2 or 3, got {level}")
+
+    def check(self) -> None:
+        """Raise ShardError when the arrays are inconsistent."""
+        s, t = self.num_slots, self.num_types
+        if self.slot_ptr.shape != (s + 1,) or self.slot_ptr[0] != 0 or np.any(np.diff(self.slot_ptr) < 0):
+            raise ShardError(f"HDG: slot_ptr expected {s + 1} non-decreasing offsets from 0, "
+                             f"got shape {self.slot_ptr.shape}")
+        nleaf = self.num_instances if self.inst_ptr is None else int(self.inst_ptr[-1])
+        if self.leaf.shape != (nleaf,):
+            raise ShardError(f"HDG: expected {nleaf} leaves, got {self.leaf.shape[0]}")
+        if self.weight is not None and self.weight.shape != (self.num_instances,):
+            raise ShardError(f"HDG: expected {self.num_instances} weights, got {self.weight.shape}")
+        if t < 1:
+            raise ShardError("HDG: expected a schema with >= 1 neighbour type, got 0")
+
+
+def from_records(schema: SchemaTree, roots: np.ndarray, rec_root: np.ndarray, rec_type: np.ndarray,
+                 rec_ptr: np.ndarray | None, rec_leaf: np.ndarray,
+                 rec_weight: np.ndarray | None = None) -> HDG:
+    """Build HDGs from formatted records ``(root, nei=[leaf...], nei_type)`` (§4.1).
+
+    Parameters
+    ----------
+    schema
+        The model's schema tree.
+    roots
+        Global ids of the roots, in the order their HDGs are stored.
+    rec_root, rec_type
+        Per record: the *position* of its root in ``roots`` and its neighbour type.
+    rec_ptr
+        Offsets of each record's leaves in ``rec_leaf`` (None: one leaf per record).
+    rec_leaf
+        The leaves (global vertex ids), concatenated per record.
+    rec_weight
+        Optional weight per record.
+
+    Records are reordered by (root, type) (stable), which makes the in-between level's
+    destination array ordered and therefore omissible.
+    """
+    roots = np.asarray(roots, dtype=np.int64)
+    t = schema.num_types
+    rec_root = np.asarray(rec_root, dtype=np.int64)
+    rec_type = np.asarray(rec_type, dtype=np.int64)
+    if rec_root.size and (rec_root.min() < 0 or rec_root.max() >= roots.size):
+        raise ShardError(f"HDG records: root positions expected in [0, {roots.size}), got "
+                         f"[{rec_root.min()}, {rec_root.max()}]")
+    if rec_type.size and (rec_type.min() < 0 or rec_type.max() >= t):
+        raise ShardError(f"HDG records: types expected in [0, {t}), got [{rec_type.min()}, "
+                         f"{rec_type.max()}]")
+    slot = rec_root * t + rec_type
+    order = np.argsort(slot, kind="stable")
+    counts = np.bincount(slot, minlength=roots.size * t)
+    slot_ptr = np.zeros(roots.size * t + 1, dtype=np.int64)
+    np.cumsum(counts, out=slot_ptr[1:])
+    weight = None if rec_weight is None else np.asarray(rec_weight, dtype=np.float32)[order]
+    if rec_ptr is None:
+        leaf = np.asarray(rec_leaf, dtype=np.int64)[order]
+        return HDG(schema, roots, slot_ptr, leaf, None, weight)
+    rec_ptr = np.asarray(rec_ptr, dtype=np.int64)
+    sizes = np.diff(rec_ptr)[order]
+    inst_ptr = np.zeros(sizes.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=inst_ptr[1:])
+    starts = np.repeat(rec_ptr[:-1][order] - inst_ptr[:-1], sizes)
+    leaf = np.asarray(rec_leaf, dtype=np.int64)[starts + np.arange(inst_ptr[-1], dtype=np.int64)]
+    return HDG(schema, roots, slot_ptr, leaf, inst_ptr, weight)
+
+
+def records(h: HDG) -> list[tuple[int, int, tuple[int, ...], float]]:
+    """Every instance as ``(root id, type, leaves, weight)``, for tests and debugging."""
+    slot = h.slot_of_instance()
+    ptr = np.arange(h.num_instances + 1) if h.inst_ptr is None else h.inst_ptr
+    out = []
+    for i in range(h.num_instances):
+        w = 1.0 if h.weight is None else float(h.weight[i])
+        out.append((int(h.roots[slot[i] // h.num_types]), int(slot[i] % h.num_types),
+                    tuple(int(v) for v in h.leaf[ptr[i]:ptr[i + 1]]), w))
+    return out
+
+
+def concat_types(parts: Sequence[HDG], schema: SchemaTree) -> HDG:
+    """Merge single-type HDG sets over the same roots into one set with ``len(parts)`` types."""
+    roots = parts[0].roots
+    n = roots.size
+    rr, tt, sizes, leaves, weights = [], [], [], [], []
+    for t, h in enumerate(parts):
+        if h.num_types != 1 or not np.array_equal(h.roots, roots):
+            raise ShardError("HDG merge: expected single-type parts over the same roots")
+        cnt = np.diff(h.slot_ptr)
+        rr.append(np.repeat(np.arange(n, dtype=np.int64), cnt))
+        tt.append(np.full(h.num_instances, t, dtype=np.int64))
+        sizes.append(h.instance_sizes())
+        leaves.append(h.leaf)
+        weights.append(np.ones(h.num_instances, np.float32) if h.weight is None else h.weight)
+    all_sizes = np.concatenate(sizes)
+    ptr = np.zeros(all_sizes.size + 1, dtype=np.int64)
+    np.cumsum(all_sizes, out=ptr[1:])
+    flat = all(h.flat for h in parts)
+    any_w = any(h.weight is not None for h in parts)
+    return from_records(schema, roots, np.concatenate(rr), np.concatenate(tt),
+                        None if flat else ptr, np.concatenate(leaves),
+                        np.concatenate(weights) if any_w else None)
+
+
+def memory_report(h: HDG, graph_nbytes: int) -> dict[str, float]:
+    """HDG memory in bytes and relative to the input graph (FlexGraph Table 5)."""
+    nb = h.nbytes()
+    return {"hdg_bytes": nb, "hdg_plain_csc_bytes": h.plain_csc_nbytes(),
+            "graph_bytes": int(graph_nbytes),
+            "hdg_vs_graph": nb / max(1, graph_nbytes),
+            "num_roots": h.num_roots, "num_types": h.num_types,
+            "num_instances": h.num_instances, "num_leaf_entries": int(h.leaf.size)}

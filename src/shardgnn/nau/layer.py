@@ -1,0 +1,267 @@
+"""NAU's three stages (FlexGraph Fig. 4) and the layer/model interface. Rank-local.
+
+* :func:`neighbor_selection` (``NeighborSelection(graph, schema, nbr_udf) -> HDGs``) runs a
+  neighbour UDF over a set of roots and stores its records as an :class:`~shardgnn.nau.hdg.HDG`.
+* :func:`aggregation` (``Aggregation(feats, HDGs)``) applies one aggregation UDF per HDG level,
+  bottom-up (Fig. 6); each UDF receives the :class:`LevelGraph` of its level.
+* :meth:`NAULayer.update` (``Update(feats, nbr_feats)``) uses NN operations only.
+
+A :class:`NAUModel` declares its schema tree, its neighbour UDF and whether its HDGs are built
+once and reused across layers and epochs (``hdg_reuse = "once"``, MAGNN) or rebuilt every
+epoch (``"epoch"``, PinSage).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from shardgnn.errors import ShardError
+from shardgnn.nau.aggregation import Executor, LeafPlan, SegmentPlan, leaf_plan
+from shardgnn.nau.graph import TypedGraph
+from shardgnn.nau.hdg import HDG, SchemaTree, from_records
+
+STAGES = ("neighbor_selection", "aggregation", "update", "backward")
+
+
+@dataclass
+class Records:
+    """What a neighbour UDF returns: FlexGraph's formatted records ``(root, nei, nei_type)``.
+
+    ``root`` holds positions in the roots array; ``ptr`` the offsets of each record's leaves in
+    ``leaf`` (None: one leaf per record); ``weight`` an optional weight per record.
+    """
+
+    root: np.ndarray
+    type: np.ndarray
+    leaf: np.ndarray
+    ptr: np.ndarray | None = None
+    weight: np.ndarray | None = None
+
+
+class NeighborUDF(Protocol):
+    """``udf(graph, schema, roots, rng) -> Records`` (vectorised over all roots)."""
+
+    def __call__(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
+                 rng: np.random.Generator) -> Records: ...
+
+
+def per_vertex(fn: Callable[[TypedGraph, SchemaTree, int, np.random.Generator],
+                            Sequence[tuple[Sequence[int], int]]]) -> NeighborUDF:
+    """Wrap a paper-style UDF ``fn(graph, schema, v, rng) -> [(leaves, type), ...]``.
+
+    The returned UDF loops over roots in Python: convenient for prototypes, slower than a
+    vectorised UDF.
+    """
+
+    def udf(graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
+            rng: np.random.Generator) -> Records:
+        rr, tt, sizes, leaves = [], [], [], []
+        for pos, v in enumerate(roots.tolist()):
+            for nei, typ in fn(graph, schema, int(v), rng):
+                rr.append(pos)
+                tt.append(int(typ))
+                sizes.append(len(nei))
+                leaves.extend(int(u) for u in nei)
+        ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(sizes, dtype=np.int64), out=ptr[1:])
+        return Records(np.asarray(rr, np.int64), np.asarray(tt, np.int64),
+                       np.asarray(leaves, np.int64), ptr)
+
+    return udf
+
+
+def neighbor_selection(graph: TypedGraph, schema: SchemaTree, nbr_udf: NeighborUDF,
+                       roots: np.ndarray | None = None, seed: int = 0) -> HDG:
+    """Stage 1: build the HDGs of ``roots`` (default: every vertex) with ``nbr_udf``."""
+    roots = (np.arange(graph.num_nodes, dtype=np.int64) if roots is None
+             else np.asarray(roots, dtype=np.int64))
+    rec = nbr_udf(graph, schema, roots, np.random.default_rng(seed))
+    return from_records(schema, roots, rec.root, rec.type, rec.ptr, rec.leaf, rec.weight)
+
+
+class LevelGraph:
+    """The subgraph of one HDG level, as an aggregation UDF sees it.
+
+    ``kind`` is ``"leaves"`` (graph vertices → instances, or → slots for flat HDGs),
+    ``"instances"`` (instances → slots) or ``"schema"`` (slots → roots).
+    """
+
+    def __init__(self, kind: str, hdgs: "HDGSet") -> None:
+        self.kind = kind
+        self.hdgs = hdgs
+        self.exe = hdgs.exe
+        self.num_types = hdgs.hdg.num_types
+
+    # leaves
+    def reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Weighted sum of leaf features into each instance/slot (fused in hybrid mode)."""
+        return self.exe.leaf_reduce(x, self.hdgs.leaf_plan)
+
+    # instances
+    def sum(self, v: torch.Tensor) -> torch.Tensor:
+        return self.exe.seg_sum(v, self.hdgs.seg_plan)
+
+    def softmax(self, s: torch.Tensor) -> torch.Tensor:
+        return self.exe.seg_softmax(s, self.hdgs.seg_plan)
+
+    def expand(self, v: torch.Tensor) -> torch.Tensor:
+        """Each slot's row repeated for its instances."""
+        return self.exe.expand(v, self.hdgs.seg_plan)
+
+    # schema
+    def schema_sum(self, v: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        return self.exe.schema_sum(v, self.num_types, weight)
+
+    def schema_max(self, v: torch.Tensor) -> torch.Tensor:
+        return self.exe.schema_max(v, self.num_types)
+
+    def schema_cat(self, v: torch.Tensor) -> torch.Tensor:
+        return self.exe.schema_cat(v, self.num_types)
+
+    def schema_view(self, v: torch.Tensor) -> torch.Tensor:
+        return self.exe.schema_view(v, self.num_types)
+
+    def schema_type_mean(self, v: torch.Tensor) -> torch.Tensor:
+        return self.exe.schema_type_mean(v, self.num_types)
+
+
+class HDGSet:
+    """An HDG set prepared for aggregation: its level plans, built lazily and cached."""
+
+    def __init__(self, hdg: HDG, num_nodes: int, exe: Executor) -> None:
+        self.hdg = hdg
+        self.num_nodes = int(num_nodes)
+        self.exe = exe
+        self._leaf: LeafPlan | None = None
+        self._seg: SegmentPlan | None = None
+        self.identity_roots = bool(hdg.num_roots == num_nodes and
+                                   np.array_equal(hdg.roots, np.arange(num_nodes)))
+        self.roots_t = torch.from_numpy(hdg.roots)
+
+    @property
+    def leaf_plan(self) -> LeafPlan:
+        if self._leaf is None:
+            self._leaf = leaf_plan(self.hdg, self.num_nodes)
+        return self._leaf
+
+    @property
+    def seg_plan(self) -> SegmentPlan:
+        if self._seg is None:
+            self._seg = SegmentPlan(self.hdg.slot_ptr)
+        return self._seg
+
+    def prepare(self) -> "HDGSet":
+        """Build the plans now (so their cost is counted with NeighborSelection)."""
+        _ = self.leaf_plan
+        if not self.hdg.flat:
+            _ = self.seg_plan
+        return self
+
+    @property
+    def levels(self) -> list[LevelGraph]:
+        """The levels bottom-up: leaves, [instances,] schema."""
+        kinds = ["leaves"] + ([] if self.hdg.flat else ["instances"]) + ["schema"]
+        return [LevelGraph(k, self) for k in kinds]
+
+    def root_feats(self, h: torch.Tensor) -> torch.Tensor:
+        """Rows of ``h`` belonging to the roots, in root order."""
+        return h if self.identity_roots else h.index_select(0, self.roots_t)
+
+
+LevelUDF = Callable[[LevelGraph, torch.Tensor], torch.Tensor]
+
+
+def aggregation(feats: torch.Tensor, hdgs: HDGSet, udfs: Sequence[LevelUDF | None]) -> torch.Tensor:
+    """Stage 2 (Fig. 6): apply ``udfs[i]`` to level ``i`` of ``hdgs``, bottom-up.
+
+    ``udfs`` lists one UDF per level (leaves, [instances,] schema); ``None`` for the schema
+    level of a single-type schema means "the slot is the root".
+    """
+    levels = hdgs.levels
+    if len(udfs) != len(levels):
+        raise ShardError(f"aggregation: expected {len(levels)} level UDFs "
+                         f"({', '.join(lv.kind for lv in levels)}), got {len(udfs)}")
+    for lv, udf in zip(levels, udfs):
+        if udf is None:
+            if lv.kind != "schema" or lv.num_types != 1:
+                raise ShardError(f"aggregation: level {lv.kind!r} needs a UDF")
+            continue
+        feats = udf(lv, feats)
+    return feats
+
+
+class Timer:
+    """Seconds per NAU stage, accumulated."""
+
+    def __init__(self) -> None:
+        self.t = {s: 0.0 for s in STAGES}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.t[name] += time.perf_counter() - t0
+
+    def reset(self) -> dict[str, float]:
+        out, self.t = self.t, {s: 0.0 for s in STAGES}
+        return out
+
+
+class NAULayer(nn.Module):
+    """One GNN layer in NAU form. Subclasses implement :meth:`aggregation` and :meth:`update`."""
+
+    def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
+        """Neighbourhood representation of every root (usually via :func:`aggregation`)."""
+        raise ShardError(f"{type(self).__name__} defines no aggregation")
+
+    def update(self, feats: torch.Tensor, nbr_feats: torch.Tensor) -> torch.Tensor:
+        """New root features from the roots' old features and ``nbr_feats`` (NN ops only)."""
+        raise ShardError(f"{type(self).__name__} defines no update")
+
+
+class NAUModel(nn.Module):
+    """A stack of :class:`NAULayer` with a schema tree and a neighbour UDF.
+
+    Subclasses set ``schema``, ``hdg_reuse`` (``"once"`` or ``"epoch"``) and ``layers``, and
+    implement :meth:`nbr_udf`; :meth:`roots` picks the vertices whose HDGs are built.
+    """
+
+    schema: SchemaTree = SchemaTree()
+    hdg_reuse: str = "once"
+
+    def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
+                rng: np.random.Generator) -> Records:
+        raise ShardError(f"{type(self).__name__} defines no neighbour UDF")
+
+    def roots(self, graph: TypedGraph) -> np.ndarray:
+        """Roots of the HDGs: every vertex by default."""
+        return np.arange(graph.num_nodes, dtype=np.int64)
+
+    def select(self, graph: TypedGraph, exe: Executor, seed: int,
+               roots: np.ndarray | None = None) -> HDGSet:
+        """Run NeighborSelection and prepare the plans."""
+        r = self.roots(graph) if roots is None else roots
+        hdg = neighbor_selection(graph, self.schema, self.nbr_udf, r, seed)
+        return HDGSet(hdg, graph.num_nodes, exe).prepare()
+
+    def forward(self, x: torch.Tensor, hdgs: HDGSet, timer: Timer | None = None) -> torch.Tensor:
+        timer = timer or Timer()
+        h = x
+        for layer in self.layers:  # type: ignore[attr-defined]
+            with timer.stage("aggregation"):
+                nbr = layer.aggregation(h, hdgs)
+            with timer.stage("update"):
+                h = layer.update(hdgs.root_feats(h), nbr)
+        return h
+
+    def extra_state(self) -> dict[str, Any]:
+        """Model-specific figures for the results file."""
+        return {}

@@ -1,0 +1,223 @@
+"""Built-in neighbour UDFs (NeighborSelection): direct neighbours, random-walk top-k, metapath
+instances, k-hop rings and anchor sets, each vectorised over all roots. Rank-local.
+
+Every function here returns :class:`~shardgnn.nau.layer.Records`; roots are given as global
+vertex ids and records refer to them by position.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numba
+import numpy as np
+
+from shardgnn.errors import ShardError
+from shardgnn.nau.graph import TypedGraph
+from shardgnn.nau.layer import Records
+
+
+def in_neighbours(graph: TypedGraph) -> tuple[np.ndarray, np.ndarray]:
+    """CSC of the graph: ``(ptr, src)`` so that ``src[ptr[v]:ptr[v+1]]`` are v's in-neighbours."""
+    src, dst = graph.edge_pairs()
+    order = np.argsort(dst, kind="stable")
+    ptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=graph.num_nodes), out=ptr[1:])
+    return ptr, src[order]
+
+
+def gather_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (into ``rows``) and CSR entry indices of every entry of the given rows."""
+    cnt = ptr[rows + 1] - ptr[rows]
+    pos = np.repeat(np.arange(rows.size, dtype=np.int64), cnt)
+    idx = np.repeat(ptr[rows] - (np.cumsum(cnt) - cnt), cnt) + np.arange(pos.size, dtype=np.int64)
+    return pos, idx
+
+
+def gcn_neighbours(graph: TypedGraph, roots: np.ndarray) -> Records:
+    """In-neighbours plus the root itself, weighted ``1/sqrt((d_u+1)(d_v+1))`` (GCN, self-loops)."""
+    ptr, src = in_neighbours(graph)
+    dinv = 1.0 / np.sqrt(np.diff(ptr).astype(np.float64) + 1.0)
+    pos, idx = gather_rows(ptr, roots)
+    pos = np.concatenate([pos, np.arange(roots.size, dtype=np.int64)])
+    leaf = np.concatenate([src[idx], roots]).astype(np.int64)
+    w = (dinv[leaf] * dinv[roots[pos]]).astype(np.float32)
+    return Records(pos, np.zeros(pos.size, np.int64), leaf, None, w)
+
+
+@numba.njit(cache=True)
+def _walks(indptr: np.ndarray, indices: np.ndarray, starts: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """One walk per start, ``u.shape[1]`` hops, driven by uniforms ``u``; -1 after a dead end."""
+    w, hops = u.shape
+    out = np.full((w, hops), -1, dtype=np.int64)
+    for i in range(w):
+        v = starts[i]
+        for h in range(hops):
+            d = indptr[v + 1] - indptr[v]
+            if d == 0:
+                break
+            v = indices[indptr[v] + min(int(u[i, h] * d), d - 1)]
+            out[i, h] = v
+    return out
+
+
+def random_walks(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """``num_traces`` uniform random walks of ``hops`` steps from every root.
+
+    Returns an int64 array ``(roots.size * num_traces, hops)`` of visited vertices (the start
+    excluded, -1 after a dead end); walk ``i`` starts at ``roots[i // num_traces]``.
+    """
+    starts = np.repeat(np.asarray(roots, np.int64), num_traces)
+    u = rng.random((starts.size, hops))
+    return _walks(graph.indptr, graph.indices.astype(np.int64), starts, u)
+
+
+def topk_visits(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
+                num_nodes: int) -> Records:
+    """PinSage neighbours: per root, the ``k`` most visited vertices of its walks.
+
+    Visits of the root itself are ignored; ties go to the smaller vertex id. Each selected
+    neighbour is weighted by its visit count divided by the sum of the selected counts.
+    """
+    pos = np.repeat(np.arange(roots.size, dtype=np.int64), num_traces * walks.shape[1])
+    v = walks.reshape(-1)
+    keep = (v >= 0) & (v != np.repeat(roots, num_traces * walks.shape[1]))
+    key = pos[keep] * num_nodes + v[keep]
+    key, cnt = np.unique(key, return_counts=True)
+    r, node = key // num_nodes, key % num_nodes
+    order = np.lexsort((node, -cnt, r))
+    r, node, cnt = r[order], node[order], cnt[order]
+    first = np.searchsorted(r, r, side="left")
+    sel = (np.arange(r.size) - first) < k
+    r, node, cnt = r[sel], node[sel], cnt[sel].astype(np.float64)
+    tot = np.bincount(r, weights=cnt, minlength=roots.size)
+    w = (cnt / tot[r]).astype(np.float32)
+    return Records(r, np.zeros(r.size, np.int64), node, None, w)
+
+
+def _edge_ok(graph: TypedGraph, eidx: np.ndarray, nxt: np.ndarray, node_t: int,
+             edge_t: int | None) -> np.ndarray:
+    ok = graph.node_type[nxt] == node_t
+    if edge_t is not None:
+        if graph.edge_type is None:
+            raise ShardError(f"{graph.name or 'graph'}: metapath names an edge type but the "
+                             "graph has no edge types")
+        ok &= graph.edge_type[eidx] == edge_t
+    return ok
+
+
+def _cap(root: np.ndarray, paths: np.ndarray, cap: int, rng: np.random.Generator
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Keep a uniform random subset of at most ``cap`` paths per root (order: root, draw)."""
+    order = np.lexsort((rng.random(root.size), root))
+    root, paths = root[order], paths[order]
+    first = np.searchsorted(root, root, side="left")
+    keep = (np.arange(root.size) - first) < cap
+    return root[keep], paths[keep]
+
+
+def metapath_instances(graph: TypedGraph, roots: np.ndarray, metapath: Sequence[int],
+                       edge_types: Sequence[int | None] | None = None, cap: int = 0,
+                       rng: np.random.Generator | None = None, block: int = 256
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Every path from each root whose vertex types follow ``metapath`` (MAGNN instances).
+
+    ``metapath[0]`` is the roots' type. With ``cap > 0`` at most ``cap`` instances per root are
+    kept, drawn uniformly from the full enumeration (roots are processed in blocks so memory
+    stays bounded). Returns ``(root positions, paths (m, len(metapath)))`` ordered by root.
+    """
+    rng = rng or np.random.default_rng(0)
+    ets = list(edge_types) if edge_types is not None else [None] * (len(metapath) - 1)
+    out_r, out_p = [], []
+    indices = graph.indices.astype(np.int64)
+    for b0 in range(0, roots.size, block):
+        r = np.arange(b0, min(b0 + block, roots.size), dtype=np.int64)
+        paths = roots[r][:, None]
+        ok = graph.node_type[paths[:, 0]] == metapath[0]
+        r, paths = r[ok], paths[ok]
+        for step in range(1, len(metapath)):
+            rep, eidx = gather_rows(graph.indptr, paths[:, -1])
+            nxt = indices[eidx]
+            ok = _edge_ok(graph, eidx, nxt, metapath[step], ets[step - 1])
+            r, paths = r[rep[ok]], np.concatenate([paths[rep[ok]], nxt[ok, None]], axis=1)
+        if cap > 0:
+            r, paths = _cap(r, paths, cap, rng)
+        out_r.append(r)
+        out_p.append(paths)
+    if not out_r:
+        return np.zeros(0, np.int64), np.zeros((0, len(metapath)), np.int64)
+    return np.concatenate(out_r), np.concatenate(out_p)
+
+
+def khop_rings(graph: TypedGraph, roots: np.ndarray, k: int) -> Records:
+    """JK-Net neighbours: type ``i-1`` holds the vertices at shortest-path distance exactly ``i``
+    (``i = 1..k``), each weighted ``1 / ring size`` (ring mean)."""
+    import scipy.sparse as sp
+
+    n = graph.num_nodes
+    a = sp.csr_matrix((np.ones(graph.num_edges, np.int8), graph.indices, graph.indptr),
+                      shape=(n, n))
+    seen = sp.csr_matrix((np.ones(roots.size, np.int8), (np.arange(roots.size), roots)),
+                         shape=(roots.size, n))
+    frontier = seen
+    rr, tt, ll, ww = [], [], [], []
+    for i in range(k):
+        nxt = (frontier @ a).astype(bool).astype(np.int8)
+        nxt = (nxt - nxt.multiply(seen)).tocsr()
+        nxt.eliminate_zeros()
+        coo = nxt.tocoo()
+        size = np.diff(nxt.indptr)
+        rr.append(coo.row.astype(np.int64))
+        tt.append(np.full(coo.nnz, i, np.int64))
+        ll.append(coo.col.astype(np.int64))
+        ww.append((1.0 / size[coo.row]).astype(np.float32))
+        seen = (seen + nxt).tocsr()
+        frontier = nxt
+    return Records(np.concatenate(rr), np.concatenate(tt), np.concatenate(ll), None,
+                   np.concatenate(ww))
+
+
+def anchor_sets(num_nodes: int, num_sets: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """P-GNN anchor sets: sizes ``n / 2^i`` cycling over ``i = 1 .. log2 n``, drawn uniformly."""
+    levels = max(1, int(np.log2(max(num_nodes, 2))))
+    out = []
+    for j in range(num_sets):
+        size = max(1, num_nodes >> (1 + j % levels))
+        out.append(np.sort(rng.choice(num_nodes, size=size, replace=False)))
+    return out
+
+
+def anchor_neighbours(graph: TypedGraph, roots: np.ndarray, sets: list[np.ndarray],
+                      q: int) -> Records:
+    """P-GNN neighbours: type ``j`` holds the members ``u`` of anchor set ``j`` within ``q``
+    hops of the root, weighted ``s(v,u) / count`` with ``s = 1 / (dist + 1)``."""
+    import scipy.sparse as sp
+
+    n = graph.num_nodes
+    a = sp.csr_matrix((np.ones(graph.num_edges, np.int8), graph.indices, graph.indptr),
+                      shape=(n, n))
+    seen = sp.csr_matrix((np.ones(roots.size, np.int8), (np.arange(roots.size), roots)),
+                         shape=(roots.size, n))
+    rows, cols, dist = [np.arange(roots.size, dtype=np.int64)], [roots], [np.zeros(roots.size)]
+    frontier = seen
+    for d in range(1, q + 1):
+        nxt = (frontier @ a).astype(bool).astype(np.int8)
+        nxt = (nxt - nxt.multiply(seen)).tocsr()
+        nxt.eliminate_zeros()
+        coo = nxt.tocoo()
+        rows.append(coo.row.astype(np.int64))
+        cols.append(coo.col.astype(np.int64))
+        dist.append(np.full(coo.nnz, float(d)))
+        seen = (seen + nxt).tocsr()
+        frontier = nxt
+    r, c, dd = np.concatenate(rows), np.concatenate(cols), np.concatenate(dist)
+    member = sp.csr_matrix((np.ones(sum(s.size for s in sets), np.int8),
+                            (np.concatenate(sets), np.repeat(np.arange(len(sets)),
+                                                             [s.size for s in sets]))),
+                           shape=(n, len(sets)))
+    rep, midx = gather_rows(member.indptr.astype(np.int64), c)
+    typ = member.indices[midx]
+    r, c, s = r[rep], c[rep], 1.0 / (dd[rep] + 1.0)
+    slot = r * len(sets) + typ
+    per = np.bincount(slot, minlength=roots.size * len(sets))
+    return Records(r, typ.astype(np.int64), c, None, (s / per[slot]).astype(np.float32))

@@ -1,0 +1,301 @@
+"""NAU (FlexGraph): HDG storage, the models against PyG / brute force / a materialising MAGNN,
+hybrid aggregation against the scatter-only switch, and the `train --engine nau` command."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.nau.aggregation import Executor
+from shardgnn.nau.graph import TypedGraph, from_edges
+from shardgnn.nau.hdg import HDG, SchemaTree, from_records, memory_report, records
+from shardgnn.nau.layer import HDGSet, neighbor_selection, per_vertex
+from shardgnn.nau.models import resolve
+from shardgnn.nau.selection import topk_visits
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cora() -> TypedGraph:
+    from shardgnn.io.planetoid import load_planetoid
+
+    d = load_planetoid(ROOT / "inputs" / "cora")
+    return from_edges(d.num_nodes, d.edges[:, 0], d.edges[:, 1], x=d.x, y=d.y,
+                      masks={k.replace("_mask", ""): v for k, v in d.masks.items()}, name="cora")
+
+
+def typed_graph(seed: int = 0, n_movie: int = 40, n_user: int = 30, n_actor: int = 12,
+                f: int = 8) -> TypedGraph:
+    """A small movie/user/actor graph: ratings and cast edges, random features."""
+    rng = np.random.default_rng(seed)
+    n = n_movie + n_user + n_actor
+    nt = np.repeat([0, 1, 2], [n_movie, n_user, n_actor])
+    r_src = rng.integers(0, n_movie, 160)
+    r_dst = n_movie + rng.integers(0, n_user, 160)
+    c_src = rng.integers(0, n_movie, 60)
+    c_dst = n_movie + n_user + rng.integers(0, n_actor, 60)
+    src, dst = np.concatenate([r_src, c_src]), np.concatenate([r_dst, c_dst])
+    et = np.repeat([0, 1], [160, 60])
+    y = np.where(nt == 0, rng.integers(0, 3, n), -1)
+    return from_edges(n, src, dst, node_type=nt, node_type_names=("movie", "user", "actor"),
+                      edge_type=et, edge_type_names=("rating", "cast"),
+                      x=rng.standard_normal((n, f)).astype(np.float32), y=y, name="typed")
+
+
+# ------------------------------------------------------------------ HDG storage
+def test_hdg_storage_round_trip() -> None:
+    rng = np.random.default_rng(1)
+    n_roots, t, m = 7, 3, 40
+    rr, tt = rng.integers(0, n_roots, m), rng.integers(0, t, m)
+    sizes = rng.integers(1, 5, m)
+    ptr = np.concatenate([[0], np.cumsum(sizes)])
+    leaf = rng.integers(0, 50, ptr[-1])
+    roots = np.arange(100, 100 + n_roots)
+    h = from_records(SchemaTree(("a", "b", "c")), roots, rr, tt, ptr, leaf)
+    h.check()
+    # the omitted Dst of the in-between level is ordered, so offsets alone rebuild it
+    slot = h.slot_of_instance()
+    assert np.all(np.diff(slot) >= 0)
+    off2, src2 = h.level_csc(2)
+    rebuilt = np.repeat(np.arange(off2.size - 1), np.diff(off2))
+    assert np.array_equal(rebuilt, slot) and np.array_equal(src2, np.arange(h.num_instances))
+    # every record comes back exactly once: (root, type, leaves)
+    want = Counter((int(roots[rr[i]]), int(tt[i]), tuple(leaf[ptr[i]:ptr[i + 1]].tolist()))
+                   for i in range(m))
+    got = Counter((r, ty, lv) for r, ty, lv, _ in records(h))
+    assert got == want
+    # the per-level CSC built from COO of the records equals the stored one
+    off3, src3 = h.level_csc(3)
+    for i in range(h.num_instances):
+        r, ty = divmod(int(slot[i]), t)
+        assert (int(roots[r]), ty, tuple(src3[off3[i]:off3[i + 1]].tolist())) in want
+    off1, src1 = h.level_csc(1)
+    assert np.array_equal(np.repeat(np.arange(n_roots), np.diff(off1)), src1 // t)
+    assert h.nbytes() < h.plain_csc_nbytes()
+    rep = memory_report(h, 1000)
+    assert rep["hdg_bytes"] == h.nbytes() and rep["num_instances"] == m
+
+
+def test_per_vertex_udf_matches_vectorised() -> None:
+    g = typed_graph()
+
+    def gcn_like(graph, schema, v, rng):  # the paper's Fig. 5 style, one vertex at a time
+        nbrs = graph.indices[graph.indptr[v]:graph.indptr[v + 1]]
+        return [([int(u)], 0) for u in nbrs]
+
+    h = neighbor_selection(g, SchemaTree(), per_vertex(gcn_like))
+    assert h.num_instances == g.num_edges
+    assert Counter((r, lv[0]) for r, _, lv, _ in records(h)) == \
+        Counter(zip(*(a.tolist() for a in g.edge_pairs())))
+
+
+# ------------------------------------------------------------------ GCN vs PyG
+def _copy_gcn_to_pyg(layer, conv) -> None:
+    with torch.no_grad():
+        conv.lin.weight.copy_(layer.lin.weight)
+        conv.bias.copy_(layer.bias)
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "scatter"])
+def test_gcn_equals_pyg_gcnconv(cora: TypedGraph, mode: str) -> None:
+    from torch_geometric.nn import GCNConv
+
+    torch.manual_seed(0)
+    model = resolve("gcn")(cora.x.shape[1], 16, 7, layers=2, dropout=0.0).eval()
+    hs = model.select(cora, Executor(mode), 0)
+    convs = [GCNConv(cora.x.shape[1], 16), GCNConv(16, 7)]
+    for ly, cv in zip(model.layers, convs):
+        _copy_gcn_to_pyg(ly, cv)
+    x = torch.from_numpy(cora.x)
+    src, dst = cora.edge_pairs()
+    ei = torch.from_numpy(np.stack([src, dst]))
+    out = model(x, hs)
+    ref = convs[1](torch.relu(convs[0](x, ei)), ei)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+    (ref * g).sum().backward()
+    for ly, cv in zip(model.layers, convs):
+        torch.testing.assert_close(ly.lin.weight.grad, cv.lin.weight.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ly.bias.grad, cv.bias.grad, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ JK-Net vs PyG
+@pytest.mark.parametrize("jk_mode", ["cat", "max"])
+def test_jknet_equals_pyg_jumping_knowledge(cora: TypedGraph, jk_mode: str) -> None:
+    import scipy.sparse as sp
+    from torch_geometric.nn import JumpingKnowledge
+
+    k, hid = 2, 8
+    torch.manual_seed(0)
+    model = resolve("jknet")(cora.x.shape[1], hid, 7, rings=k, jk_mode=jk_mode, dropout=0.0).eval()
+    hs = model.select(cora, Executor("hybrid"), 0)
+    x = torch.from_numpy(cora.x)
+    out = model(x, hs)
+    # reference: ring matrices by BFS, ring means, PyG's JumpingKnowledge over the ring list
+    n = cora.num_nodes
+    a = sp.csr_matrix((np.ones(cora.num_edges), cora.indices, cora.indptr), shape=(n, n))
+    seen = sp.identity(n, format="csr")
+    front, xs = seen, []
+    ly = model.layers[0]
+    z = ly.ring(x)
+    for i in range(k):
+        ring = ((front @ a) > 0).astype(float) - ((front @ a) > 0).multiply(seen > 0)
+        ring = sp.csr_matrix(ring)
+        ring.eliminate_zeros()
+        rs = np.asarray(ring.sum(1)).ravel()
+        norm = sp.diags(np.where(rs > 0, 1.0 / np.maximum(rs, 1), 0.0)) @ ring
+        dense = torch.from_numpy(norm.toarray().astype(np.float32))
+        xs.append(torch.relu(dense @ z[:, i * hid:(i + 1) * hid]))
+        seen = ((seen + ring) > 0).astype(float)
+        front = ring
+    jk = JumpingKnowledge(jk_mode)(xs)
+    ref = ly.out(torch.cat([x, jk], 1))
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad((out * g).sum(), [ly.ring.weight, ly.out.weight])
+    refg = torch.autograd.grad((ref * g).sum(), [ly.ring.weight, ly.out.weight])
+    for a_, b_ in zip(grads, refg):
+        torch.testing.assert_close(a_, b_, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ PinSage top-k
+def test_pinsage_topk_matches_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    n, roots, traces, hops, k = 30, np.array([0, 4, 9, 17]), 6, 4, 3
+    walks = rng.integers(-1, n, (roots.size * traces, hops))
+    rec = topk_visits(walks, roots, traces, k, n)
+    for pos, v in enumerate(roots.tolist()):
+        c = Counter(int(u) for u in walks[pos * traces:(pos + 1) * traces].ravel()
+                    if u >= 0 and u != v)
+        best = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        mine = rec.root == pos
+        assert list(zip(rec.leaf[mine].tolist(), [int(round(w * sum(cnt for _, cnt in best)))
+                                                  for w in rec.weight[mine]])) == best
+
+
+# ------------------------------------------------------------------ MAGNN vs materialising
+def _magnn(g: TypedGraph, cap: int = 0):
+    torch.manual_seed(0)
+    m = resolve("magnn")(g.x.shape[1], 6, 3, graph=g, target=0,
+                         metapaths=[[0, 1, 0], [0, 2, 0], [0, 1, 0, 2, 0]], heads=2,
+                         attn_dim=5, max_instances=cap, dropout=0.0)
+    return m.eval()
+
+
+def test_magnn_enumeration_brute_force() -> None:
+    g = typed_graph()
+    m = _magnn(g)
+    hs = m.select(g, Executor("hybrid"), 0)
+    want = Counter()
+    for p, mp in enumerate(m.metapaths):
+        def dfs(path):
+            if len(path) == len(mp):
+                want[(path[0], p, tuple(path))] += 1
+                return
+            v = path[-1]
+            for u in g.indices[g.indptr[v]:g.indptr[v + 1]].tolist():
+                if g.node_type[u] == mp[len(path)]:
+                    dfs(path + [u])
+        for r in np.flatnonzero(g.node_type == 0).tolist():
+            dfs([r])
+    assert Counter((r, t, lv) for r, t, lv, _ in records(hs.hdg)) == want
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "scatter"])
+def test_magnn_equals_materialising_reference(mode: str) -> None:
+    from shardgnn.nau.reference import MAGNNReference
+
+    g = typed_graph()
+    m = _magnn(g)
+    hs = m.select(g, Executor(mode), 0)
+    x = torch.from_numpy(g.x)
+    out = m(x, hs)
+    ref = MAGNNReference(m, hs.hdg)(x)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    gw = torch.randn_like(out)
+    params = [p for p in m.parameters()]
+    ga = torch.autograd.grad((out * gw).sum(), params, allow_unused=True)
+    gb = torch.autograd.grad((ref * gw).sum(), params, allow_unused=True)
+    for a_, b_ in zip(ga, gb):
+        if a_ is None or b_ is None:
+            assert a_ is None and b_ is None
+            continue
+        torch.testing.assert_close(a_, b_, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ hybrid == scatter
+@pytest.mark.parametrize("name", ["gcn", "pinsage", "jknet", "pgnn", "magnn"])
+def test_hybrid_equals_scatter(name: str) -> None:
+    from shardgnn.graph.generators import csbm
+
+    if name == "magnn":
+        g = typed_graph(seed=2)
+        kw = dict(graph=g, target=0, max_instances=5)
+    else:
+        s = csbm(300, num_classes=3, avg_degree=6, num_features=12, seed=1)
+        g = from_edges(s.num_nodes, s.edges[:, 0], s.edges[:, 1], x=s.x, y=s.y)
+        kw = dict(anchor_sets=5, rings=3)
+    outs, grads = [], []
+    for mode in ("hybrid", "scatter"):
+        torch.manual_seed(0)
+        m = resolve(name)(g.x.shape[1], 8, 3, dropout=0.0, **kw).eval()
+        hs = m.select(g, Executor(mode), 7)
+        out = m(torch.from_numpy(g.x), hs)
+        gw = torch.linspace(-1, 1, out.numel()).view_as(out)
+        grads.append(torch.autograd.grad((out * gw).sum(), list(m.parameters()), allow_unused=True))
+        outs.append(out.detach())
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-5)
+    for a_, b_ in zip(*grads):
+        if a_ is not None:
+            torch.testing.assert_close(a_, b_, rtol=1e-4, atol=1e-5)
+
+
+def test_hdgs_rebuilt_per_epoch_only_when_declared() -> None:
+    g = typed_graph()
+    assert resolve("pinsage").hdg_reuse == "epoch" and resolve("magnn").hdg_reuse == "once"
+    m = resolve("pinsage")(g.x.shape[1], 4, 3)
+    a = m.select(g, Executor(), 1).hdg
+    b = m.select(g, Executor(), 1).hdg
+    c = m.select(g, Executor(), 2).hdg
+    assert np.array_equal(a.leaf, b.leaf) and np.array_equal(a.weight, b.weight)
+    assert not (np.array_equal(a.leaf, c.leaf) and np.array_equal(a.slot_ptr, c.slot_ptr))
+
+
+# ------------------------------------------------------------------ engine + CLI
+def _write_typed(tmp: Path, g: TypedGraph) -> Path:
+    from shardgnn.io.canonical import write_dataset
+
+    src, dst = g.edge_pairs()
+    keep = src < dst
+    d = tmp / "typed"
+    write_dataset(d, np.stack([src[keep], dst[keep]], 1), g.num_nodes, x=g.x, y=g.y)
+    np.save(d / "node_type.npy", g.node_type)
+    return d
+
+
+def test_cli_train_nau(tmp_path: Path) -> None:
+    import h5py
+
+    from shardgnn.cli.main import main
+
+    g = typed_graph(n_movie=60)
+    data = _write_typed(tmp_path, g)
+    for model in ("gcn", "magnn"):
+        out = tmp_path / f"{model}.h5"
+        rc = main(["train", "--engine", "nau", "--model", model, str(data), "--epochs", "3",
+                   "--hidden", "8", "--out", str(out), "--layers", "1" if model == "magnn" else "2",
+                   "--max-instances", "8"])
+        assert rc == 0
+        with h5py.File(out) as f:
+            assert f["train/loss"].shape == (3,)
+            for s in ("t_neighbor_selection", "t_aggregation", "t_update", "t_backward"):
+                assert f[f"train/{s}"].shape == (3,)
+            assert f["nau"].attrs["hdg_bytes"] > 0 and f["config"].attrs["engine"] == "nau"
+    rc = main(["train", "--engine", "nau", "--model", "nosuch", str(data), "--epochs", "1",
+               "--out", str(tmp_path / "x.h5")])
+    assert rc == 2 and not (tmp_path / "x.h5").exists()
