@@ -18,7 +18,7 @@ from shardgnn.io.npzcsr import CsrNpzSource, is_csr_npz
 from shardgnn.io.readers import (DEFAULT_CHUNK_EDGES, ArraySource, EdgeSource, NpySource,
                                  NpzSource, TextSource, detect_format)
 
-FORMATS = ("snap", "csv", "mtx", "planetoid", "npy", "npz")
+FORMATS = ("snap", "csv", "mtx", "planetoid", "npy", "npz", "recbole")
 
 DESCRIPTION = """\
 Convert a graph into the canonical dataset directory (docs/formats.md): edges.bin (int32 pairs,
@@ -35,7 +35,10 @@ Inputs (format from the file name, or --format):
                    (m, 2) or 'row' and 'col', optional 'weight' (m,)
   GNN benchmark    .npz scipy CSR (adj_matrix.{data,indices,indptr,shape}, optional
                    attr_matrix.* or dense attr_matrix, labels, class_names): cora_ml, citeseer
-  descriptor       .toml from inputs/datasets/ (path, format, labels, expected counts)
+  RecBole folder   NAME.inter/.user/.item/.kg/.link (MovieLens + Freebase): user/movie/entity
+                   node types, rating + KG relation edge types, genre labels (docs/formats.md)
+  descriptor       .toml from inputs/ (path, format, labels, expected counts); e.g.
+                   inputs/ml-100k.toml reads ml-100k from the installed recbole wheel
 
 Defaults: the graph is made undirected (each edge stored once as (min, max)), self-loops are
 dropped and duplicate edges merged; all three are counted in graph.json. Duplicates are edges
@@ -122,7 +125,7 @@ def build_source(src: Path, fmt: str | None, args: argparse.Namespace,
     if chunk < 1:
         raise ShardError(f"--chunk-edges: expected >= 1, got {chunk}")
     edge_types = args.edge_types or bool(desc and desc.edge_types)
-    if edge_types and fmt not in ("snap", "csv"):
+    if edge_types and fmt not in ("snap", "csv", "recbole"):
         raise ShardError(f"--edge-types: expected a text or CSV input, got format {fmt!r}")
     if fmt == "planetoid":
         from shardgnn.io.planetoid import load_planetoid
@@ -134,6 +137,15 @@ def build_source(src: Path, fmt: str | None, args: argparse.Namespace,
                                          chunk_edges=chunk, name=data.name)
         return source, nodes
     weights = not (args.no_weights or (desc is not None and desc.weights is False))
+    if fmt == "recbole":
+        from shardgnn.io.recbole import load_recbole
+
+        g = load_recbole(src)
+        nodes = NodeData(x=None if args.structure_only else g.x, y=g.y, node_types=g.node_type,
+                         node_type_names=g.node_type_names, edge_type_names=g.edge_type_names,
+                         extra={"class_names": g.class_names, "recbole": g.info})
+        return ArraySource(g.edges, src, g.num_nodes, g.edge_type, chunk, src.name,
+                           g.edge_weight if weights else None), nodes
     if fmt in ("snap", "csv", "mtx"):
         source = TextSource(src, fmt, edge_types, chunk, weights=weights)
     elif fmt == "npy":

@@ -1,4 +1,5 @@
-"""`shardgnn generate rmat|csbm`: write synthetic graphs (R-MAT edge arrays, CSBM datasets).
+"""`shardgnn generate rmat|csbm|hetero`: write synthetic graphs (R-MAT edge arrays, CSBM and
+heterogeneous metapath datasets).
 
 Runs on rank 0; under mpiexec the other ranks wait and report the same verdict.
 """
@@ -35,8 +36,21 @@ Python: shardgnn.graph.generators.csbm(num_nodes, ..., out=DIR) (see docs/format
 """
 
 
+HETERO_HELP = """\
+Write a heterogeneous graph with a planted metapath signal as a canonical dataset directory:
+node types target / hub / noise (node_type.npy), edge types target-hub / target-noise
+(edge_type.bin), no target-target edges. Hubs have hidden classes; each target links to
+--hub-degree hubs, a fraction --signal of them of its own class, and to --noise-degree uniform
+noise nodes. Features are N(0, I) (targets: plus a class mean of norm --feature-snr, default 0),
+so a target's label (y.npy; -1 for hubs and noise) is visible only through the metapath
+target-hub-target. graph.json extra.metapath_homophily gives the fraction of 2-hop target pairs
+sharing a class through each edge type. Masks split the targets. Memory: the whole graph.
+Python: shardgnn.graph.hetero.hetero_metapath(num_targets, ..., out=DIR).
+"""
+
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("generate", help="write synthetic graphs (R-MAT, CSBM)",
+    p = sub.add_parser("generate", help="write synthetic graphs (R-MAT, CSBM, heterogeneous)",
                        description="Write synthetic graphs for scale tests (R-MAT) and for "
                        "accuracy tests at scale (CSBM). Same seed, same output.")
     gs = p.add_subparsers(dest="generator", metavar="GENERATOR", required=True)
@@ -86,6 +100,28 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--force", action="store_true", help="replace an existing output directory")
     c.set_defaults(func=run)
 
+    h = gs.add_parser("hetero", help="heterogeneous dataset with a planted metapath signal",
+                      description=HETERO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    h.add_argument("--targets", type=int, required=True, help="labelled target nodes T")
+    h.add_argument("--hubs", type=int, default=0, help="hub nodes (default: T/10)")
+    h.add_argument("--noise", type=int, default=0, help="noise nodes (default: T/2)")
+    h.add_argument("--classes", type=int, default=4, help="classes C (default: 4)")
+    h.add_argument("--hub-degree", type=int, default=5, help="hubs per target (default: 5)")
+    h.add_argument("--noise-degree", type=int, default=5,
+                   help="noise nodes per target (default: 5)")
+    h.add_argument("--signal", type=float, default=0.8,
+                   help="fraction of a target's hubs of its own class (default: 0.8; 1/C: none)")
+    h.add_argument("--features", type=int, default=16, help="feature dimension (default: 16)")
+    h.add_argument("--feature-snr", type=float, default=0.0,
+                   help="norm of the target class means in the features (default: 0: none)")
+    h.add_argument("--train", type=float, default=0.6, help="train fraction of targets (0.6)")
+    h.add_argument("--val", type=float, default=0.2, help="validation fraction (default: 0.2)")
+    h.add_argument("--test", type=float, default=0.2, help="test fraction (default: 0.2)")
+    h.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    h.add_argument("--out", required=True, help="output dataset directory")
+    h.add_argument("--force", action="store_true", help="replace an existing output directory")
+    h.set_defaults(func=run)
+
 
 def _rmat(args: argparse.Namespace) -> dict[str, Any]:
     m = args.edges if args.edges is not None else args.edge_factor * (1 << args.scale)
@@ -116,10 +152,22 @@ def _csbm(args: argparse.Namespace) -> dict[str, Any]:
             "edge_homophily": round(g.edge_homophily(), 4)}
 
 
+def _hetero(args: argparse.Namespace) -> dict[str, Any]:
+    from shardgnn.graph.hetero import hetero_metapath
+
+    g = hetero_metapath(args.targets, args.hubs, args.noise, args.classes, args.hub_degree,
+                        args.noise_degree, args.signal, args.features, args.feature_snr,
+                        args.train, args.val, args.test, args.seed, out=args.out,
+                        force=args.force)
+    return {"out": str(args.out), "num_nodes": g.num_nodes, "num_edges": g.num_edges,
+            "metapath_homophily": {"target-hub-target": round(g.metapath_homophily(0), 4),
+                                   "target-noise-target": round(g.metapath_homophily(1), 4)}}
+
+
 def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Generate on rank 0; all ranks agree on the verdict. Collective over comm."""
     t0 = time.perf_counter()
-    fn = _rmat if args.generator == "rmat" else _csbm
+    fn = {"rmat": _rmat, "csbm": _csbm, "hetero": _hetero}[args.generator]
     info = on_root(comm, fn, args)
     if comm.rank == 0:
         info.update(seconds=round(time.perf_counter() - t0, 3),

@@ -4,7 +4,9 @@ Rank-local. Paths inside a descriptor are relative to the descriptor's folder. K
 
     name = "wiki-Vote"
     path = "../../../shared/datasets/wiki-Vote/wiki-Vote.txt"   # file, folder or prefix
-    format = "snap"            # snap | csv | mtx | planetoid | npy | npz (default: by extension)
+                               # ("pkg:PACKAGE/sub/dir": inside an installed Python package)
+    format = "snap"            # snap | csv | mtx | planetoid | npy | npz | recbole (default: by
+                               # extension or folder content)
     directed = true            # whether the SOURCE graph is directed (convert still symmetrises
                                # unless --directed or convert.directed = true)
     labels = "target.csv"      # optional: CSV id,label or .npy
@@ -89,6 +91,10 @@ def read_descriptor(file: Path) -> Descriptor:
             return None
         if not isinstance(v, str):
             raise input_error(file, f"key {key!r}: expected a path string, got {v!r}")
+        if v.startswith("pkg:"):   # inside an installed package, e.g. pkg:recbole/dataset_example
+            from shardgnn.io.recbole import resolve_package_path
+
+            return resolve_package_path(v)
         return (base / v).resolve() if not Path(v).is_absolute() else Path(v)
 
     split = raw.get("split")

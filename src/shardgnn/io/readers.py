@@ -24,6 +24,8 @@ EXTENSIONS = {
     ".txt": "snap", ".edges": "snap", ".tsv": "snap", ".el": "snap", ".edgelist": "snap",
     ".csv": "csv", ".mtx": "mtx", ".npy": "npy", ".npz": "npz", ".toml": "toml",
 }
+#: Formats named by --format / a descriptor that are not file extensions (folders).
+FOLDER_FORMATS = ("planetoid", "recbole")
 TEXT_FORMATS = ("snap", "csv", "mtx")
 DEFAULT_CHUNK_EDGES = 1 << 22
 
@@ -201,7 +203,9 @@ def detect_format(path: Path) -> str:
     """Format name from the file name (``.gz`` stripped), or a one-line ShardError."""
     name = path.name.lower()
     if path.is_dir():
-        return "planetoid"
+        from shardgnn.io.recbole import is_recbole_dir
+
+        return "recbole" if is_recbole_dir(path) else "planetoid"
     if name.endswith(".gz"):
         name = name[:-3]
     for ext, fmt in EXTENSIONS.items():
@@ -209,7 +213,7 @@ def detect_format(path: Path) -> str:
             return fmt
     if "ind." in name and Path(str(path) + ".graph").exists():
         return "planetoid"
-    known = ", ".join(sorted(EXTENSIONS)) + " (text ones also .gz), a Planetoid folder"
+    known = ", ".join(sorted(EXTENSIONS)) + " (text ones also .gz), a Planetoid or RecBole folder"
     raise input_error(path, f"unknown file extension (expected one of {known}; "
                       "or name the format with --format)")
 
@@ -606,10 +610,13 @@ class ArraySource(EdgeSource):
 
     def __init__(self, edges: np.ndarray, path: str | os.PathLike = "<array>",
                  declared_nodes: int | None = None, types: np.ndarray | None = None,
-                 chunk_edges: int = DEFAULT_CHUNK_EDGES, name: str = "") -> None:
+                 chunk_edges: int = DEFAULT_CHUNK_EDGES, name: str = "",
+                 weights: np.ndarray | None = None) -> None:
         self.edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
         self.types = None if types is None else np.asarray(types, dtype=np.int32)
         self.has_types = self.types is not None
+        self.weights = None if weights is None else np.asarray(weights, dtype=np.float32)
+        self.has_weights = self.weights is not None
         self.path = Path(path)
         self.declared_nodes = declared_nodes
         self.chunk = int(chunk_edges)
@@ -619,7 +626,8 @@ class ArraySource(EdgeSource):
     def chunks(self) -> Iterator[EdgeChunk]:
         for lo in range(0, self.edges.shape[0], self.chunk):
             t = None if self.types is None else self.types[lo:lo + self.chunk]
-            yield EdgeChunk(self.edges[lo:lo + self.chunk], t, self.path, row0=lo)
+            w = None if self.weights is None else self.weights[lo:lo + self.chunk]
+            yield EdgeChunk(self.edges[lo:lo + self.chunk], t, self.path, row0=lo, weights=w)
 
 
 class RMATSource(EdgeSource):

@@ -5,7 +5,10 @@ Layout (``docs/partitioning.md``)::
     OUT/meta.json         algorithm, parameters, parts, num_nodes, num_edges, hops, dataset
                           (absolute path), directed, num_features, num_classes, metrics
     OUT/part-00000.h5     gid (int64, owned first), attrs num_owned/partition/parts,
-                          indptr/indices (int64 local CSR), x, y, train_mask, val_mask, test_mask
+                          indptr/indices (int64 local CSR), x, y, train_mask, val_mask, test_mask,
+                          node_type (int32 per local vertex, typed datasets),
+                          edge_weight (float32) / edge_type (int32) aligned with indices
+                          (datasets with weights / types; since version 2)
     OUT/results.h5        the run's results (default place)
 
 Writing one partition is rank-local (:func:`write_partition`); the store directory is made
@@ -26,7 +29,7 @@ from shardgnn.errors import input_error
 
 META = "meta.json"
 FORMAT = "shardgnn-partitions"
-VERSION = 1
+VERSION = 2
 
 
 def part_name(i: int) -> str:
@@ -49,6 +52,9 @@ class Partition:
     train_mask: np.ndarray | None = None
     val_mask: np.ndarray | None = None
     test_mask: np.ndarray | None = None
+    node_type: np.ndarray | None = None
+    edge_weight: np.ndarray | None = None
+    edge_type: np.ndarray | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -218,14 +224,16 @@ def _select_bit(e, masks, byte, bit, out):
 def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.ndarray,
                     sink: SpillSink, directed: bool, node_data: dict[str, np.ndarray],
                     num_nodes: int, chunk: int = 1 << 20,
-                    budget: int = 1 << 22) -> dict[str, int]:
+                    budget: int = 1 << 22, edge_attrs: Any = None) -> dict[str, int]:
     """Write partition ``index`` to ``path`` from its spilled edges. Rank-local.
 
     Memory is O(|V|) (a global-to-local id map and degree array) plus ``budget`` CSR entries:
     rows are written in buckets of consecutive local ids, each bucket gathered by one more
     read of the spill file. ``owned``: sorted global ids owned by the partition; ``node_data``:
-    name -> (memory-mapped) full array, rows read only for the partition's vertices. Returns
-    counts {owned, vertices, edges}.
+    name -> (memory-mapped) full array, rows read only for the partition's vertices.
+    ``edge_attrs``: a :class:`shardgnn.io.edgeattrs.EdgeAttrs` of the dataset; when it has
+    types or weights, ``edge_type`` / ``edge_weight`` aligned with ``indices`` are written too.
+    Returns counts {owned, vertices, edges}.
     """
     import h5py
 
@@ -261,10 +269,45 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
             hi = min(max(hi, lo + 1), n_loc)
             _write_bucket(ind, sink, index, chunk, lid, lo, hi, indptr, directed)
             lo = hi
+        if edge_attrs is not None and edge_attrs.any:
+            write_edge_attrs(f, edge_attrs, gid, indptr, budget)
         for name, arr in node_data.items():
             _write_rows(f, name, arr, gid, owned.shape[0], chunk)
     os.replace(tmp, path)
     return {"owned": int(owned.shape[0]), "vertices": int(n_loc), "edges": int(sink.totals[index])}
+
+
+def write_edge_attrs(f: Any, attrs: Any, gid: np.ndarray, indptr: np.ndarray,
+                     budget: int) -> None:
+    """Write ``edge_weight`` / ``edge_type`` aligned with the CSR ``indices`` of the open part
+    file ``f``: entry (row r, column c) is the edge gid[c] -> gid[r], looked up in the dataset.
+    Rows are handled in blocks of about ``budget`` entries. Rank-local."""
+    m = int(indptr[-1])
+    ws = f.create_dataset("edge_weight", shape=(m,), dtype=np.float32) \
+        if attrs.weights is not None else None
+    ts = f.create_dataset("edge_type", shape=(m,), dtype=np.int32) \
+        if attrs.types is not None else None
+    ind = f["indices"]
+    n_loc = gid.shape[0]
+    lo = 0
+    while lo < n_loc:
+        hi = int(np.searchsorted(indptr, indptr[lo] + budget, side="right")) - 1
+        hi = min(max(hi, lo + 1), n_loc)
+        a, b = int(indptr[lo]), int(indptr[hi])
+        if b > a:
+            cols = ind[a:b]
+            rows = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
+            pos = attrs.of_directed(gid[cols], gid[rows])
+            order = np.argsort(pos, kind="stable")     # sorted reads of the memory maps
+            if ws is not None:
+                w = np.empty(pos.shape[0], np.float32)
+                w[order] = attrs.weights[pos[order]]
+                ws[a:b] = w
+            if ts is not None:
+                t = np.empty(pos.shape[0], np.int32)
+                t[order] = attrs.types[pos[order]]
+                ts[a:b] = t
+        lo = hi
 
 
 def _write_bucket(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.ndarray, lo: int,
@@ -397,7 +440,8 @@ def load_partition(directory: str | os.PathLike, i: int, features: bool = True) 
     if not path.exists():
         raise input_error(path, "missing partition file")
     with h5py.File(path, "r") as f:
-        data = {k: f[k][()] for k in ("x", "y", "train_mask", "val_mask", "test_mask")
+        data = {k: f[k][()] for k in ("x", "y", "train_mask", "val_mask", "test_mask",
+                                      "node_type", "edge_weight", "edge_type")
                 if k in f and (features or k != "x")}
         return Partition(index=int(i), parts=p, gid=f["gid"][()],
                          num_owned=int(f.attrs["num_owned"]), indptr=f["indptr"][()],

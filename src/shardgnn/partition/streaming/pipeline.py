@@ -20,6 +20,7 @@ import numpy as np
 from shardgnn import log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io.edgeattrs import EdgeAttrs
 from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_meta
 from shardgnn.io.results import ResultWriter
 from shardgnn.partition import metrics, store
@@ -229,6 +230,7 @@ def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp:
     node_data = {k: a for k in NODE_FILES
                  if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
     stats: dict[int, dict[str, int]] = {}
+    attrs = EdgeAttrs(cfg.dataset, meta)
     mine = range(comm.rank, p, comm.size)
     bad = next((m for m in (sink.check(i) for i in mine) if m), "")
     comm.agree(not bad, bad)
@@ -236,7 +238,8 @@ def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp:
         owned = np.flatnonzero(owner == i)
         stats[i] = store.write_partition(tmp / store.part_name(i), i, p, owned, sink,
                                          bool(meta.directed), node_data, meta.num_nodes,
-                                         chunk=cfg.chunk, budget=4 * cfg.chunk)
+                                         chunk=cfg.chunk, budget=4 * cfg.chunk,
+                                         edge_attrs=attrs)
         sink.remove(i)
     timer.add("write", time.perf_counter() - t0, 0)
     merged: dict[int, dict[str, int]] = {}

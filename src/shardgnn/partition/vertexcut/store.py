@@ -16,6 +16,10 @@ Layout of ``OUT`` (``docs/vertexcut.md``)::
                   /out_degree.npy         int64 global out-degree per local vertex
                   /in_degree.npy          int64 global in-degree per local vertex
                   /partition_set.npy      uint8 (n_i, ceil(p/8)) bit j%8 of byte j//8: in partition j
+                  /out_weight.npy         float32 weight of each out-edge, aligned with out_indices
+                  /in_weight.npy          float32 weight of each in-edge, aligned with in_indices
+                                          (both only for datasets with edge weights; version 2)
+                  /node_type.npy          int32 node type per local vertex (typed datasets)
 
 An undirected graph stores each edge in both directions (u->v and v->u) in its partition; a
 directed graph stores it once as an out-edge of u and an in-edge of v. No per-edge type id is
@@ -35,12 +39,16 @@ import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io.canonical import NODE_TYPES, load_node_array
+from shardgnn.io.edgeattrs import EdgeAttrs
 
 FORMAT = "shardgnn-vertexcut-store"
-VERSION = 1
+VERSION = 2
 PART_FILES = ("global_id", "out_indptr", "out_indices", "out_type_indptr", "out_type_ids",
               "out_type_ends", "in_indptr", "in_indices", "in_eids", "in_type_indptr",
               "in_type_ids", "in_type_ends", "out_degree", "in_degree", "partition_set")
+#: Arrays present only when the dataset has them (loaded when there).
+OPTIONAL_FILES = ("out_weight", "in_weight", "node_type")
 
 
 def part_dir(i: int) -> str:
@@ -63,13 +71,14 @@ def _type_index(key_v: np.ndarray, key_t: np.ndarray, nv: int) -> tuple[np.ndarr
 
 
 def _partition_arrays(src: np.ndarray, dst: np.ndarray, etype: np.ndarray | None,
-                      directed: bool, n: int | None = None):
+                      directed: bool, n: int | None = None, weight: np.ndarray | None = None):
     """Yield ``(name, array)`` of one partition's structure, one array at a time. Pure.
 
     Memory-lean: local ids are int32 while they fit, the global->local map is an O(n) lookup
     table, and each output array is yielded (to be written and dropped) before the next is
     built, so the peak is a few O(|E_i|) int64 temporaries. Yields every field of
-    :data:`PART_FILES` except degrees and ``partition_set``.
+    :data:`PART_FILES` except degrees and ``partition_set``, plus ``out_weight`` /
+    ``in_weight`` when ``weight`` (one per record) is given.
     """
     src = np.asarray(src)
     dst = np.asarray(dst)
@@ -90,10 +99,13 @@ def _partition_arrays(src: np.ndarray, dst: np.ndarray, etype: np.ndarray | None
     if etype is not None and etype.size and int(np.max(etype)) > 0:
         t = np.asarray(etype).astype(np.int32)
     del etype
+    w = None if weight is None else np.asarray(weight, dtype=np.float32)
     if not directed:
         s, d = np.concatenate([s, d]), np.concatenate([d, s])
         if t is not None:
             t = np.concatenate([t, t])
+        if w is not None:
+            w = np.concatenate([w, w])
     yield "global_id", gid
     del gid
     m = s.size
@@ -117,6 +129,8 @@ def _partition_arrays(src: np.ndarray, dst: np.ndarray, etype: np.ndarray | None
         order = sort_by(a, b)
         yield f"{side}_indptr", indptr
         yield f"{side}_indices", b[order].astype(np.int64)
+        if w is not None:
+            yield f"{side}_weight", w[order]
         if t is None:
             deg = np.diff(indptr)
             has = deg > 0
@@ -208,6 +222,12 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
     if not directed:
         odeg += ideg
         ideg = odeg
+    attrs = EdgeAttrs(info["dataset"]) if info.get("dataset") else None
+    ntype = None
+    if attrs is not None and attrs.meta.node_types:
+        ntype = load_node_array(info["dataset"], NODE_TYPES, attrs.meta)
+    if attrs is not None and attrs.weights is None:
+        attrs = None
     host = cols["part"].astype(np.int64) % P
     order = np.argsort(host, kind="stable")
     counts = np.bincount(host, minlength=P).astype(np.int64)
@@ -245,7 +265,13 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
             d = tmp / part_dir(i)
             d.mkdir()
             nv = nout = 0
-            gen = _partition_arrays(ps, pd, pt, directed, n)
+            pw = None
+            if attrs is not None:   # records are edges.bin rows: look their weights up
+                pos = attrs.rows(ps, pd, pt if attrs.types is not None else None)
+                order = np.argsort(pos, kind="stable")   # sorted reads of the memory map
+                pw = np.empty(pos.shape[0], np.float32)
+                pw[order] = attrs.weights[pos[order]]
+            gen = _partition_arrays(ps, pd, pt, directed, n, pw)
             del ps, pd, pt, sel
             for name, arr in gen:
                 if name == "global_id":
@@ -253,6 +279,8 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
                     _save(d / "out_degree.npy", odeg[arr])
                     _save(d / "in_degree.npy", ideg[arr])
                     _save(d / "partition_set.npy", membership_bytes(member[arr], p))
+                    if ntype is not None:
+                        _save(d / "node_type.npy", np.asarray(ntype[arr], dtype=np.int32))
                 if name == "out_indices":
                     nout = int(arr.size)
                 _save(d / f"{name}.npy", arr)
@@ -268,7 +296,10 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
     if comm.rank == 0:
         allparts = sorted((m for lst in gathered for m in lst), key=lambda m: m["id"])
         meta = {"format": FORMAT, "version": VERSION, **info, "parts": allparts,
-                "files": list(PART_FILES), "partition_set_bytes": (p + 7) // 8,
+                "files": list(PART_FILES) + (["out_weight", "in_weight"] if attrs else [])
+                + (["node_type"] if ntype is not None else []),
+                "edge_weights": attrs is not None, "node_types": ntype is not None,
+                "partition_set_bytes": (p + 7) // 8,
                 "local_id_dtype": "int64"}
         try:
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
@@ -405,4 +436,8 @@ class PartitionStore:
             if not f.exists():
                 raise input_error(f, "missing partition array")
             arrays[name] = np.load(f, mmap_mode="r" if mmap else None)
+        for name in OPTIONAL_FILES:
+            f = d / f"{name}.npy"
+            if f.exists():
+                arrays[name] = np.load(f, mmap_mode="r" if mmap else None)
         return StorePartition(i, arrays)
