@@ -65,3 +65,16 @@ def test_templates_run_through_srun_shim(slurm_env):
     assert (tmp / "avg.h5").exists()
     _sbatch("perfmodel.sbatch", env, {"CALIBRATE_ARGS": "--quick"})
     assert (tmp / "profile.toml").exists()
+
+
+def test_pipeline_template_runs_a_job(slurm_env, tmp_path):
+    _, env = slurm_env
+    job = tmp_path / "job.toml"
+    job.write_text(f"[convert]\nsrc = '{ROOT / 'inputs' / 'cora.toml'}'\n[partition]\n"
+                   "algo = 'spring'\nparts = 2\n[train]\nengine = 'averaging'\nepochs = 2\n")
+    extra = {"JOB": str(job), "JOB_DIR": str(tmp_path / "w"), "RESULT": str(tmp_path / "job.h5")}
+    out = _sbatch("pipeline.sbatch", env, extra)
+    assert "job job: ran convert, partition, train" in out.stdout
+    assert (tmp_path / "job.h5").exists() and (tmp_path / "w" / "train.h5").exists()
+    again = _sbatch("pipeline.sbatch", env, extra)     # resubmitted: every stage skipped
+    assert "ran nothing, skipped convert, partition, train" in again.stdout

@@ -18,7 +18,7 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 
 #: Subcommand modules under shardgnn.cli, in --help order.
-COMMANDS = ("convert", "info", "generate", "partition", "train", "sample", "inspect")
+COMMANDS = ("convert", "info", "generate", "partition", "train", "sample", "inspect", "run")
 
 DESCRIPTION = """\
 shardgnn: train graph neural networks on graphs larger than one machine.
@@ -30,6 +30,7 @@ One SPMD program: launch every stage with `mpiexec -n P shardgnn ...` or `srun s
   mpiexec -n 4 shardgnn partition DATA --algo spring --parts 4 --out PARTS
   mpiexec -n 4 shardgnn train --engine rdm DATA --out run.h5
   shardgnn inspect run.h5                  # read the HDF5 results
+  mpiexec -n 4 shardgnn run JOB.toml       # the stages of a job file in one launch
 """
 
 

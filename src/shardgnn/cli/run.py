@@ -1,0 +1,127 @@
+"""`shardgnn run JOB.toml`: run a job's stages (convert -> partition -> train) in one launch.
+
+Collective: every rank runs every stage together (see :mod:`shardgnn.job`); rank 0 writes the
+job's results file, one group per stage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from shardgnn import __version__, log
+from shardgnn.job import STAGES, Job, read_job, run_job
+
+DESCRIPTION = """\
+Run the stages a job file names, in sequence, on the ranks of this launch:
+  mpiexec -n P shardgnn run JOB.toml
+Each stage is the subcommand of the same name with the options of its table (docs/jobs.md):
+
+  [job]
+  name = "cora"
+  dir = "../work/cora-job"      # working folder, relative to the job file (or --dir)
+  stages = ["convert", "partition", "train"]   # default: the stage tables in file order
+  [convert]
+  src = "cora.toml"             # input paths: relative to the job file
+  [partition]                   # dataset: the convert stage's output unless given
+  algo = "spring"
+  parts = 2
+  [train]                       # data: convert's output (rdm, cagnet1d) or partition's
+  engine = "averaging"          # (averaging) unless given
+  epochs = 50
+
+Keys are the subcommand's long options (--keep-self-loops: keep_self_loops = true; lists for
+options taking several values); `out` (default data/, parts/, train.h5) and `results` are
+relative to the working folder. After each stage its output is validated before the next
+starts. A stage that completed in an earlier run with the same options and whose output is
+still complete is skipped (the log says so), so rerunning a failed job resumes where it failed;
+--force reruns everything. One results file (default DIR/results.h5) holds a group per stage
+with its status (ran/skipped), seconds, command line and the stage's own results.
+Stages available: %s.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a job file's stages (convert, partition, train) in one "
+                       "launch", description=DESCRIPTION % ", ".join(STAGES),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("job", help="job file (.toml)")
+    p.add_argument("--dir", default=None,
+                   help="working folder for the stages' outputs (default: [job] dir, relative to "
+                   "the job file)")
+    p.add_argument("--results", default=None,
+                   help="the job's results HDF5 (default: [job] results in the working folder)")
+    p.add_argument("--force", action="store_true",
+                   help="rerun every stage even when its complete output exists")
+    p.set_defaults(func=run)
+
+
+def write_job_results(job: Job, records: list[dict[str, Any]], path: Path) -> None:
+    """One HDF5 file, a group per stage (status, seconds, argv, out + the stage's own results
+    copied under it; a dataset's graph.json counts for convert). Rank-local, atomic."""
+    import h5py
+
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs.update({"shardgnn_version": __version__, "command": f"shardgnn run {job.file}",
+                            "job": job.name, "job_file": str(job.file),
+                            "stages": json.dumps([r["stage"] for r in records])})
+            for rec in records:
+                g = f.create_group(rec["stage"])
+                g.attrs.update({"status": rec["status"], "seconds": rec["seconds"],
+                                "index": rec["index"], "out": rec["out"],
+                                "argv": json.dumps(rec["argv"])})
+                _copy_stage_results(g, rec)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _copy_stage_results(g: Any, rec: dict[str, Any]) -> None:
+    import h5py
+
+    out = Path(rec["out"])
+    side = out / "graph.json"
+    if side.is_file():
+        meta = json.loads(side.read_text())
+        for k in ("num_nodes", "num_edges", "directed", "num_features", "num_classes",
+                  "num_edge_types", "num_node_types", "edge_weights"):
+            if k in meta:
+                g.attrs[k] = meta[k]
+    res = rec.get("results")
+    if res and Path(res).is_file():
+        with h5py.File(res, "r") as src:
+            for name in src:
+                src.copy(src[name], g, name)
+            for k, v in src.attrs.items():
+                g.attrs[f"results.{k}"] = v
+
+
+def run(comm: Any, args: argparse.Namespace) -> int:
+    """Run the job's stages on every rank, then write the job results. Collective over comm."""
+    from shardgnn.cli.main import build_parser
+
+    job = comm.run_agreed(read_job, args.job, args.dir)
+    results = Path(args.results) if args.results else job.results
+    records = run_job(comm, job, build_parser(), force=args.force)
+    err = ""
+    if comm.rank == 0:
+        try:
+            results.parent.mkdir(parents=True, exist_ok=True)
+            write_job_results(job, records, results)
+        except OSError as exc:
+            err = f"{results}: cannot write the job results ({exc.strerror or exc})"
+    comm.agree(not err, err)
+    if comm.rank == 0:
+        ran = [r["stage"] for r in records if r["status"] == "ran"]
+        skipped = [r["stage"] for r in records if r["status"] == "skipped"]
+        log.get().info("job %s: ran %s, skipped %s; results %s", job.name, ran or "none",
+                       skipped or "none", results)
+        print(f"job {job.name}: ran {', '.join(ran) or 'nothing'}"
+              + (f", skipped {', '.join(skipped)} (complete from an earlier run)" if skipped else "")
+              + f"; results {results}", flush=True)
+    return 0

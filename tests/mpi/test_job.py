@@ -1,0 +1,59 @@
+"""`shardgnn run JOB.toml` (issue 13 section 8): stages in one launch, validation, resume after a
+failure, one results file with a group per stage; job-file errors are one line, exit 2."""
+import h5py
+import pytest
+
+from conftest import ROOT, run_cli
+from shardgnn.cli.main import main
+
+JOB = """
+[job]
+name = "t"
+dir = "w"
+[convert]
+src = "{cora}"
+[partition]
+algo = "spring"
+parts = {parts}
+[train]
+engine = "averaging"
+epochs = 2
+"""
+
+
+def test_job_runs_validates_and_resumes(tmp_path):
+    job = tmp_path / "job.toml"
+    # the partition stage fails at run time (p > |V|) after convert completed
+    job.write_text(JOB.format(cora=ROOT / "inputs" / "cora.toml", parts=3000))
+    bad = run_cli(2, ["run", job], timeout=300, check=False)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    assert "expected p <= |V| = 2708" in bad.stderr
+    assert (tmp_path / "w" / "data" / "graph.json").exists()
+    assert not (tmp_path / "w" / "results.h5").exists()
+    job.write_text(JOB.format(cora=ROOT / "inputs" / "cora.toml", parts=2))
+    ok = run_cli(2, ["run", job], timeout=300)
+    log = ok.stdout + ok.stderr
+    assert "stage 1/3 convert: complete output" in log and "skipped (resuming)" in log
+    assert "stage 2/3 partition: running (not run before)" in log
+    assert "stage 3/3 train: running (not run before)" in log
+    with h5py.File(tmp_path / "w" / "results.h5", "r") as f:
+        assert list(f) == ["convert", "partition", "train"]
+        assert [f[k].attrs["status"] for k in f] == ["skipped", "ran", "ran"]
+        assert f["convert"].attrs["num_nodes"] == 2708
+        assert "partition" in f["partition"] and "train" in f["train"]
+        assert f["train/train"].attrs  # the averaging run's own results, copied
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("[job]\nstages = ['convert', 'fly']\n[convert]\nsrc = 'x'\n[fly]\n", "expected stages"),
+    ("[convert]\nsrc = 'x'\n[partition]\nalgo = 'spring'\nseed = 'many'\n", "[partition]"),
+    ("[job]\nstages = ['convert', 'partition']\n[convert]\nsrc = 'x'\n", "missing ['partition']"),
+    ("[convert]\nsrc = 'nope.txt'\n", "nope.txt"),
+])
+def test_job_file_errors(tmp_path, capsys, text, msg):
+    job = tmp_path / "j.toml"
+    job.write_text(text)
+    capsys.readouterr()
+    assert main(["run", str(job)]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("shardgnn: error")]
+    assert len(err) == 1 and msg in err[0], err
