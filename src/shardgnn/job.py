@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shardgnn import log
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 
 if sys.version_info >= (3, 11):
@@ -198,7 +199,7 @@ def plan_job(job: Job, parser: argparse.ArgumentParser) -> list[tuple[str, list[
     return plan
 
 
-def run_job(comm: Any, job: Job, parser: argparse.ArgumentParser,
+def run_job(comm: Communicator, job: Job, parser: argparse.ArgumentParser,
             force: bool = False) -> list[dict[str, Any]]:
     """Run the job's stages in order on ``comm``; returns one record per stage.
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from shardgnn import __version__, log
+from shardgnn.comm import Communicator
 from shardgnn.job import STAGES, Job, read_job, run_job
 
 DESCRIPTION = """\
@@ -101,7 +102,7 @@ def _copy_stage_results(g: Any, rec: dict[str, Any]) -> None:
                 g.attrs[f"results.{k}"] = v
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the job's stages on every rank, then write the job results. Collective over comm."""
     from shardgnn.cli.main import build_parser
 
