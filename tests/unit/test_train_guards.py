@@ -91,7 +91,8 @@ def test_label_finding_ranges_and_unlabelled():
     m = np.array([True, True, False, True, False])
     assert guards.label_finding("y.npy", y, 3, {"train": m}) is None
     f = guards.label_finding("y.npy", np.array([0, 3, -1, 1]), 3, {})
-    assert f.key == (0, 1) and f.message.startswith("y.npy:row 1: label 3, expected a class in [0, 3)")
+    assert f.key == (0, 1)
+    assert f.message.startswith("y.npy:row 1: label 3, expected a class in [0, 3)")
     f = guards.label_finding("y.npy", np.array([0, 1, -2, 1]), 3, {})
     assert "row 2: label -2" in f.message
     f = guards.label_finding("y.npy", y, 3, {"val": ~m}, row_ids=np.arange(10, 15))

@@ -57,6 +57,10 @@ def add_parser(sub: Any) -> None:
                    help="Adam weight decay, finite and >= 0 (default: 5e-4)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--out", required=True, help="results HDF5 file (written atomically)")
+    p.add_argument("--allow-nan-loss", action="store_true",
+                   help="keep training when the loss becomes NaN or inf (default: stop at that "
+                   "epoch with exit 2, the results written so far; either way the results record "
+                   "the first such epoch as train attribute nan_loss_epoch)")
     n0 = len(p._actions)
     g = p.add_argument_group("options of several engines (each says which engines take it)")
     g.add_argument("--model", default="gcn",
@@ -66,20 +70,21 @@ def add_parser(sub: Any) -> None:
                    "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
                    "out_channels); nau: gcn, pinsage, magnn, jknet or pgnn (default: gcn)")
     g.add_argument("--eval", choices=("full", "local", "none"), default="full",
-                   help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always; averaging: a "
-                   "forward on rank 0 over the source dataset named in meta.json); local "
-                   "(averaging): owned vertices on each partition (approximate beyond one layer); "
-                   "none: no evaluation (default: full)")
+                   help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always; "
+                   "averaging: a forward on rank 0 over the source dataset named in meta.json); "
+                   "local (averaging): owned vertices on each partition (approximate beyond one "
+                   "layer); none: no evaluation (default: full)")
     g.add_argument("--eval-every", type=int, default=1,
-                   help="(all engines) evaluate every N epochs (averaging: at synchronised epochs only) "
-                   "(default: 1)")
+                   help="(all engines) evaluate every N epochs (averaging: at synchronised "
+                   "epochs only) (default: 1)")
     g.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="(averaging) write a checkpoint every N epochs; 0 = never (default: 0)")
+                   help="(all engines) write a checkpoint every N epochs; 0 = never (default: 0)")
     g.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="(averaging) checkpoint HDF5 file (default: OUT.ckpt.h5)")
+                   help="(all engines) checkpoint HDF5 file (default: OUT.ckpt.h5)")
     g.add_argument("--resume", default=None, metavar="FILE",
-                   help="(averaging) continue from this checkpoint (same options; "
-                   "the same loss/accuracy curve as without interruption)")
+                   help="(all engines) continue from this checkpoint (same options, --epochs may "
+                   "be larger; rdm, cagnet1d: the same number of ranks too): the same "
+                   "loss/accuracy curve as without interruption")
     _COMMON.update(a.dest for a in p._actions[:n0])
     _SHARED.update(a.dest for a in p._actions[n0:])
     for fam in FAMILIES:

@@ -8,7 +8,7 @@ from shardgnn.comm import Communicator
 
 ENGINES: tuple[str, ...] = ("rdm", "cagnet1d")
 #: Options of `shardgnn train`'s shared group these engines take (see cli/train.py).
-SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every")
+SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every", "checkpoint_every", "checkpoint", "resume")
 #: Options of the group below that cagnet1d does not take (GraphSAINT runs on rdm only).
 NOT_OPTIONS: dict[str, tuple[str, ...]] = {
     "cagnet1d": ("saint", "saint_budget", "saint_walk_length", "saint_steps", "saint_presample")}

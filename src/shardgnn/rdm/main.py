@@ -20,8 +20,10 @@ from shardgnn.io.results import ResultWriter
 from shardgnn.rdm.backend import Backend
 from shardgnn.rdm.engine import BYTE_KINDS, TIME_KINDS, GraphState, Trainer
 from shardgnn.rdm.graph import NodeData, Renumbering, load_panel, read_partition
+from shardgnn.rdm import resume
 from shardgnn.rdm.layout import Grid, panels_from_parts
 from shardgnn.rdm.schedule import Order, cagnet_order, parse_order
+from shardgnn.train import guards
 
 
 @dataclass
@@ -53,6 +55,10 @@ class RDMConfig:
     saint_steps: int = 0
     saint_presample: int = 20
     feature_norm: str = "row"
+    allow_nan_loss: bool = False
+    checkpoint_every: int = 0
+    checkpoint: str | None = None
+    resume: str | None = None
 
 
 def default_order(layers: int) -> Order:
@@ -84,6 +90,12 @@ def validate(cfg: RDMConfig, size: int) -> None:
         raise ShardError(f"--dropout: expected 0 <= p < 1, got {cfg.dropout}")
     if cfg.epochs < 0:
         raise ShardError(f"--epochs: expected >= 0, got {cfg.epochs}")
+    if cfg.checkpoint_every < 0:
+        raise ShardError(f"--checkpoint-every: expected >= 0, got {cfg.checkpoint_every}")
+    if not (np.isfinite(cfg.lr) and cfg.lr > 0):
+        raise ShardError(f"--lr: expected a finite number > 0, got {cfg.lr}")
+    if not (np.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
+        raise ShardError(f"--weight-decay: expected a finite number >= 0, got {cfg.weight_decay}")
     if cfg.engine == "cagnet1d" and cfg.replicas not in (0, 1):
         raise ShardError(f"--replicas: the cagnet1d engine uses R = 1 (A in row blocks), got {cfg.replicas}")
     r = cfg.replicas or size
@@ -107,6 +119,7 @@ class Built:
     info: dict[str, Any]
     node_data: NodeData
     panel: Any
+    resumed: dict[str, Any] | None = None
 
 
 def build(comm: Communicator, cfg: RDMConfig) -> Built:
@@ -124,6 +137,7 @@ def build(comm: Communicator, cfg: RDMConfig) -> Built:
         bounds = comm.run_agreed(panels_from_parts, renum.part_sizes, P // R)
         nd = NodeData(cfg.data, meta, renum, cfg.feature_norm)
     grid = Grid(meta.num_nodes, P, R, bounds)
+    check_node_data(comm, nd, grid)
     i, j = grid.position(comm.rank)
     row_comm = comm.split(i, j)
     col_comm = comm.split(j, i)
@@ -144,6 +158,16 @@ def build(comm: Communicator, cfg: RDMConfig) -> Built:
     return Built(tr, graph, info, nd, panel)
 
 
+def check_node_data(comm: Communicator, nd: NodeData, grid: Grid) -> None:
+    """Fail on every rank on NaN/inf features or bad labels in this rank's row tile (the tiles
+    cover every vertex once, so every value any rank reads is checked). Collective over comm."""
+    lo, hi = grid.row_range(comm.rank)
+    old = np.arange(lo, hi, dtype=np.int64) if nd.renum is None else nd.renum.old_of_new[lo:hi]
+    guards.check_features(comm, nd.dir / "x.npy", nd.x, slice(lo, hi) if nd.renum is None else old)
+    masks = {k: nd.mask(k, (lo, hi)) for k in nd.masks}
+    guards.check_labels(comm, nd.dir / "y.npy", nd.labels((lo, hi)), nd.num_classes, masks, old)
+
+
 def make_graph_state(grid: Grid, panel: Any, nd: NodeData, be: Backend, rank: int) -> GraphState:
     """Backend handles of the panel's column blocks and this rank's node data."""
     blocks = [panel] if grid.panels == 1 else panel.column_blocks(np.asarray(grid.panel_bounds))
@@ -161,7 +185,7 @@ def make_graph_state(grid: Grid, panel: Any, nd: NodeData, be: Backend, rank: in
     totals = nd.mask_counts()
     n_train = max(totals.get("train", 0), 1)
     loss_w = masks["train"].astype(np.float64) / n_train
-    labels = np.clip(labels, 0, nd.num_classes - 1)
+    labels = np.where(labels == guards.UNLABELLED, 0, labels)  # checked: loss weight 0, no mask
     return GraphState(grid, a_blocks, x_tile, labels, loss_w, masks, totals, nnz=panel.nnz)
 
 
@@ -183,8 +207,11 @@ def main(comm: Communicator, cfg: RDMConfig) -> int:
     tr = built.trainer
     out = cfg.out
     writer_cfg = {**asdict(cfg), "world_size": comm.size}
+    if cfg.resume:
+        built.resumed = resume.load(comm, cfg)
+        resume.restore(tr, built.resumed)  # the order it ran with too
     with ResultWriter(comm, out, writer_cfg) as w:
-        if resolve_order(cfg.order, cfg.layers, cfg.engine) is None:
+        if resolve_order(cfg.order, cfg.layers, cfg.engine) is None and not cfg.resume:
             _choose_order(comm, cfg, built, w)
         if cfg.saint:
             from shardgnn.rdm.saint import run_saint
@@ -193,28 +220,38 @@ def main(comm: Communicator, cfg: RDMConfig) -> int:
         else:
             rec = run_full_batch(comm, cfg, built)
         write_train(comm, w, cfg, built, rec)
+    stop = rec["nan_loss_epoch"] and not cfg.allow_nan_loss  # all-reduced loss: same on all ranks
+    comm.agree(not stop, guards.nan_loss_message(rec["nan_loss_epoch"],
+                                                 float(rec["loss"][-1]), cfg.out) if stop else "")
     return 0
 
 
 def run_full_batch(comm: Communicator, cfg: RDMConfig, built: Built) -> dict[str, Any]:
     """The epoch loop of full-batch training. Collective over comm."""
     tr, g = built.trainer, built.graph
-    return epoch_loop(comm, cfg, tr, g, lambda epoch: [tr.train_step()])
+    return epoch_loop(comm, cfg, tr, g, lambda epoch: [tr.train_step()], built.resumed)
 
 
-def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, steps_of_epoch) -> dict[str, Any]:
+def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, steps_of_epoch,
+               resumed: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``cfg.epochs`` epochs; ``steps_of_epoch(e)`` runs the epoch's steps and returns their
     records. Evaluates every ``cfg.eval_every`` epochs (0: never); one metrics all-reduce per
-    epoch. Returns per-epoch arrays (rank-local times/bytes)."""
+    epoch; a checkpoint every ``cfg.checkpoint_every`` epochs. With ``resumed`` (a checkpoint
+    already loaded into ``tr``) the epochs it holds are taken from it. Returns per-epoch arrays
+    (rank-local times/bytes). Collective over comm."""
     E = cfg.epochs
     rec: dict[str, Any] = {"loss": np.full(E, np.nan), "train_acc": np.full(E, np.nan),
                            "val_acc": np.full(E, np.nan), "test_acc": np.full(E, np.nan),
                            "epoch_time": np.zeros(E), "eval_time": np.zeros(E),
                            "times": np.zeros((E, len(TIME_KINDS))),
-                           "bytes": np.zeros((E, len(BYTE_KINDS)), dtype=np.int64)}
+                           "bytes": np.zeros((E, len(BYTE_KINDS)), dtype=np.int64),
+                           "nan_loss_epoch": 0}
     totals = g.mask_totals
     lg = log.get()
-    for e in range(E):
+    start = resume.restore_history(rec, resumed, comm.rank) if resumed else 0
+    if resumed:
+        lg.info("resumed from %s after epoch %d", cfg.resume, start)
+    for e in range(start, E):
         steps = steps_of_epoch(e)
         t_epoch = sum(s["time"] for s in steps)
         loss_local = sum(s["loss_local"] for s in steps) / max(len(steps), 1)
@@ -245,12 +282,22 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
         lg.info("epoch %4d  loss %.4f  train %.4f  val %.4f  test %.4f  %.3fs  order %s",
                 e + 1, rec["loss"][e], rec["train_acc"][e], rec["val_acc"][e], rec["test_acc"][e],
                 t_epoch, tr.order)
+        if not np.isfinite(rec["loss"][e]) and not rec["nan_loss_epoch"]:
+            rec["nan_loss_epoch"] = e + 1
+            if not cfg.allow_nan_loss:
+                break
+        if cfg.checkpoint_every and (e + 1) % cfg.checkpoint_every == 0:
+            resume.save(comm, cfg, tr, rec, e + 1)
+    if rec["nan_loss_epoch"] and not cfg.allow_nan_loss:  # keep the epochs that ran
+        for k, v in rec.items():
+            if isinstance(v, np.ndarray):
+                rec[k] = v[:rec["nan_loss_epoch"]]
     return rec
 
 
 def write_train(comm: Communicator, w: ResultWriter, cfg: RDMConfig, built: Built, rec: dict[str, Any]) -> None:
     """Gather per-rank times/bytes and write ``/train``. Collective over comm."""
-    E = cfg.epochs
+    E = len(rec["loss"])
     times = comm.gatherv(np.ascontiguousarray(rec["times"][None]))       # (P, E, K)
     byts = comm.gatherv(np.ascontiguousarray(rec["bytes"][None]))        # (P, E, B)
     et = comm.gatherv(np.ascontiguousarray(rec["epoch_time"][None]))     # (P, E)
@@ -278,6 +325,8 @@ def write_train(comm: Communicator, w: ResultWriter, cfg: RDMConfig, built: Buil
                       "memo": cfg.memo, "spmm_kernel": tr.be.name, "dtype": cfg.dtype,
                       "setup_bytes": {k: int(sum(s.get(k, 0) for s in setup)) for k in setup[0]},
                       "setup_seconds": built.info["setup_seconds"],
+                      "epochs_run": E, "nan_loss_epoch": int(rec["nan_loss_epoch"]),
+                      "resumed_after_epoch": int(built.resumed["epoch"]) if built.resumed else 0,
                       "bytes_convention": "per-rank counters summed over ranks; alltoallv counts "
                                           "bytes sent to other ranks, bcast/allreduce count the "
                                           "buffer on every rank"})
@@ -299,7 +348,9 @@ def config_from_args(args: Any) -> RDMConfig:
                      chunk=args.chunk, eval_every=eval_every, saint=args.saint,
                      saint_budget=args.saint_budget, saint_walk_length=args.saint_walk_length,
                      saint_steps=args.saint_steps, saint_presample=args.saint_presample,
-                     feature_norm=args.feature_norm)
+                     feature_norm=args.feature_norm, allow_nan_loss=args.allow_nan_loss,
+                     checkpoint_every=args.checkpoint_every, checkpoint=args.checkpoint,
+                     resume=args.resume)
 
 
 __all__ = ["RDMConfig", "build", "main", "config_from_args", "default_order"]

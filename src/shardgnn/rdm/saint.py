@@ -131,7 +131,8 @@ def run_saint(comm: Communicator, cfg: Any, built: Any) -> dict[str, Any]:
                    cfg.saint, budget, mean_size, steps)
     P, rank, be = comm.size, comm.rank, tr.be
     local = np.full(n, -1, dtype=np.int64)
-    labels_all = np.clip(nd.labels((0, n)), 0, nd.num_classes - 1)
+    labels_all = nd.labels((0, n))  # checked in build(): unlabelled (-1) only off the masks
+    labels_all[labels_all < 0] = 0
     f = nd.num_features
 
     def subgraph_state(step: int) -> GraphState:
@@ -153,7 +154,7 @@ def run_saint(comm: Communicator, cfg: Any, built: Any) -> dict[str, Any]:
     def steps_of_epoch(e: int) -> list[dict[str, Any]]:
         return [tr.train_step(subgraph_state(e * steps + s)) for s in range(steps)]
 
-    rec = epoch_loop(comm, cfg, tr, g_full, steps_of_epoch)
+    rec = epoch_loop(comm, cfg, tr, g_full, steps_of_epoch, built.resumed)
     rec["saint"] = {"budget": budget, "steps_per_epoch": steps, "mean_subgraph": mean_size}
     return rec
 

@@ -12,6 +12,10 @@ Layout::
     /part-NNNNN/rng   attr numpy                  numpy bit-generator state (JSON)
     /history/<series>                             per-epoch metrics so far; attrs best_*
     /history/best_model/<state-dict key>          the best-validation model so far
+
+Engines whose state is not per partition (rdm, cagnet1d) use :func:`write_state` /
+:func:`read_state`: the same root attributes plus ``engine``, and their state as nested groups of
+arrays under ``/state``.
 """
 from __future__ import annotations
 
@@ -137,3 +141,47 @@ def read_checkpoint(path: str | os.PathLike, parts: list[int]) -> dict[str, Any]
         hist["best_model"] = _read_dict(h["best_model"]) if "best_model" in h else {}
         out["history"] = hist
     return out
+
+
+def write_state(path: str | os.PathLike, engine: str, epoch: int, config: dict[str, Any],
+                state: dict[str, Any]) -> None:
+    """Write an engine's whole training state (nested dicts of arrays under ``/state``) as a
+    checkpoint, atomically (temp name, then rename). Rank-local (rank 0 calls it).
+
+    Root attributes as in :func:`write_checkpoint` plus ``engine``; the averaging engine's
+    per-partition layout is :func:`write_checkpoint`.
+    """
+    import h5py
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
+    with h5py.File(tmp, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["engine"] = engine
+        f.attrs["epoch"] = int(epoch)
+        f.attrs["config"] = json.dumps(config, sort_keys=True, default=str)
+        _write_dict(f.create_group("state"), state)
+    os.replace(tmp, p)
+
+
+def read_state(path: str | os.PathLike, engine: str) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`write_state` for ``engine``: ``epoch``, ``config``
+    and ``state`` (nested dicts of arrays). Rank-local."""
+    import h5py
+
+    p = Path(path)
+    if not p.exists():
+        raise input_error(p, "no such checkpoint file")
+    try:
+        f = h5py.File(p, "r")
+    except OSError as exc:
+        raise input_error(p, f"not an HDF5 checkpoint ({exc})") from None
+    with f:
+        if f.attrs.get("format") != FORMAT:
+            raise input_error(p, f"expected format {FORMAT!r}, got {f.attrs.get('format')!r}")
+        got = f.attrs.get("engine", "averaging")
+        if got != engine or "state" not in f:
+            raise input_error(p, f"expected a checkpoint of --engine {engine}, got one of {got}")
+        return {"epoch": int(f.attrs["epoch"]), "config": json.loads(f.attrs["config"]),
+                "state": _read_dict(f["state"])}

@@ -64,7 +64,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         epochs=args.epochs, seed=args.seed, sync=args.sync, sync_every=args.sync_every,
         average_optimizer=args.average_optimizer, mode=args.mode, fanouts=list(fanouts),
         batch_size=args.batch_size, eval=args.eval, eval_every=args.eval_every,
-        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
+        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
+        allow_nan_loss=args.allow_nan_loss)
     cfg.validate()
     return cfg
 

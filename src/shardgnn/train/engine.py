@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
-from shardgnn.train import averaging, models
+from shardgnn.train import averaging, guards, models
 from shardgnn.train.partitions import (LocalGraph, check_no_hole, global_degrees, load_partition,
                                        read_store_meta)
 
@@ -63,6 +63,7 @@ class AveragingConfig:
     checkpoint_every: int = 0
     resume: str | None = None
     parts: int = 0
+    allow_nan_loss: bool = False
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
@@ -71,6 +72,9 @@ class AveragingConfig:
                   (self.layers >= 1, "--layers", ">= 1", self.layers),
                   (self.heads >= 1, "--heads", ">= 1", self.heads),
                   (0.0 <= self.dropout < 1.0, "--dropout", "in [0, 1)", self.dropout),
+                  (np.isfinite(self.lr) and self.lr > 0, "--lr", "a finite number > 0", self.lr),
+                  (np.isfinite(self.weight_decay) and self.weight_decay >= 0, "--weight-decay",
+                   "a finite number >= 0", self.weight_decay),
                   (self.sync in ("avg", "grad"), "--sync", "avg or grad", self.sync),
                   (self.sync_every >= 1, "--sync-every", ">= 1", self.sync_every),
                   (self.mode in ("full", "minibatch"), "--mode", "full or minibatch", self.mode),
@@ -285,6 +289,13 @@ class _EvalGraph:
         for k in ("x", "y"):
             if arrays[k] is None:
                 raise input_error(Path(d) / f"{k}.npy", "missing; needed for --eval full")
+        bad = guards.first([guards.feature_finding(Path(d) / "x.npy", arrays["x"]),
+                            guards.label_finding(Path(d) / "y.npy", arrays["y"], gm.num_classes or
+                                                 int(arrays["y"].max()) + 1,
+                                                 {k: arrays[f"{k}_mask"] for k in
+                                                  ("train", "val", "test")})])
+        if bad is not None:
+            raise ShardError(f"{bad.message} (the dataset --eval full reads)")
         self.x = torch.from_numpy(np.asarray(arrays["x"], dtype=np.float32))
         self.y = torch.from_numpy(np.asarray(arrays["y"], dtype=np.int64))
         self.masks = {k: torch.from_numpy(np.asarray(arrays[f"{k}_mask"], dtype=bool))

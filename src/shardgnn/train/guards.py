@@ -46,7 +46,8 @@ def finite_float(low: float | None = None, *, low_inclusive: bool = True,
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a finite number {want}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected a finite number {want}, got {text!r}") from None
         ok = math.isfinite(v)
         if ok and low is not None:
             ok = v >= low if low_inclusive else v > low
@@ -78,11 +79,15 @@ class Finding:
     message: str
 
 
+def first(findings: Iterable[Finding | None]) -> Finding | None:
+    """The smallest of ``findings`` by key (None if there is none). Rank-local."""
+    return min((f for f in findings if f is not None), key=lambda f: f.key, default=None)
+
+
 def agree_first(comm: Communicator, finding: Finding | None) -> None:
     """Raise the same ShardError on every rank with the smallest finding over all ranks (if any
     rank has one). Collective over comm."""
-    found = comm.allgather_obj(finding)
-    bad = [f for f in found if f is not None]
+    bad = [f for f in comm.allgather_obj(finding) if f is not None]
     if bad:
         err = ShardError(min(bad, key=lambda f: f.key).message)
         err.agreed = True
@@ -122,50 +127,51 @@ def find_nonfinite(x: Any, rows: slice | np.ndarray | None = None, block: int = 
 
 
 def feature_finding(path: str | Path, x: Any, rows: slice | np.ndarray | None = None,
-                    what: str = "", order: int = 0) -> Finding | None:
-    """A :class:`Finding` for the first non-finite feature of ``x[rows]`` (``what`` names the
-    row beyond its index, e.g. the global vertex id; ``order`` sorts files). Rank-local."""
+                    what: Callable[[int], str] | None = None, order: int = 0) -> Finding | None:
+    """A :class:`Finding` for the first non-finite feature of ``x[rows]`` (``what(row)`` names
+    the row beyond its index, e.g. its global vertex id; ``order`` sorts files). Rank-local."""
     hit = find_nonfinite(x, rows)
     if hit is None:
         return None
     r, c, v = hit
-    extra = f" ({what.format(row=r)})" if what else ""
+    extra = f" ({what(r)})" if what else ""
     return Finding((order, r), f"{path}:row {r}: non-finite feature value {v} in column {c}"
                    f"{extra}, expected finite floats; fix the features and convert again")
 
 
 def label_finding(path: str | Path, y: np.ndarray, num_classes: int,
                   masks: Mapping[str, np.ndarray | None], row_ids: np.ndarray | None = None,
-                  what: str = "", order: int = 0) -> Finding | None:
+                  what: Callable[[int], str] | None = None, order: int = 0) -> Finding | None:
     """A :class:`Finding` for the first bad label of ``y``: outside [0, num_classes) and not
     :data:`UNLABELLED`, or unlabelled inside a mask. ``row_ids[i]`` is the row of ``y[i]`` in
     ``path`` (default ``i``). Rank-local."""
     y = np.asarray(y)
     ids = np.arange(y.shape[0], dtype=np.int64) if row_ids is None else np.asarray(row_ids)
     bad = ((y < 0) | (y >= num_classes)) & (y != UNLABELLED)
-    first: tuple[int, str] | None = None
+    hit: tuple[int, str] | None = None
     if bad.any():
         i = int(np.argmin(np.where(bad, ids, np.iinfo(np.int64).max)))
-        first = (int(ids[i]), f"label {int(y[i])}, expected a class in [0, {num_classes}) or "
-                 f"{UNLABELLED} (unlabelled)")
+        hit = (int(ids[i]), f"label {int(y[i])}, expected a class in [0, {num_classes}) or "
+               f"{UNLABELLED} (unlabelled)")
     for name, m in masks.items():
         if m is None:
             continue
         hole = np.asarray(m, dtype=bool) & (y == UNLABELLED)
         if hole.any():
             i = int(np.argmin(np.where(hole, ids, np.iinfo(np.int64).max)))
-            if first is None or int(ids[i]) < first[0]:
-                first = (int(ids[i]), f"unlabelled vertex ({UNLABELLED}) in the {name} mask, "
-                         f"expected a class in [0, {num_classes})")
-    if first is None:
+            if hit is None or int(ids[i]) < hit[0]:
+                hit = (int(ids[i]), f"unlabelled vertex ({UNLABELLED}) in the {name} mask, "
+                       f"expected a class in [0, {num_classes})")
+    if hit is None:
         return None
-    r, problem = first
-    extra = f" ({what.format(row=r)})" if what else ""
+    r, problem = hit
+    extra = f" ({what(r)})" if what else ""
     return Finding((order, r), f"{path}:row {r}: {problem}{extra}")
 
 
-def check_features(comm: Communicator, path: str | Path, x: Any, rows: slice | np.ndarray | None = None,
-                   what: str = "") -> None:
+def check_features(comm: Communicator, path: str | Path, x: Any,
+                   rows: slice | np.ndarray | None = None,
+                   what: Callable[[int], str] | None = None) -> None:
     """Fail on every rank if ``x[rows]`` (this rank's rows) holds NaN or inf on any rank, naming
     ``path`` and the first bad row over all ranks. Collective over comm."""
     agree_first(comm, feature_finding(path, x, rows, what))
@@ -177,6 +183,25 @@ def check_labels(comm: Communicator, path: str | Path, y: np.ndarray, num_classe
     """Fail on every rank if any rank's labels ``y`` (rows ``row_ids`` of ``path``) are out of
     range or unlabelled inside a mask (see :func:`label_finding`). Collective over comm."""
     agree_first(comm, label_finding(path, y, num_classes, masks, row_ids))
+
+
+def check_partitions(comm: Communicator, directory: str | Path, graphs: Sequence[Any], num_classes: int,
+                     ) -> None:
+    """:func:`check_features` and :func:`check_labels` over the partitions this rank loaded from
+    a partition store (objects with ``index``, ``gid``, ``x``, ``y`` and ``train_mask`` /
+    ``val_mask`` / ``test_mask``, e.g. :class:`shardgnn.train.partitions.LocalGraph`); the
+    first bad row of the lowest partition is reported. Collective over comm."""
+    from shardgnn.train.partitions import part_path
+
+    def vertex(g: Any) -> Callable[[int], str]:
+        return lambda r: f"vertex {int(g.gid[r])}"
+
+    agree_first(comm, first(feature_finding(part_path(directory, g.index), g.x, what=vertex(g),
+                                            order=g.index) for g in graphs))
+    agree_first(comm, first(label_finding(
+        part_path(directory, g.index), g.y, num_classes,
+        {k: getattr(g, f"{k}_mask") for k in ("train", "val", "test")}, what=vertex(g),
+        order=g.index) for g in graphs))
 
 
 # ---------------------------------------------------------------------------- loss
@@ -243,6 +268,7 @@ def reject_unsupported(engine: str, given: Iterable[str], accepted: Iterable[str
 
 
 __all__ = ["UNLABELLED", "finite_float", "positive_float", "nonnegative_float", "probability",
-           "Finding", "agree_first", "find_nonfinite", "feature_finding", "label_finding",
-           "check_features", "check_labels", "nan_loss_message", "Unset", "track_explicit",
+           "Finding", "first", "agree_first", "find_nonfinite", "feature_finding", "label_finding",
+           "check_features", "check_labels", "check_partitions", "nan_loss_message", "Unset",
+           "track_explicit",
            "resolve_explicit", "reject_unsupported"]

@@ -17,7 +17,7 @@ from shardgnn import log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
-from shardgnn.train import averaging, checkpoint
+from shardgnn.train import averaging, checkpoint, guards
 from shardgnn.train.engine import (RESUME_KEYS, SERIES, AveragingConfig, _EvalGraph, _epoch_avg,
                                    _epoch_grad, _evaluate_local, _load, _make_workers, _Stats,
                                    _sync_avg, _Worker)
@@ -124,6 +124,7 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
     """Train on the partition store ``cfg.data``; write ``cfg.out``. Collective over comm."""
     cfg.validate()
     meta, mine, graphs = _load(comm, cfg)
+    guards.check_partitions(comm, cfg.data, graphs, int(meta["num_classes"]))
     cfg.parts = int(meta["parts"])
     pairs = comm.allgather_obj([(g.index, int(g.train_ids.size)) for g in graphs])
     counts = np.zeros(cfg.parts, dtype=np.int64)
@@ -143,6 +144,7 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
                 "every %d, mode %s", cfg.parts, comm.size, mine, cfg.model, cfg.sync,
                 cfg.sync_every, cfg.mode)
     sampled_edges = 0.0
+    stop = ""
     with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
         for epoch in range(start, cfg.epochs + 1):
             m = _run_epoch(comm, cfg, workers, weights, epoch, evalg)
@@ -152,10 +154,16 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
                 logger.info("epoch %d loss %.4f train %.4f val %.4f test %.4f (%.3fs, sync %.4fs)",
                             epoch, m["loss"], m.get("train_acc", float("nan")), m["val_acc"],
                             m["test_acc"], m["epoch_time"], m["sync_time"])
+            if not math.isfinite(m["loss"]):  # all-reduced: the same verdict on every rank
+                history.setdefault("nan_loss_epoch", epoch)
+                if not cfg.allow_nan_loss:
+                    stop = guards.nan_loss_message(epoch, m["loss"], cfg.out)
+                    break
             if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
                 _save(comm, cfg, ckpt, epoch, workers, history)
         summary = _summary(comm, cfg, history, counts, alpha, mine, sampled_edges)
         _write(rw, comm, history, summary)
+    comm.agree(not stop, stop)
     return summary
 
 
@@ -166,7 +174,9 @@ def _summary(comm: Communicator, cfg: AveragingConfig, history: dict[str, Any], 
         return vals[-1] if vals else float("nan")
 
     sample_time = float(np.nansum(history["sample_time"]))
-    return {"epochs": cfg.epochs, "parts": cfg.parts, "ranks": comm.size,
+    return {"epochs": cfg.epochs, "epochs_run": len(history["epoch"]),
+            "nan_loss_epoch": int(history.get("nan_loss_epoch", 0)),
+            "parts": cfg.parts, "ranks": comm.size,
             "best_epoch": int(history["best_epoch"]), "best_val_acc": history["best_val_acc"],
             "test_acc": history["best_test_acc"], "train_acc_at_best": history["best_train_acc"],
             "final_val_acc": last("val_acc"), "final_test_acc": last("test_acc"),
