@@ -68,6 +68,7 @@ class Stage:
     results: Callable[[argparse.Namespace], Path | None] = lambda a: None
     file_keys: tuple[str, ...] = ()
     default_out: str = ""
+    positional_is_path: bool = True
 
 
 #: Registered stages by kind (job-file table name).
@@ -134,7 +135,10 @@ def stage_argv(job: Job, kind: str, table: dict[str, Any]) -> list[str]:
     argv = [st.command]
     if st.positional:
         pos = table.pop(st.positional, None)
-        pos = str(job.file.parent / pos) if pos is not None else st.default_input(job, table)
+        if pos is not None and st.positional_is_path:
+            pos = str(job.file.parent / str(pos))
+        elif pos is None:
+            pos = st.default_input(job, table)
         if pos is None:
             raise input_error(job.file, f"[{kind}]: expected {st.positional!r} (no earlier stage "
                               "gives it)")
@@ -290,19 +294,34 @@ def _check_results(out: Path) -> str:
         return f"{out}: not a readable HDF5 results file ({exc.__class__.__name__})"
 
 
+def _dataset_input(job: Job) -> str | None:
+    """The dataset an earlier stage wrote (convert or generate)."""
+    for kind in ("convert", "generate"):
+        if kind in job.outputs:
+            return str(job.outputs[kind])
+    return None
+
+
 def _train_input(job: Job, table: dict[str, Any]) -> str | None:
     from shardgnn.train import cli as avg_cli
 
-    kind = "partition" if str(table.get("engine", "rdm")).lower() in avg_cli.ENGINES \
-        else "convert"
-    return str(job.outputs[kind]) if kind in job.outputs else None
+    if str(table.get("engine", "rdm")).lower() in avg_cli.ENGINES:
+        return str(job.outputs["partition"]) if "partition" in job.outputs else None
+    return _dataset_input(job)
+
+
+def _check_generated(out: Path) -> str:
+    if out.suffix == ".npy" and not out.is_dir():   # generate rmat without --canonical
+        return "" if out.is_file() else f"{out}: missing"
+    return _check_dataset(out)
 
 
 register(Stage("convert", "convert", "src", lambda job, t: None, lambda a: Path(a.out),
                _check_dataset, file_keys=("features", "labels", "node_types", "tmp_dir"),
                default_out="data"))
-register(Stage("partition", "partition", "dataset",
-               lambda job, t: str(job.outputs["convert"]) if "convert" in job.outputs else None,
+register(Stage("generate", "generate", "generator", lambda job, t: None, lambda a: Path(a.out),
+               _check_generated, default_out="data", positional_is_path=False))
+register(Stage("partition", "partition", "dataset", lambda job, t: _dataset_input(job),
                lambda a: Path(a.out), _check_partitions,
                results=lambda a: Path(a.results) if a.results else Path(a.out) / "results.h5",
                default_out="parts"))

@@ -57,3 +57,17 @@ def test_job_file_errors(tmp_path, capsys, text, msg):
     assert main(["run", str(job)]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("shardgnn: error")]
     assert len(err) == 1 and msg in err[0], err
+
+
+def test_generate_stage_feeds_partition(tmp_path, capsys):
+    job = tmp_path / "g.toml"
+    job.write_text("[job]\ndir = 'w'\n[generate]\ngenerator = 'hetero'\ntargets = 300\n"
+                   "classes = 3\n[partition]\nalgo = 'spring'\nparts = 2\n")
+    assert main(["run", str(job)]) == 0
+    with h5py.File(tmp_path / "w" / "results.h5", "r") as f:
+        assert list(f) == ["generate", "partition"]
+        assert f["generate"].attrs["num_node_types"] == 3
+        assert f["partition"].attrs["argv"].count(str(tmp_path / "w" / "data")) == 1
+    capsys.readouterr()
+    assert main(["run", str(job)]) == 0
+    assert "ran nothing, skipped generate, partition" in capsys.readouterr().out

@@ -24,7 +24,7 @@ Each stage is the subcommand of the same name with the options of its table (doc
   name = "cora"
   dir = "../work/cora-job"      # working folder, relative to the job file (or --dir)
   stages = ["convert", "partition", "train"]   # default: the stage tables in file order
-  [convert]
+  [convert]                     # or [generate] with generator = "csbm" | "hetero" | "rmat"
   src = "cora.toml"             # input paths: relative to the job file
   [partition]                   # dataset: the convert stage's output unless given
   algo = "spring"
