@@ -62,10 +62,13 @@ def test_weight_arrays_npz_npy_mtx(tmp_path):
     w = np.array([1.5, 2.0, 3.0, 4.0])
     np.savez(tmp_path / "a.npz", edges=e, weight=w)
     np.save(tmp_path / "b.npy", np.column_stack([e, [7, 8, 9, 10]]))
+    rec = np.zeros(4, dtype=[("src", "<i4"), ("dst", "<i8"), ("weight", "<f8")])
+    rec["src"], rec["dst"], rec["weight"] = e[:, 0], e[:, 1], [5, 6, 7, 8]
+    np.save(tmp_path / "s.npy", rec)
     (tmp_path / "c.mtx").write_text("%%MatrixMarket matrix coordinate real general\n"
                                     "3 3 2\n1 2 0.25\n3 2 4.5\n")
     for name, want in (("a.npz", [4.0, 3.0, 2.0]), ("b.npy", [10.0, 9.0, 8.0]),
-                       ("c.mtx", [0.25, 4.5])):
+                       ("c.mtx", [0.25, 4.5]), ("s.npy", [8.0, 7.0, 6.0])):
         out = tmp_path / name.replace(".", "_")
         assert cli("convert", tmp_path / name, "--out", out) == 0
         meta = cn.read_meta(out)
@@ -124,6 +127,18 @@ def test_gnn_benchmark_weighted_csr(tmp_path):
     meta = cn.read_meta(out)
     np.testing.assert_array_equal(edges_of(out), [[0, 1], [1, 2]])
     np.testing.assert_allclose(cn.edge_weight_memmap(out, meta), [2.0, 0.5])
+
+
+def test_node_type_column_of_a_node_table(tmp_path):
+    src = tmp_path / "e.csv"
+    src.write_text("a,b\n7,8\n8,9\n")
+    table = tmp_path / "nodes.csv"
+    table.write_text("id,label,kind\n7,1,paper\n8,0,author\n9,1,paper\n")
+    out = tmp_path / "d"
+    assert cli("convert", src, "--out", out, "--node-types", f"{table}:kind") == 0
+    meta = cn.read_meta(out)
+    assert meta.node_type_names == ["author", "paper"]
+    np.testing.assert_array_equal(np.load(out / "node_type.npy"), [1, 0, 1])
 
 
 def test_node_types_typed_edges_and_info(tmp_path, capsys):

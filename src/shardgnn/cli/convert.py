@@ -83,9 +83,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-weights", action="store_true",
                    help="ignore a weight column / 'weight' array / CSR values (default: store "
                    "them as float32 edge_weight.bin; merged duplicates keep the largest weight)")
-    p.add_argument("--node-types", default=None, metavar="FILE",
+    p.add_argument("--node-types", default=None, metavar="FILE[:COLUMN]",
                    help="node types: .npy (one int per node, new-id order) or CSV/TSV 'id,type' "
-                   "with original ids and integer types or type names (unlisted nodes get 0)")
+                   "with original ids and integer types or type names (unlisted nodes get 0); "
+                   "FILE:COLUMN takes the type from the named header column of a node table "
+                   "whose first column is the id")
     p.add_argument("--node-type-names", default=None, metavar="A,B,...",
                    help="names of node types 0, 1, ... (or the numbering of the names in a "
                    "--node-types CSV; default: sorted names)")
@@ -180,7 +182,8 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
         raise ShardError("--features/--labels: expected an edge-list input, got a dataset that "
                          "brings its own labels (Planetoid, GNN-benchmark .npz)")
     ntypes = args.node_types or (desc.node_types if desc else None)
-    nodes.node_types_path = Path(ntypes) if ntypes else nodes.node_types_path
+    if ntypes:
+        nodes.node_types_path, nodes.node_types_column = _file_column(str(ntypes))
     nodes.node_type_names = _names(args.node_type_names) or (
         desc.node_type_names if desc else []) or nodes.node_type_names
     nodes.edge_type_names = _names(args.edge_type_names) or (
@@ -214,6 +217,14 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     if desc is not None and desc.expected and not (args.keep_self_loops or args.keep_duplicates):
         info["expected_ok"] = _check_expected(desc, meta.num_nodes, meta.num_edges, directed)
     return info
+
+
+def _file_column(spec: str) -> tuple[Path, str | None]:
+    """``FILE`` or ``FILE:COLUMN`` (when FILE exists and COLUMN names a header column)."""
+    head, sep, col = spec.rpartition(":")
+    if sep and col and not Path(spec).exists() and Path(head).exists():
+        return Path(head), col
+    return Path(spec), None
 
 
 def _names(text: str | None) -> list[str]:

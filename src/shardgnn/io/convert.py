@@ -66,6 +66,7 @@ class NodeData:
     #: original ids and integer types or type names)
     node_types: np.ndarray | None = None
     node_types_path: Path | None = None
+    node_types_column: str | None = None
     node_type_names: list[str] = field(default_factory=list)
     edge_type_names: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -380,7 +381,8 @@ def _write_node_types(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
     """Write ``node_type.npy`` (int32 per node) and the type names into ``meta``."""
     nt, names = nodes.node_types, list(nodes.node_type_names)
     if nt is None and nodes.node_types_path is not None:
-        nt, names = read_node_types(nodes.node_types_path, meta.num_nodes, ids, names)
+        nt, names = read_node_types(nodes.node_types_path, meta.num_nodes, ids, names,
+                                    nodes.node_types_column)
     if nt is None:
         return
     nt = np.asarray(nt)
@@ -399,11 +401,13 @@ def _write_node_types(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
     meta.node_type_names = names
 
 
-def read_node_types(path: Path, n: int, ids: np.ndarray | None,
-                    names: list[str]) -> tuple[np.ndarray, list[str]]:
+def read_node_types(path: Path, n: int, ids: np.ndarray | None, names: list[str],
+                    column: str | None = None) -> tuple[np.ndarray, list[str]]:
     """Node types from a ``.npy`` (one int per node, new-id order) or a CSV/TSV ``id,type``
     file with original ids, where ``type`` is an integer or a name (names are numbered in
-    sorted order unless ``names`` lists them). Nodes without a line get type 0."""
+    sorted order unless ``names`` lists them). With ``column``, the file has a header and the
+    type is the column of that name (the id is the first column). Nodes without a line get
+    type 0."""
     if not path.exists():
         raise input_error(path, "no such file")
     if path.suffix == ".npy":
@@ -414,22 +418,28 @@ def read_node_types(path: Path, n: int, ids: np.ndarray | None,
         _check_rows(nt, n, path)
         return nt.astype(np.int32), names
     gids, raw = [], []
+    col = 1
     with open(path, encoding="utf-8") as fh:
         for no, line in enumerate(fh, 1):
             toks = [t for t in line.strip().replace("\t", ",").replace(";", ",")
                     .replace(" ", ",").split(",") if t]
             if not toks or toks[0].startswith(("#", "%")):
                 continue
-            if len(toks) < 2:
-                raise input_error(path, f"expected 'id,type', got {line.strip()[:60]!r}",
-                                  f"line {no}")
             if not toks[0].isdigit():
                 if gids:
                     raise input_error(path, f"expected an integer node id, got {toks[0]!r}",
                                       f"line {no}")
-                continue   # header
+                if column is not None:   # header: find the named column
+                    if column not in toks:
+                        raise input_error(path, f"expected a column {column!r} in the header, "
+                                          f"got {toks}", f"line {no}")
+                    col = toks.index(column)
+                continue
+            if len(toks) <= col:
+                raise input_error(path, f"expected 'id,type' ({col + 1} columns), got "
+                                  f"{line.strip()[:60]!r}", f"line {no}")
             gids.append(int(toks[0]))
-            raw.append(toks[1])
+            raw.append(toks[col])
     numeric = all(t.isdigit() for t in raw)
     if numeric:
         codes = np.asarray([int(t) for t in raw], dtype=np.int64)

@@ -432,9 +432,29 @@ def _check_int_dtype(dt: np.dtype, path: Path, what: str) -> None:
         raise input_error(path, f"expected an integer {what} array, got dtype {dt}")
 
 
+#: Field-name pairs of the endpoints in a structured ``.npy`` edge array.
+ID_FIELDS = (("src", "dst"), ("u", "v"), ("row", "col"), ("source", "target"))
+
+
+def _structured_fields(dt: np.dtype, path: Path) -> tuple[str, str, str | None]:
+    """(src field, dst field, weight field or None) of a structured edge dtype."""
+    names = dt.names or ()
+    for a, b in ID_FIELDS:
+        if a in names and b in names:
+            for f in (a, b):
+                _check_int_dtype(dt.fields[f][0], path, f"field {f!r} of the edge")
+            w = "weight" if "weight" in names else None
+            if w is not None and dt.fields[w][0].kind not in "iufb":
+                raise input_error(path, f"field 'weight': expected numbers, got {dt.fields[w][0]}")
+            return a, b, w
+    raise input_error(path, f"expected a structured array with fields src/dst (or u/v, row/col, "
+                      f"source/target) and optionally weight, got fields {list(names)}")
+
+
 class NpySource(EdgeSource):
-    """An (m, 2) integer ``.npy`` edge array, or (m, 3) whose third column is the edge weight
-    (ignored with ``weights=False``), read in chunks."""
+    """An (m, 2) integer ``.npy`` edge array, or (m, 3) whose third column is the edge weight,
+    or a structured (m,) array with fields ``src``, ``dst`` and optionally ``weight`` (weights
+    ignored with ``weights=False``), read in chunks."""
 
     def __init__(self, path: str | os.PathLike, chunk_edges: int = DEFAULT_CHUNK_EDGES,
                  weights: bool = True) -> None:
@@ -444,12 +464,20 @@ class NpySource(EdgeSource):
         _check_readable(self.path)
         with open(self.path, "rb") as fh:
             shape, fortran, dt, off = _read_npy_header(fh, self.path)
-        _check_int_dtype(dt, self.path, "edge")
-        if len(shape) != 2 or shape[1] not in (2, 3):
+        self.fields = None
+        if dt.names:
+            self.fields = _structured_fields(dt, self.path)
+            if len(shape) != 1:
+                raise input_error(self.path, f"expected a 1-D structured edge array, got {shape}")
+            shape = (shape[0], 1)
+        else:
+            _check_int_dtype(dt, self.path, "edge")
+        if len(shape) != 2 or shape[1] not in (1, 2, 3) or (shape[1] == 1 and not self.fields):
             raise input_error(self.path, f"expected an (m, 2) edge array, got shape {shape}")
         self.m, self.cols, self.dtype, self.offset = shape[0], shape[1], dt, off
         self.fortran = fortran
-        self.has_weights = bool(weights) and self.cols == 3
+        self.has_weights = bool(weights) and (self.cols == 3 or bool(
+            self.fields and self.fields[2]))
         need = self.m * self.cols * dt.itemsize
         have = self.path.stat().st_size - off
         if have != need:
@@ -474,11 +502,15 @@ class NpySource(EdgeSource):
         else:
             blocks = self._c_blocks()
         for lo, raw in blocks:
-            e = raw[:, :2].astype(np.int64)
+            if self.fields:
+                rec = raw[:, 0]
+                e = np.column_stack([rec[self.fields[0]], rec[self.fields[1]]]).astype(np.int64)
+            else:
+                e = raw[:, :2].astype(np.int64)
             _check_nonneg(e, self.path, lambda i, lo=lo: f"byte {self.offset + (lo + i) * row_bytes}")
             w = None
             if self.has_weights:
-                w = raw[:, 2].astype(np.float32)
+                w = (rec[self.fields[2]] if self.fields else raw[:, 2]).astype(np.float32)
                 _check_weights(w, self.path, lambda i, lo=lo: f"byte {self.offset + (lo + i) * row_bytes}")
             yield EdgeChunk(e, None, self.path, row0=lo, byte0=self.offset, row_bytes=row_bytes,
                             weights=w)
