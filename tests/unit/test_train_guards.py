@@ -114,3 +114,40 @@ def test_unset_default_shows_in_help():
                    help="memo (default: %(default)s)")
     guards.track_explicit(p._actions)
     assert "(default: True)" in p.format_help()
+
+
+def test_nau_engine_checks_inputs_and_stops_on_nan_loss(tmp_path, capsys):
+    """The one-rank NAU engine uses the same guards: bad features/labels, NaN loss."""
+    import h5py
+
+    from shardgnn.cli.main import main
+    from shardgnn.io.canonical import write_dataset
+
+    rng = np.random.default_rng(0)
+    n = 40
+    e = rng.integers(0, n, (120, 2))
+    x = rng.normal(size=(n, 5))
+    y = rng.integers(0, 3, n)
+    good = tmp_path / "good"
+    write_dataset(good, e[e[:, 0] != e[:, 1]], n, x=x, y=y)
+    base = ["train", "--engine", "nau", "--model", "gcn", "--epochs", "3", "--hidden", "4"]
+    assert main([*base, str(good), "--out", str(tmp_path / "ok.h5")]) == 0
+    bad_x, bad_y = x.copy(), y.copy()
+    bad_x[17, 2] = np.nan
+    bad_y[9] = -4
+    write_dataset(tmp_path / "bx", e[e[:, 0] != e[:, 1]], n, x=bad_x, y=y)
+    write_dataset(tmp_path / "by", e[e[:, 0] != e[:, 1]], n, x=x, y=bad_y)
+    capsys.readouterr()
+    assert main([*base, str(tmp_path / "bx"), "--out", str(tmp_path / "a.h5")]) == 2
+    assert "bx/x.npy:row 17: non-finite feature value nan in column 2" in capsys.readouterr().err
+    assert main([*base, str(tmp_path / "by"), "--out", str(tmp_path / "b.h5")]) == 2
+    assert "by/y.npy:row 9: label -4, expected a class in [0, 3)" in capsys.readouterr().err
+    assert main([*base, str(good), "--out", str(tmp_path / "n.h5"), "--lr", "1e30"]) == 2
+    assert "--allow-nan-loss" in capsys.readouterr().err
+    with h5py.File(tmp_path / "n.h5") as f:
+        k = int(f["train"].attrs["nan_loss_epoch"])
+        assert k >= 1 and f["train/loss"].shape == (k,) and not np.isfinite(f["train/loss"][-1])
+    assert main([*base, str(good), "--out", str(tmp_path / "m.h5"), "--lr", "1e30",
+                 "--allow-nan-loss"]) == 0
+    with h5py.File(tmp_path / "m.h5") as f:
+        assert f["train/loss"].shape == (3,) and f["train"].attrs["epochs_run"] == 3

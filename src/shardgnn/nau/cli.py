@@ -65,7 +65,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         walk_length=args.walk_length, topk=args.topk, rings=args.rings, jk_mode=args.jk_mode,
         metapaths=args.metapaths, target_type=args.target_type, heads=args.nau_heads,
         max_instances=args.max_instances, anchor_sets=args.anchor_sets,
-        anchor_hops=args.anchor_hops, eval_every=args.eval_every)
+        anchor_hops=args.anchor_hops, eval_every=args.eval_every,
+        allow_nan_loss=args.allow_nan_loss)
     cfg.validate()
     return cfg
 

@@ -24,6 +24,7 @@ from shardgnn.nau.graph import TypedGraph, load_dataset
 from shardgnn.nau.hdg import memory_report
 from shardgnn.nau.layer import HDGSet, NAUModel, Timer
 from shardgnn.nau.models import MODELS, resolve
+from shardgnn.train import guards
 
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time",
           "t_neighbor_selection", "t_aggregation", "t_update", "t_backward")
@@ -56,6 +57,7 @@ class NAUConfig:
     anchor_sets: int = 16
     anchor_hops: int = 2
     eval_every: int = 1
+    allow_nan_loss: bool = False
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
@@ -170,13 +172,31 @@ class Trainer:
                 float("nan") for k, m in self.masks.items()}
 
 
+def check_inputs(cfg: NAUConfig, graph: TypedGraph) -> None:
+    """NaN/inf features and labels outside [0, C) (or -1 inside a mask) stop the run with the
+    file and first bad row (the shared checks of every engine; rank-local: NAU runs on one
+    rank)."""
+    from pathlib import Path
+
+    d = Path(cfg.data)
+    classes = int(graph.y.max()) + 1 if graph.y is not None and graph.y.size else 0
+    bad = guards.first([
+        guards.feature_finding(d / "x.npy", graph.x) if graph.x is not None else None,
+        guards.label_finding(d / "y.npy", graph.y, classes, graph.masks)
+        if graph.y is not None else None])
+    if bad is not None:
+        raise ShardError(bad.message)
+
+
 def train(cfg: NAUConfig, graph: TypedGraph) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """Train on one rank; return the per-epoch series and the summary."""
     t0 = time.perf_counter()
+    check_inputs(cfg, graph)
     tr = Trainer(cfg, graph)
     first = tr.timer.reset()
     hist: dict[str, list[float]] = {k: [] for k in SERIES}
     best = {"val_acc": -1.0, "test_acc": float("nan"), "epoch": -1}
+    nan_epoch = 0
     last: dict[str, float] = {"train_acc": float("nan"), "val_acc": float("nan"),
                               "test_acc": float("nan")}
     for ep in range(cfg.epochs):
@@ -191,12 +211,17 @@ def train(cfg: NAUConfig, graph: TypedGraph) -> tuple[dict[str, list[float]], di
         for k, v in (("epoch", ep), ("loss", loss), ("epoch_time", dt), *last.items(),
                      *((f"t_{s}", st[s]) for s in st)):
             hist[k].append(float(v))
+        if not np.isfinite(loss) and not nan_epoch:
+            nan_epoch = ep + 1  # 1-based, like the other engines
+            if not cfg.allow_nan_loss:
+                break
         if ep % 10 == 0 or ep == cfg.epochs - 1:
             _log.get().info(f"nau {cfg.model} epoch {ep}: loss {loss:.4f} val {last['val_acc']:.4f} "
                      f"({dt * 1e3:.1f} ms)")
     mem = memory_report(tr.hdgs.hdg, graph.nbytes())
     summary: dict[str, Any] = {
         "model": cfg.model, "aggregation": cfg.aggregation, "epochs": cfg.epochs,
+        "epochs_run": len(hist["epoch"]), "nan_loss_epoch": nan_epoch,
         "best_val_acc": best["val_acc"], "best_epoch": best["epoch"],
         "test_acc": best["test_acc"], "final": last,
         "first_selection_time": first["neighbor_selection"],
@@ -227,4 +252,8 @@ def main(comm: Communicator, cfg: NAUConfig, command: str = "") -> dict[str, Any
         rw.attrs("train", {k: v for k, v in summary.items() if not isinstance(v, dict)})
         rw.attrs("nau", {k: summary[k] for k in summary if k.startswith(("hdg_", "num_", "graph_"))
                          or k in ("metapaths", "metapath_attention", "first_selection_time")})
+    stop = summary["nan_loss_epoch"] and not cfg.allow_nan_loss
+    if stop:
+        raise ShardError(guards.nan_loss_message(summary["nan_loss_epoch"], hist["loss"][-1],
+                                                 cfg.out))
     return summary
