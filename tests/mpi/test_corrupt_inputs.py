@@ -57,6 +57,8 @@ def runs(tmp_path_factory):
     store = {d: f"ROOT/{d}-p2" for d in ("nan_x", "big_y", "unl_off")}
     cases = {
         "rdm_nan_x": ["ROOT/nan_x", "--out", "ROOT/out/a.h5", *COMMON],
+        "rdm_part_nan_x": ["ROOT/nan_x", "--partition", store["nan_x"], "--out",
+                           "ROOT/out/h.h5", *COMMON],
         "cagnet_inf_x": ["--engine", "cagnet1d", "ROOT/inf_x", "--out", "ROOT/out/b.h5", *COMMON],
         "rdm_big_y": ["ROOT/big_y", "--out", "ROOT/out/c.h5", *COMMON],
         "cagnet_neg_y": ["--engine", "cagnet1d", "ROOT/neg_y", "--out", "ROOT/out/d.h5", *COMMON],
@@ -91,6 +93,7 @@ def outcome(root, case):
 
 @pytest.mark.parametrize("case,where,what", [
     ("rdm_nan_x", "nan_x/x.npy:row 201: non-finite feature value nan in column 4", ""),
+    ("rdm_part_nan_x", "nan_x/x.npy:row 201: non-finite feature value nan in column 4", ""),
     ("cagnet_inf_x", "inf_x/x.npy:row 150: non-finite feature value -inf in column 0", ""),
     ("rdm_big_y", "big_y/y.npy:row 130: label 7, expected a class in [0, 3) or -1 (unlabelled)",
      ""),
@@ -116,7 +119,7 @@ def test_averaging_names_the_vertex_of_the_bad_row(runs):
 
 
 def test_no_results_for_corrupt_inputs(runs):
-    for name in "abcdefg":
+    for name in "abcdefgh":
         assert not (runs / "out" / f"{name}.h5").exists()
 
 
