@@ -49,6 +49,9 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--max-instances", type=int, default=64,
                    help="magnn: metapath instances kept per root and metapath, drawn uniformly "
                    "from all of them; 0 = all (default: 64)")
+    g.add_argument("--exclude-edge-types", default="", metavar="T1,T2",
+                   help="nau: leave out the edges of these types (names or numbers), e.g. "
+                   "relations that reveal the labels (default: none)")
     g.add_argument("--anchor-sets", type=int, default=16,
                    help="pgnn: anchor sets, redrawn every epoch (default: 16)")
     g.add_argument("--anchor-hops", type=int, default=2,
@@ -66,7 +69,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         metapaths=args.metapaths, target_type=args.target_type, heads=args.nau_heads,
         max_instances=args.max_instances, anchor_sets=args.anchor_sets,
         anchor_hops=args.anchor_hops, eval_every=args.eval_every,
-        allow_nan_loss=args.allow_nan_loss)
+        allow_nan_loss=args.allow_nan_loss,
+        exclude_edge_types=tuple(t.strip() for t in args.exclude_edge_types.split(",") if t.strip()))
     cfg.validate()
     return cfg
 

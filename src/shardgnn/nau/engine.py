@@ -58,6 +58,7 @@ class NAUConfig:
     anchor_hops: int = 2
     eval_every: int = 1
     allow_nan_loss: bool = False
+    exclude_edge_types: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
@@ -242,7 +243,7 @@ def main(comm: Communicator, cfg: NAUConfig, command: str = "") -> dict[str, Any
     if comm.size != 1:
         raise ShardError(f"--engine nau: runs on one rank, got {comm.size} (the distributed NAU "
                          "engine is a separate issue)")
-    graph = load_dataset(cfg.data)
+    graph = load_dataset(cfg.data, tuple(cfg.exclude_edge_types))
     hist, summary = train(cfg, graph)
     summary["peak_rss_bytes"] = peak_rss_bytes()
     with ResultWriter(comm, cfg.out, config={"engine": "nau", **asdict(cfg)},

@@ -96,8 +96,13 @@ def from_edges(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, undirected: 
                       None if y is None else np.asarray(y, dtype=np.int64), dict(masks or {}), name)
 
 
-def load_dataset(directory: str | os.PathLike) -> TypedGraph:
-    """Read a canonical dataset directory into a :class:`TypedGraph`. Rank-local."""
+def load_dataset(directory: str | os.PathLike, exclude_edge_types: tuple[str, ...] = ()
+                 ) -> TypedGraph:
+    """Read a canonical dataset directory into a :class:`TypedGraph`. Rank-local.
+
+    ``exclude_edge_types`` names edge types (or their numbers) whose edges are left out, e.g.
+    relations that reveal the labels.
+    """
     from shardgnn.io import canonical
 
     d = Path(directory)
@@ -121,11 +126,27 @@ def load_dataset(directory: str | os.PathLike) -> TypedGraph:
                 or meta.extra.get("relations") or ())
     if isinstance(rel, dict):
         rel = [k for k, _ in sorted(rel.items(), key=lambda kv: kv[1])]
+    rel_names = tuple(str(r) for r in rel)
+    if exclude_edge_types:
+        if et is None:
+            raise input_error(d, "expected edge types to exclude some, got a graph without "
+                              "edge types")
+        drop = []
+        for name in exclude_edge_types:
+            if name in rel_names:
+                drop.append(rel_names.index(name))
+            elif name.isdigit():
+                drop.append(int(name))
+            else:
+                raise input_error(d, f"unknown edge type {name!r}, expected one of "
+                                  f"{', '.join(rel_names)}")
+        keep = ~np.isin(np.asarray(et), drop)
+        edges, et = edges[keep], np.asarray(et)[keep]
     arrays = {n: canonical.load_node_array(d, n, meta, mmap=False)
               for n in ("x", "y", "train_mask", "val_mask", "test_mask")}
     masks = {k[:-5]: v.astype(bool) for k, v in arrays.items() if k.endswith("_mask") and v is not None}
     return from_edges(meta.num_nodes, edges[:, 0], edges[:, 1], undirected=not meta.directed,
                       node_type=node_type, node_type_names=names,
                       edge_type=None if et is None else np.asarray(et),
-                      edge_type_names=tuple(str(r) for r in rel), x=arrays["x"], y=arrays["y"],
+                      edge_type_names=rel_names, x=arrays["x"], y=arrays["y"],
                       masks=masks, name=meta.name or d.name)

@@ -95,58 +95,84 @@ def topk_visits(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
     return Records(r, np.zeros(r.size, np.int64), node, None, w)
 
 
-def _edge_ok(graph: TypedGraph, eidx: np.ndarray, nxt: np.ndarray, node_t: int,
-             edge_t: int | None) -> np.ndarray:
-    ok = graph.node_type[nxt] == node_t
-    if edge_t is not None:
-        if graph.edge_type is None:
-            raise ShardError(f"{graph.name or 'graph'}: metapath names an edge type but the "
-                             "graph has no edge types")
-        ok &= graph.edge_type[eidx] == edge_t
-    return ok
+@numba.njit(cache=True)
+def _completions(indptr: np.ndarray, indices: np.ndarray, etype: np.ndarray, ntype: np.ndarray,
+                 types: np.ndarray, etypes: np.ndarray) -> np.ndarray:
+    """``cnt[i, v]``: number of ways to finish the metapath from vertex ``v`` at step ``i``."""
+    n, steps = ntype.shape[0], types.shape[0]
+    cnt = np.zeros((steps, n), dtype=np.int64)
+    for v in range(n):
+        if ntype[v] == types[steps - 1]:
+            cnt[steps - 1, v] = 1
+    for i in range(steps - 2, -1, -1):
+        for v in range(n):
+            if ntype[v] != types[i]:
+                continue
+            c = 0
+            for j in range(indptr[v], indptr[v + 1]):
+                if etypes[i] >= 0 and etype[j] != etypes[i]:
+                    continue
+                c += cnt[i + 1, indices[j]]
+            cnt[i, v] = c
+    return cnt
 
 
-def _cap(root: np.ndarray, paths: np.ndarray, cap: int, rng: np.random.Generator
-         ) -> tuple[np.ndarray, np.ndarray]:
-    """Keep a uniform random subset of at most ``cap`` paths per root (order: root, draw)."""
-    order = np.lexsort((rng.random(root.size), root))
-    root, paths = root[order], paths[order]
-    first = np.searchsorted(root, root, side="left")
-    keep = (np.arange(root.size) - first) < cap
-    return root[keep], paths[keep]
+@numba.njit(cache=True)
+def _decode(indptr: np.ndarray, indices: np.ndarray, etype: np.ndarray, cnt: np.ndarray,
+            etypes: np.ndarray, starts: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """The ``ks[i]``-th metapath instance (in neighbour order) from ``starts[i]``."""
+    steps = cnt.shape[0]
+    out = np.empty((ks.shape[0], steps), dtype=np.int64)
+    for i in range(ks.shape[0]):
+        v, k = starts[i], ks[i]
+        out[i, 0] = v
+        for s in range(1, steps):
+            for j in range(indptr[v], indptr[v + 1]):
+                if etypes[s - 1] >= 0 and etype[j] != etypes[s - 1]:
+                    continue
+                c = cnt[s, indices[j]]
+                if k < c:
+                    v = indices[j]
+                    break
+                k -= c
+            out[i, s] = v
+    return out
 
 
 def metapath_instances(graph: TypedGraph, roots: np.ndarray, metapath: Sequence[int],
                        edge_types: Sequence[int | None] | None = None, cap: int = 0,
-                       rng: np.random.Generator | None = None, block: int = 256
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Every path from each root whose vertex types follow ``metapath`` (MAGNN instances).
+                       rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Paths from each root whose vertex types follow ``metapath`` (MAGNN instances).
 
-    ``metapath[0]`` is the roots' type. With ``cap > 0`` at most ``cap`` instances per root are
-    kept, drawn uniformly from the full enumeration (roots are processed in blocks so memory
-    stays bounded). Returns ``(root positions, paths (m, len(metapath)))`` ordered by root.
+    ``metapath[0]`` is the roots' type. The instances of a root are numbered in neighbour
+    order; a dynamic programme counts them per vertex without listing them. With ``cap > 0``
+    a root with more than ``cap`` instances keeps ``cap`` of them by systematic sampling over
+    that numbering with a random offset (every instance has the same chance ``cap / count``),
+    so memory and time grow with the kept instances, not with all of them. Returns
+    ``(root positions, paths (m, len(metapath)))`` ordered by root.
     """
     rng = rng or np.random.default_rng(0)
-    ets = list(edge_types) if edge_types is not None else [None] * (len(metapath) - 1)
-    out_r, out_p = [], []
+    ets = np.array([-1 if e is None else int(e) for e in
+                    (edge_types or [None] * (len(metapath) - 1))], dtype=np.int64)
+    if (ets >= 0).any() and graph.edge_type is None:
+        raise ShardError(f"{graph.name or 'graph'}: metapath names an edge type but the graph "
+                         "has no edge types")
+    et = (graph.edge_type.astype(np.int64) if graph.edge_type is not None
+          else np.zeros(graph.num_edges, np.int64))
     indices = graph.indices.astype(np.int64)
-    for b0 in range(0, roots.size, block):
-        r = np.arange(b0, min(b0 + block, roots.size), dtype=np.int64)
-        paths = roots[r][:, None]
-        ok = graph.node_type[paths[:, 0]] == metapath[0]
-        r, paths = r[ok], paths[ok]
-        for step in range(1, len(metapath)):
-            rep, eidx = gather_rows(graph.indptr, paths[:, -1])
-            nxt = indices[eidx]
-            ok = _edge_ok(graph, eidx, nxt, metapath[step], ets[step - 1])
-            r, paths = r[rep[ok]], np.concatenate([paths[rep[ok]], nxt[ok, None]], axis=1)
-        if cap > 0:
-            r, paths = _cap(r, paths, cap, rng)
-        out_r.append(r)
-        out_p.append(paths)
-    if not out_r:
-        return np.zeros(0, np.int64), np.zeros((0, len(metapath)), np.int64)
-    return np.concatenate(out_r), np.concatenate(out_p)
+    cnt = _completions(graph.indptr, indices, et, graph.node_type.astype(np.int64),
+                       np.asarray(metapath, np.int64), ets)
+    total = cnt[0, roots]
+    keep = total if cap <= 0 else np.minimum(total, cap)
+    pos = np.repeat(np.arange(roots.size, dtype=np.int64), keep)
+    j = np.arange(pos.size, dtype=np.int64) - np.repeat(np.cumsum(keep) - keep, keep)
+    sampled = np.repeat(total > keep, keep)
+    u = np.repeat(rng.random(roots.size), keep)
+    tot, kp = np.repeat(total, keep).astype(np.float64), np.repeat(keep, keep)
+    ks = np.where(sampled, np.floor((j + u) * tot / np.maximum(kp, 1)).astype(np.int64), j)
+    paths = _decode(graph.indptr, indices, et, cnt, ets, roots[pos], np.minimum(ks, tot - 1)
+                    .astype(np.int64))
+    return pos, paths
 
 
 def khop_rings(graph: TypedGraph, roots: np.ndarray, k: int) -> Records:
