@@ -95,9 +95,9 @@ class Job:
 
 def read_job(file: str | os.PathLike, workdir: str | os.PathLike | None = None) -> Job:
     """Parse and check a job file (rank-local; raises ShardError naming the file)."""
-    f = Path(file)
+    f = Path(file).resolve()
     if not f.exists():
-        raise input_error(f, "no such job file")
+        raise input_error(Path(file), "no such job file")
     try:
         raw = tomllib.loads(f.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -118,7 +118,7 @@ def read_job(file: str | os.PathLike, workdir: str | os.PathLike | None = None) 
         raise input_error(f, f"expected one table per stage in {order}, got "
                           f"missing {missing}, not in the stage list {extra}")
     base = f.parent
-    d = Path(workdir) if workdir else base / str(head.get("dir", f"work-{f.stem}"))
+    d = (Path(workdir) if workdir else base / str(head.get("dir", f"work-{f.stem}"))).resolve()
     tables = []
     for kind in order:
         if not isinstance(raw[kind], dict):

@@ -1,6 +1,7 @@
 """Both partition stores carry edge weights, edge types and node types of a typed, weighted
 dataset (issue 13 section 7): one launch partitions with SPRING (edge-cut) and AdaDNE
 (vertex-cut); every stored edge's (src, dst, type, weight) is checked against the dataset."""
+import json
 from collections import Counter
 
 import numpy as np
@@ -39,9 +40,14 @@ def _dataset(tmp_path):
 def test_both_stores_carry_weights_and_types(tmp_path):
     data, want, ntype = _dataset(tmp_path)
     ec, vc = tmp_path / "ec", tmp_path / "vc"
-    run_mpi(2, [SCRIPTS / "partition_both.py", "partition", data, "--algo", "spring",
-                "--parts", "4", "--out", ec, "--", "partition", data, "--algo", "adadne",
-                "--parts", "4", "--out", vc], timeout=240)
+    proc = run_mpi(2, [SCRIPTS / "partition_both.py", "info", data, "--json", "--",
+                       "partition", data, "--algo", "spring",
+                       "--parts", "4", "--out", ec, "--", "partition", data, "--algo", "adadne",
+                       "--parts", "4", "--out", vc], timeout=240)
+    info = json.loads(proc.stdout.splitlines()[0])     # counts streamed by both ranks
+    types = Counter(t for (a, b, t, _), c in want.items() if a <= b for _ in range(c))
+    assert info["edge_type_counts"] == {str(t): c for t, c in sorted(types.items())}
+    assert info["node_type_counts"] == {"a": 40, "b": 40}
     # edge-cut: every owned row holds the vertex's full in-neighbourhood with types and weights
     got = Counter()
     assert read_meta(ec)["version"] == 2
