@@ -3,7 +3,8 @@
 A job names stages (convert -> partition -> train, ...) that run in sequence on the same ranks,
 each through its subcommand's own parser and ``run(comm, args)`` entry point. A stage whose
 complete output already exists from an earlier run of the same stage (same command line,
-recorded in ``DIR/.shardgnn-job/STAGE.json``) is skipped, so a rerun after a failure resumes.
+recorded in ``DIR/.shardgnn-job/STAGE.json``) is skipped, so a rerun after a failure resumes;
+once a stage runs, every later stage runs too (its input changed).
 Every stage's output is validated before the next starts. New stages register a
 :class:`Stage` with :func:`register`. :func:`run_job` is collective over comm; parsing and
 validation are rank-local (every rank does the same work and the verdicts are agreed).
@@ -216,11 +217,14 @@ def run_job(comm: Communicator, job: Job, parser: argparse.ArgumentParser,
     if comm.rank == 0:
         (job.dir / STATE_DIR).mkdir(parents=True, exist_ok=True)
     comm.barrier()
+    upstream = ""
     for k, (kind, argv, args) in enumerate(plan):
         st = STAGES[kind]
         where = f"{job.file}: [{kind}]"
         out = st.output(args)
-        why = "--force" if force else _done_before(job, kind, argv, out)
+        why = "--force" if force else (
+            f"the earlier stage {upstream} ran again" if upstream else
+            _done_before(job, kind, argv, out))
         why = comm.bcast_obj(why)
         res = st.results(args)
         rec = {"stage": kind, "index": k, "argv": argv, "out": str(out),
@@ -233,7 +237,7 @@ def run_job(comm: Communicator, job: Job, parser: argparse.ArgumentParser,
             continue
         logger.info("stage %d/%d %s: running (%s): shardgnn %s", k + 1, len(plan), kind,
                     why, " ".join(argv))
-        if kind == "convert" and out.exists() and _state_path(job, kind).exists():
+        if hasattr(args, "force") and out.exists() and _state_path(job, kind).exists():
             args.force = True   # this job's own earlier output: replace it
         t0 = time.perf_counter()
         code = int(args.func(comm, args) or 0)
@@ -246,6 +250,7 @@ def run_job(comm: Communicator, job: Job, parser: argparse.ArgumentParser,
             _state_path(job, kind).write_text(json.dumps({"argv": argv, "out": str(out),
                                                           "finished": time.time()}))
         rec.update(status="ran", seconds=round(time.perf_counter() - t0, 3))
+        upstream = upstream or kind
         logger.info("stage %d/%d %s: done in %.2f s, output %s validated", k + 1, len(plan),
                     kind, rec["seconds"], out)
         records.append(rec)

@@ -71,3 +71,7 @@ def test_generate_stage_feeds_partition(tmp_path, capsys):
     capsys.readouterr()
     assert main(["run", str(job)]) == 0
     assert "ran nothing, skipped generate, partition" in capsys.readouterr().out
+    # a changed generate table reruns it and the partition stage after it
+    job.write_text(job.read_text().replace("targets = 300", "targets = 330"))
+    assert main(["run", str(job)]) == 0
+    assert "job g: ran generate, partition" in capsys.readouterr().out
