@@ -35,7 +35,7 @@ def test_job_runs_validates_and_resumes(tmp_path):
     log = ok.stdout + ok.stderr
     assert "stage 1/3 convert: complete output" in log and "skipped (resuming)" in log
     assert "stage 2/3 partition: running (not run before)" in log
-    assert "stage 3/3 train: running (not run before)" in log
+    assert "stage 3/3 train: running (the earlier stage partition ran again)" in log
     with h5py.File(tmp_path / "w" / "results.h5", "r") as f:
         assert list(f) == ["convert", "partition", "train"]
         assert [f[k].attrs["status"] for k in f] == ["skipped", "ran", "ran"]
