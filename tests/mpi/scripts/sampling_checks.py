@@ -70,7 +70,7 @@ def main(data, out):
                         got = comm.gatherv(arr.astype(np.int64))
                         res[key] = got
                     ok = bool(np.array_equal(mb.nodes[h + 1][:mb.nodes[h].size], mb.nodes[h]))
-                    res[f"{name}{tag}_p{p}_h{h}_prefix"] = np.array(comm.all_true(ok))
+                    res[f"{name}{tag}_p{p}_h{h}_prefix"] = np.array(bool(comm.allreduce_scalar(int(bool(ok)), "min")))
             # statistics: the hub sampled at many steps, one hop
             reps = 4000 if mode != "keyed" else 2000
             steps = np.arange(reps, dtype=np.int64)
