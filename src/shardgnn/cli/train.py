@@ -13,13 +13,15 @@ from shardgnn.nau import cli as nau_cli
 from shardgnn.rdm import cli as rdm_cli
 from shardgnn.train import cli as avg_cli
 from shardgnn.train import guards
+from shardgnn.train import sampled_cli
 
 #: Engine families: modules with ENGINES, add_arguments(parser), run(comm, args) and optionally
-#: SHARED_OPTIONS (dests of the shared group below it takes) and NOT_OPTIONS (engine -> dests of
+#: SHARED_OPTIONS (dests of the shared group below it takes), BORROWED_OPTIONS (dests of
+#: another family's group it also takes) and NOT_OPTIONS (engine -> dests of
 #: its own group that engine does not take). An engine takes the common options, the options its
 #: module's add_arguments adds (minus NOT_OPTIONS) and its SHARED_OPTIONS; any other option
 #: given on the command line is an error.
-FAMILIES: tuple[ModuleType, ...] = (rdm_cli, avg_cli, nau_cli)
+FAMILIES: tuple[ModuleType, ...] = (rdm_cli, avg_cli, nau_cli, sampled_cli)
 
 HELP = """\
 Train a GNN. Engines:
@@ -28,6 +30,8 @@ Train a GNN. Engines:
   averaging  partition-parallel training with model averaging (CATGNN), DATA = partition directory
   nau        FlexGraph NAU on one rank (--model gcn|pinsage|magnn|jknet|pgnn), DATA = converted
              dataset; results include the NeighborSelection/Aggregation/Update times, HDG memory
+  sampled    sampled mini-batches from GLISP's Gather-Apply service, synchronous data parallel,
+             DATA = vertex-cut store (partition --algo adadne|dne|hash2d)
 
 An option that the chosen engine does not take is an error (exit 2), e.g. --model with
 --engine rdm; each group below says which engines take its options.
@@ -42,10 +46,11 @@ _SHARED: set[str] = set()
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("train", help="train a GNN (engines: rdm, cagnet1d, averaging, nau)",
+    p = sub.add_parser("train", help="train a GNN (engines: rdm, cagnet1d, averaging, nau, sampled)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
-    p.add_argument("--engine", default="rdm", help="rdm (default), cagnet1d, averaging or nau")
+    p.add_argument("--engine", default="rdm",
+                   help="rdm (default), cagnet1d, averaging, nau or sampled")
     p.add_argument("--epochs", type=int, default=200, help="training epochs (default: 200)")
     p.add_argument("--hidden", type=int, default=16, help="hidden width (default: 16)")
     p.add_argument("--layers", type=int, default=2, help="number of GNN layers (default: 2)")
@@ -64,11 +69,12 @@ def add_parser(sub: Any) -> None:
     n0 = len(p._actions)
     g = p.add_argument_group("options of several engines (each says which engines take it)")
     g.add_argument("--model", default="gcn",
-                   help="(averaging, nau) averaging: gcn, sage (GraphSAGE, mean), gat "
+                   help="(averaging, nau, sampled) averaging: gcn, sage (GraphSAGE, mean), gat "
                    "(multi-head), sgc, or package.module:Name for a user torch.nn.Module with "
                    "forward(x, edge_index), built as Name(in_channels=, hidden_channels=, "
                    "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
-                   "out_channels); nau: gcn, pinsage, magnn, jknet or pgnn (default: gcn)")
+                   "out_channels); nau: gcn, pinsage, magnn, jknet or pgnn; sampled: gcn, sage or gat "
+                   "(default: gcn)")
     g.add_argument("--eval", choices=("full", "local", "none"), default="full",
                    help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always; "
                    "averaging: a forward on rank 0 over the source dataset named in meta.json); "
@@ -108,7 +114,8 @@ def accepted_options(engine: str) -> set[str]:
     """Dests of the options ``engine`` takes (see :data:`FAMILIES`)."""
     fam = family_of(engine)
     own = _OWN.get(fam.__name__, set()) - set(getattr(fam, "NOT_OPTIONS", {}).get(engine, ()))
-    return _COMMON | own | (set(getattr(fam, "SHARED_OPTIONS", ())) & _SHARED)
+    return (_COMMON | own | (set(getattr(fam, "SHARED_OPTIONS", ())) & _SHARED)
+            | set(getattr(fam, "BORROWED_OPTIONS", ())))
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:
@@ -121,4 +128,5 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
         guards.reject_unsupported(engine, given, accepted_options(engine), _NAMES, _COMMON)
 
     comm.run_agreed(check)  # the same verdict on every rank: exit 2 without an abort
+    args.given_options = given
     return int(family_of(engine).run(comm, args) or 0)

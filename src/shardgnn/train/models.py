@@ -64,6 +64,60 @@ class _Stack(nn.Module):
                 x = self.act(x)
         return x
 
+    def layer(self, i: int, x: torch.Tensor, block: "TorchBlock") -> torch.Tensor:
+        """Layer ``i`` on one sampled block: dropout, the conv from the ``block.num_src`` source
+        rows ``x`` to the ``block.num_dst`` destination rows (the first ones), then the
+        activation unless it is the last layer. Used layer by layer (sampled training,
+        layerwise inference)."""
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = self.convs[i]((x, x[:block.num_dst]), block.edge_index)
+        return self.act(x) if i < len(self.convs) - 1 else x
+
+    def forward_blocks(self, x: torch.Tensor, blocks: list["TorchBlock"]) -> torch.Tensor:
+        """All layers over per-hop blocks (input layer first): ``x`` holds the rows of the first
+        block's sources; returns the rows of the last block's destinations (the seeds)."""
+        for i, b in enumerate(blocks):
+            x = self.layer(i, x, b)
+        return x
+
+
+class TorchBlock:
+    """A sampled block (:class:`shardgnn.sampling.blocks.Block`) as the tensors layers take:
+    ``edge_index`` (2, m) source -> destination, ``num_src``, ``num_dst``, and (built on first
+    use) the row-normalised adjacency with self-loops of :meth:`GCN.layer`."""
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_src: int, num_dst: int) -> None:
+        self.indptr = np.asarray(indptr, dtype=np.int64)
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.num_src, self.num_dst = int(num_src), int(num_dst)
+        dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.indptr))
+        self.edge_index = torch.from_numpy(np.stack([self.indices, dst]))
+        self._mean: Any = None
+
+    @classmethod
+    def of(cls, block: Any) -> "TorchBlock":
+        """From a :class:`shardgnn.sampling.blocks.Block`."""
+        return cls(block.indptr, block.indices, block.num_src, block.num_dst)
+
+    def mean_adjacency(self) -> Any:
+        """(num_dst x num_src) weights 1/(n_i + 1) on the sampled edges of destination i and on
+        its self-loop (the mean over the sampled neighbours and itself), with its transpose."""
+        if self._mean is None:
+            import scipy.sparse as sp
+
+            deg = np.diff(self.indptr)
+            rows = np.concatenate([np.repeat(np.arange(self.num_dst), deg),
+                                   np.arange(self.num_dst)])
+            cols = np.concatenate([self.indices, np.arange(self.num_dst)])
+            vals = (1.0 / (deg + 1.0))[rows].astype(np.float32)
+            shape = (self.num_dst, self.num_src)
+            adj = NormAdjacency.__new__(NormAdjacency)
+            adj.num_nodes = self.num_dst
+            adj.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=shape))
+            adj.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=shape[::-1]))
+            self._mean = adj
+        return self._mean
+
 
 def trim_plan(hop_counts: np.ndarray, targets: np.ndarray, layers: int
               ) -> list[tuple[int, int, int]] | None:
@@ -171,6 +225,17 @@ class GCN(_Stack):
                       deg: torch.Tensor | None = None) -> NormAdjacency:
         """The normalised adjacency of a graph, to pass as ``edge_index`` to every forward."""
         return NormAdjacency(edge_index, num_nodes, deg)
+
+    def layer(self, i: int, x: torch.Tensor, block: TorchBlock) -> torch.Tensor:
+        """Layer ``i`` on a sampled block: ``lin``, then the mean over each destination's
+        sampled neighbours and itself (:meth:`TorchBlock.mean_adjacency`; the sampled graph's
+        degrees, not the whole graph's), then ``bias``."""
+        conv = self.convs[i]
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = _SpMM.apply(conv.lin(x), block.mean_adjacency())
+        if conv.bias is not None:
+            x = x + conv.bias
+        return self.act(x) if i < len(self.convs) - 1 else x
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor | NormAdjacency,
                 deg: torch.Tensor | None = None) -> torch.Tensor:
@@ -319,6 +384,11 @@ class SGC(nn.Module):
 
 #: Built-in models by CLI name.
 MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT, "sgc": SGC}
+
+
+def takes_blocks(model: nn.Module) -> bool:
+    """Whether ``model`` offers ``layer(i, x, block)`` and ``forward_blocks(x, blocks)``."""
+    return callable(getattr(model, "forward_blocks", None)) and callable(getattr(model, "layer", None))
 
 
 def takes_trim(model: nn.Module) -> bool:

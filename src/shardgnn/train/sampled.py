@@ -1,0 +1,310 @@
+"""Sampled mini-batch training on the Gather-Apply service (GLISP): synchronous data parallel.
+
+Every rank serves its vertex-cut partitions, holds the features of the vertices it owns, and
+trains one replica of the model on its share of each epoch's seeds: per step it samples its
+batch's blocks (collective), fetches the input rows from their owners (collective), runs
+forward and backward, and all-reduces the gradients (collective) before the Adam step, so every
+replica stays identical. Evaluation runs on the same sampled path over the val/test masks.
+:func:`main` is collective over comm.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from shardgnn import log
+from shardgnn.comm import peak_rss_bytes
+from shardgnn.errors import ShardError
+from shardgnn.io.results import ResultWriter
+from shardgnn.sampling.blocks import MiniBatch
+from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_data, open_store,
+                                        owner_ranks, read_mask)
+from shardgnn.sampling.service import GatherApplySampler, store_weights
+from shardgnn.train import averaging, checkpoint, guards, models
+
+SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time", "sample_time",
+          "fetch_time", "compute_time", "allreduce_time", "eval_time", "sampled_edges", "steps")
+RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",
+               "fanouts", "batch_size", "sampler", "replace", "direction")
+#: Steps of evaluation batches are numbered from here (the training steps stay below).
+EVAL_STEP0 = 1 << 40
+
+
+@dataclass
+class SampledConfig:
+    """Resolved configuration of one ``train --engine sampled`` run (``docs/sampling.md``)."""
+
+    data: str
+    out: str
+    model: str = "sage"
+    hidden: int = 16
+    layers: int = 2
+    heads: int = 4
+    dropout: float = 0.5
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    epochs: int = 10
+    seed: int = 0
+    fanouts: list[int] = field(default_factory=lambda: [15, 10])
+    batch_size: int = 1024
+    eval_batch_size: int = 4096
+    sampler: str = "uniform"
+    replace: bool = False
+    direction: str = "out"
+    dataset: str | None = None
+    eval: str = "full"
+    eval_every: int = 1
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    resume: str | None = None
+    ranks: int = 0
+
+    def validate(self) -> None:
+        """Raise ShardError on a bad option (identical on every rank)."""
+        checks = [(self.epochs >= 0, "--epochs", ">= 0", self.epochs),
+                  (self.hidden >= 1, "--hidden", ">= 1", self.hidden),
+                  (self.layers >= 1, "--layers", ">= 1", self.layers),
+                  (self.heads >= 1, "--heads", ">= 1", self.heads),
+                  (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
+                  (self.eval_batch_size >= 1, "--eval-batch-size", ">= 1", self.eval_batch_size),
+                  (self.eval in ("full", "none"), "--eval", "full (sampled) or none", self.eval),
+                  (self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every),
+                  (self.checkpoint_every >= 0, "--checkpoint-every", ">= 0",
+                   self.checkpoint_every)]
+        for ok, opt, want, got in checks:
+            if not ok:
+                raise ShardError(f"{opt}: expected {want}, got {got}")
+        check_fanouts(",".join(str(f) for f in self.fanouts), self.layers)
+
+
+class _Run:
+    """One rank's training state: sampler, owned vertex data, model, optimiser, seeds."""
+
+    def __init__(self, comm: Any, cfg: SampledConfig) -> None:
+        store, ds = comm.run_agreed(open_store, cfg.data, cfg.dataset)
+        weights = comm.run_agreed(store_weights, store, ds) if cfg.sampler == "weighted" else None
+        self.sampler = GatherApplySampler(comm, store, direction=cfg.direction, mode=cfg.sampler,
+                                          replace=cfg.replace, weights=weights, seed=cfg.seed)
+        n = self.sampler.num_nodes
+        owner = owner_ranks(self.sampler.membership, comm.size)
+        self.x, y = load_vertex_data(comm, ds, owner)
+        self.y: VertexData = y if y is not None else VertexData(comm, owner, np.zeros(n, np.int64))
+        self.masks = comm.run_agreed(lambda: {k: read_mask(ds, k, n)
+                                              for k in ("train", "val", "test")})
+        from shardgnn.io.canonical import read_meta
+
+        gm = read_meta(ds)
+        classes = int(gm.num_classes or (int(self.y.rows.max(initial=-1)) + 1))
+        classes = int(comm.allreduce_scalar(classes, "max"))
+        own = self.x.owned
+        guards.check_features(comm, ds / "x.npy", self.x.rows, what="")
+        inmask = {k: np.isin(own, v) for k, v in self.masks.items()}
+        guards.check_labels(comm, ds / "y.npy", self.y.rows, classes, inmask, row_ids=own)
+        self.model = comm.run_agreed(_build_model, cfg, int(self.x.rows.shape[1]), classes)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
+                                    weight_decay=cfg.weight_decay)
+        g = torch.Generator().manual_seed(int(np.random.SeedSequence(
+            [cfg.seed, comm.rank]).generate_state(1)[0]))
+        self.torch_rng = g.get_state()
+        self.np_rng = np.random.default_rng([cfg.seed, comm.rank])
+        self.classes = classes
+
+
+def _build_model(cfg: SampledConfig, features: int, classes: int) -> torch.nn.Module:
+    """The model (same initial weights on every rank), checked to run on blocks."""
+    torch.manual_seed(cfg.seed)
+    model = models.build(cfg.model, features, cfg.hidden, classes, cfg.layers, cfg.dropout,
+                         cfg.heads)
+    if not models.takes_blocks(model):
+        raise ShardError(f"--model {cfg.model}: expected a model with layer(i, x, block) and "
+                         f"forward_blocks(x, blocks) (gcn, sage, gat), got "
+                         f"{type(model).__name__}")
+    return model
+
+
+def _share(ids: np.ndarray, seed: int, epoch: int, comm: Any, shuffle: bool) -> np.ndarray:
+    """This rank's seeds of an epoch: a permutation (same on every rank), every P-th entry."""
+    if shuffle:
+        ids = np.random.default_rng([seed, epoch, 7]).permutation(ids)
+    return ids[comm.rank::comm.size]
+
+
+def _forward(run: _Run, mb: MiniBatch, st: dict[str, float]) -> torch.Tensor:
+    """Fetch the input rows (collective) and run the model over the blocks."""
+    t0 = time.perf_counter()
+    x = torch.from_numpy(run.x.fetch(mb.input_nodes, op_name="fetch"))
+    st["fetch_time"] += time.perf_counter() - t0
+    blocks = [models.TorchBlock.of(b) for b in mb.blocks()]
+    return run.model.forward_blocks(x, blocks)
+
+
+def _train_epoch(comm: Any, cfg: SampledConfig, run: _Run, epoch: int,
+                 prog: log.Progress) -> dict[str, float]:
+    """One epoch of synchronous data-parallel steps. Collective over comm."""
+    st = {k: 0.0 for k in SERIES}
+    mine = _share(run.masks["train"], cfg.seed, epoch, comm, True)
+    steps = int(comm.allreduce_scalar(-(-mine.size // cfg.batch_size), "max"))
+    torch.set_rng_state(run.torch_rng)
+    run.model.train()
+    loss_sum, correct, count = 0.0, 0, 0
+    for s in range(steps):
+        seeds = mine[s * cfg.batch_size:(s + 1) * cfg.batch_size]
+        t0 = time.perf_counter()
+        mb = run.sampler.sample(seeds, cfg.fanouts, step=(epoch - 1) * steps + s)
+        st["sample_time"] += time.perf_counter() - t0
+        st["sampled_edges"] += sum(b.num_edges for b in mb.hops)
+        t1, f0 = time.perf_counter(), st["fetch_time"]
+        labels = torch.from_numpy(run.y.fetch(seeds, op_name="fetch"))
+        st["fetch_time"] += time.perf_counter() - t1
+        run.opt.zero_grad()
+        out = _forward(run, mb, st)
+        loss = F.cross_entropy(out, labels, reduction="sum") if seeds.size else out.sum() * 0.0
+        loss.backward()
+        st["compute_time"] += time.perf_counter() - t1 - (st["fetch_time"] - f0)
+        loss_sum += float(loss.detach())
+        correct += int((out.argmax(1) == labels).sum()) if seeds.size else 0
+        count += int(seeds.size)
+        t2 = time.perf_counter()
+        averaging.allreduce_grads(comm, run.model, seeds.size)
+        st["allreduce_time"] += time.perf_counter() - t2
+        run.opt.step()
+        prog.update(1)
+    run.torch_rng = torch.get_rng_state()
+    tot = comm.allreduce_scalar(count)
+    st["loss"] = comm.allreduce_scalar(loss_sum) / tot if tot else float("nan")
+    st["train_acc"] = comm.allreduce_scalar(correct) / tot if tot else float("nan")
+    st["steps"] = steps
+    return st
+
+
+def _evaluate(comm: Any, cfg: SampledConfig, run: _Run, epoch: int) -> dict[str, float]:
+    """Accuracy on val/test over sampled blocks (fanouts as in training). Collective over comm."""
+    run.model.eval()
+    out: dict[str, float] = {}
+    step = EVAL_STEP0 + epoch * 1000
+    with torch.no_grad():
+        for name in ("val", "test"):
+            mine = _share(run.masks[name], cfg.seed, epoch, comm, False)
+            steps = int(comm.allreduce_scalar(-(-mine.size // cfg.eval_batch_size), "max"))
+            correct = 0
+            for s in range(steps):
+                seeds = mine[s * cfg.eval_batch_size:(s + 1) * cfg.eval_batch_size]
+                mb = run.sampler.sample(seeds, cfg.fanouts, step=step)
+                step += 1
+                labels = run.y.fetch(seeds, op_name="fetch")
+                pred = _forward(run, mb, {"fetch_time": 0.0}).argmax(1).numpy()
+                correct += int((pred == labels).sum()) if seeds.size else 0
+            tot = run.masks[name].size
+            out[f"{name}_acc"] = comm.allreduce_scalar(correct) / tot if tot else float("nan")
+    return out
+
+
+def _save(comm: Any, cfg: SampledConfig, path: str, epoch: int, run: _Run,
+          history: dict[str, Any]) -> None:
+    """Every rank's RNG states (model and optimiser are identical) to rank 0's checkpoint."""
+    st = checkpoint.partition_state(run.model, run.opt, run.torch_rng, run.np_rng)
+    gathered = comm.gather_obj(st)
+    if comm.rank == 0:
+        checkpoint.write_checkpoint(path, epoch, asdict(cfg), dict(enumerate(gathered)), history)
+    comm.barrier()
+
+
+def _resume(comm: Any, cfg: SampledConfig, run: _Run) -> tuple[int, dict[str, Any]]:
+    ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, [comm.rank])
+    mine = json.loads(json.dumps(asdict(cfg), default=str))
+    bad = [k for k in RESUME_KEYS + ("ranks",) if ck["config"].get(k) != mine.get(k)]
+    comm.agree(not bad, f"{cfg.resume}: checkpoint has {bad[0]}={ck['config'].get(bad[0])!r}, "
+               f"this run {mine.get(bad[0])!r}; expected the same {', '.join(bad)}" if bad else "")
+    run.torch_rng, run.np_rng = checkpoint.restore_partition(ck["parts"][comm.rank], run.model,
+                                                             run.opt)
+    hist = {k: list(ck["history"].get(k, [])) for k in SERIES}
+    hist["bytes"] = json.loads(ck["history"].get("bytes_json", "[]"))
+    hist["load"] = json.loads(ck["history"].get("load_json", "[]"))
+    return ck["epoch"] + 1, hist
+
+
+def main(comm: Any, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
+    """Train on the vertex-cut store ``cfg.data``; write ``cfg.out``. Collective over comm."""
+    cfg.ranks = comm.size
+    comm.run_agreed(cfg.validate)
+    run = _Run(comm, cfg)
+    hist: dict[str, Any] = {k: [] for k in SERIES}
+    hist.update(bytes=[], load=[])
+    start = 1
+    if cfg.resume:
+        start, hist = _resume(comm, cfg, run)
+    ckpt = cfg.checkpoint or (cfg.out + ".ckpt.h5")
+    logger = log.get()
+    steps_per_epoch = -(-(-(-run.masks["train"].size // comm.size)) // cfg.batch_size)
+    prog = log.Progress(max(cfg.epochs - start + 1, 0) * steps_per_epoch, "train sampled",
+                        unit="step", enabled=comm.rank == 0)
+    logger.info("sampled: %d ranks serve %d partitions, model %s, fanouts %s, batch %d/rank, "
+                "%d training seeds", comm.size, run.sampler.num_parts, cfg.model, cfg.fanouts,
+                cfg.batch_size, run.masks["train"].size)
+    for epoch in range(start, cfg.epochs + 1):
+        comm.reset_counters()
+        load0 = run.sampler.load.as_array()
+        t0 = time.perf_counter()
+        st = _train_epoch(comm, cfg, run, epoch, prog)
+        st["epoch_time"] = time.perf_counter() - t0
+        if cfg.eval == "full" and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
+            t1 = time.perf_counter()
+            st.update(_evaluate(comm, cfg, run, epoch))
+            st["eval_time"] = time.perf_counter() - t1
+        else:
+            st.update(val_acc=float("nan"), test_acc=float("nan"))
+        st["epoch"] = epoch
+        for k in ("sample_time", "fetch_time", "compute_time", "allreduce_time"):
+            st[k] = comm.allreduce_scalar(st[k], "max")
+        st["sampled_edges"] = comm.allreduce_scalar(st["sampled_edges"])
+        for k in SERIES:
+            hist[k].append(float(st.get(k, float("nan"))))
+        hist["bytes"].append(dict(comm.counters()["bytes"]))
+        hist["load"].append((run.sampler.load.as_array() - load0).tolist())
+        logger.info("epoch %d loss %.4f train %.4f val %.4f test %.4f (%.2fs: sample %.2f fetch "
+                    "%.2f compute %.2f allreduce %.2f)", epoch, st["loss"], st["train_acc"],
+                    st["val_acc"], st["test_acc"], st["epoch_time"], st["sample_time"],
+                    st["fetch_time"], st["compute_time"], st["allreduce_time"])
+        if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
+            h = {k: hist[k] for k in SERIES}
+            h.update(bytes_json=json.dumps(hist["bytes"]), load_json=json.dumps(hist["load"]))
+            _save(comm, cfg, ckpt, epoch, run, h)
+    prog.close()
+    return _write(comm, cfg, run, hist, command)
+
+
+def _write(comm: Any, cfg: SampledConfig, run: _Run, hist: dict[str, Any], command: str
+           ) -> dict[str, Any]:
+    """Per-epoch series, bytes per collective, per-rank server load and memory. Collective."""
+    val = np.asarray(hist["val_acc"], dtype=np.float64)
+    best = int(np.nanargmax(val)) if val.size and not np.all(np.isnan(val)) else -1
+    summary = {"epochs": cfg.epochs, "ranks": comm.size, "parts": run.sampler.num_parts,
+               "best_epoch": best + 1 if best >= 0 else 0,
+               "best_val_acc": float(val[best]) if best >= 0 else float("nan"),
+               "test_acc": float(hist["test_acc"][best]) if best >= 0 else float("nan"),
+               "final_loss": float(hist["loss"][-1]) if hist["loss"] else float("nan"),
+               "total_epoch_time": float(np.nansum(hist["epoch_time"])),
+               "sampled_edges": float(np.nansum(hist["sampled_edges"])),
+               "feature_bytes_owned": run.x.nbytes}
+    ops = sorted({k for d in hist["bytes"] for k in d})
+    load = np.asarray(hist["load"], dtype=np.int64).reshape(-1, 3)
+    with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
+        for k in SERIES:
+            rw.dataset(f"train/{k}", np.asarray(hist[k], dtype=np.float64))
+        for op in ops:
+            rw.dataset(f"train/bytes/{op}", np.asarray([d.get(op, 0) for d in hist["bytes"]],
+                                                       dtype=np.int64))
+        rw.attrs("train", {**summary, "server_load_columns": "requests,scanned,returned"})
+        rw.per_rank("train/server_load", load)
+        rw.per_rank("train/peak_rss", peak_rss_bytes())
+        rw.per_rank("train/feature_bytes", run.x.nbytes)
+    if math.isnan(summary["final_loss"]) and hist["loss"]:
+        log.get().warning("sampled: final loss is NaN")
+    return summary

@@ -1,0 +1,80 @@
+"""CLI hooks of `shardgnn train --engine sampled`: options, config, one call to the engine."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from shardgnn.errors import ShardError
+
+ENGINES: tuple[str, ...] = ("sampled",)
+#: Options of the shared group this engine takes.
+SHARED_OPTIONS: tuple[str, ...] = ("model", "eval", "eval_every", "checkpoint_every", "checkpoint",
+                                   "resume")
+#: Options of the averaging group this engine also takes (same meaning).
+BORROWED_OPTIONS: tuple[str, ...] = ("heads", "fanouts", "batch_size")
+
+
+def add_arguments(parser: Any) -> None:
+    """Add the sampled engine's own options (it also takes --model, --heads, --fanouts and
+    --batch-size of the averaging group)."""
+    g = parser.add_argument_group(
+        "sampled engine (DATA = vertex-cut store of `partition --algo adadne|dne|hash2d`)",
+        "GLISP Gather-Apply sampling: every rank serves its partitions and trains one replica on "
+        "its share of the seeds; per step one lock-step round of Alltoallv per hop (requests, "
+        "counts, neighbour ids), one feature fetch (Alltoallv) and one gradient all-reduce. "
+        "Also takes --model (gcn, sage, gat), --heads, --fanouts (one per layer; default 15,10,5 "
+        "cut to --layers; --fanouts alone sets --layers), --batch-size (seeds per rank and "
+        "step). --eval full evaluates val/test on the sampled path. See docs/sampling.md.")
+    g.add_argument("--sampler", choices=("uniform", "keyed", "weighted"), default="uniform",
+                   help="uniform: O(fanout) per server; keyed: uniform via A-ES keys (the same "
+                   "sample on any partitioning); weighted: A-ES on the dataset's edge weights "
+                   "(default: uniform)")
+    g.add_argument("--sample-replace", action="store_true",
+                   help="sample neighbours with replacement (uniform, weighted)")
+    g.add_argument("--direction", choices=("out", "in"), default="out",
+                   help="directed graphs: aggregate over out- or in-neighbours (default: out)")
+    g.add_argument("--eval-batch-size", type=int, default=4096,
+                   help="seeds per rank and step when evaluating (default: 4096)")
+    g.add_argument("--dataset", default=None, metavar="DIR",
+                   help="the converted dataset the store was cut from (features, labels, masks; "
+                   "default: the path in the store's meta.json)")
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The validated :class:`~shardgnn.train.sampled.SampledConfig`."""
+    from shardgnn.train.sampled import SampledConfig
+
+    given = getattr(args, "given_options", set())
+    layers = args.layers
+    fanouts = args.fanouts
+    if fanouts is not None and "layers" not in given:
+        layers = len(fanouts)
+    if fanouts is None:
+        fanouts = ([15, 10, 5] + [5] * max(0, layers - 3))[:layers]
+    cfg = SampledConfig(data=args.data, out=args.out, model=args.model, hidden=args.hidden,
+                        layers=layers, heads=args.heads, dropout=args.dropout, lr=args.lr,
+                        weight_decay=args.weight_decay, epochs=args.epochs, seed=args.seed,
+                        fanouts=list(fanouts), batch_size=args.batch_size,
+                        eval_batch_size=args.eval_batch_size, sampler=args.sampler,
+                        replace=args.sample_replace, direction=args.direction,
+                        dataset=args.dataset, eval=args.eval, eval_every=args.eval_every,
+                        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                        resume=args.resume)
+    if cfg.eval == "local":
+        raise ShardError("--eval local: not an evaluation of --engine sampled; expected full "
+                         "(val/test on the sampled path) or none")
+    return cfg
+
+
+def run(comm: Any, args: argparse.Namespace) -> int:
+    """Run sampled training. Collective over comm."""
+    from shardgnn.train.sampled import main
+
+    cfg = comm.run_agreed(config_from_args, args)
+    s = main(comm, cfg, command=" ".join(sys.argv))
+    if comm.rank == 0:
+        print(f"sampled: {s['parts']} partitions on {s['ranks']} ranks, {s['epochs']} epochs; "
+              f"best val {s['best_val_acc']:.4f} at epoch {s['best_epoch']}, test "
+              f"{s['test_acc']:.4f}; {s['total_epoch_time']:.2f}s; wrote {cfg.out}")
+    return 0
