@@ -64,6 +64,7 @@ class SampledConfig:
     checkpoint: str | None = None
     checkpoint_every: int = 0
     resume: str | None = None
+    allow_nan_loss: bool = False
     ranks: int = 0
 
     def validate(self) -> None:
@@ -248,6 +249,7 @@ def main(comm: Any, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
     logger.info("sampled: %d ranks serve %d partitions, model %s, fanouts %s, batch %d/rank, "
                 "%d training seeds", comm.size, run.sampler.num_parts, cfg.model, cfg.fanouts,
                 cfg.batch_size, run.masks["train"].size)
+    stop = ""
     for epoch in range(start, cfg.epochs + 1):
         comm.reset_counters()
         load0 = run.sampler.load.as_array()
@@ -272,12 +274,19 @@ def main(comm: Any, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
                     "%.2f compute %.2f allreduce %.2f)", epoch, st["loss"], st["train_acc"],
                     st["val_acc"], st["test_acc"], st["epoch_time"], st["sample_time"],
                     st["fetch_time"], st["compute_time"], st["allreduce_time"])
+        if not math.isfinite(st["loss"]):  # all-reduced: the same verdict on every rank
+            hist.setdefault("nan_loss_epoch", epoch)
+            if not cfg.allow_nan_loss:
+                stop = guards.nan_loss_message(epoch, st["loss"], cfg.out)
+                break
         if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
             h = {k: hist[k] for k in SERIES}
             h.update(bytes_json=json.dumps(hist["bytes"]), load_json=json.dumps(hist["load"]))
             _save(comm, cfg, ckpt, epoch, run, h)
     prog.close()
-    return _write(comm, cfg, run, hist, command)
+    summary = _write(comm, cfg, run, hist, command)
+    comm.agree(not stop, stop)
+    return summary
 
 
 def _write(comm: Any, cfg: SampledConfig, run: _Run, hist: dict[str, Any], command: str
@@ -290,6 +299,8 @@ def _write(comm: Any, cfg: SampledConfig, run: _Run, hist: dict[str, Any], comma
                "best_val_acc": float(val[best]) if best >= 0 else float("nan"),
                "test_acc": float(hist["test_acc"][best]) if best >= 0 else float("nan"),
                "final_loss": float(hist["loss"][-1]) if hist["loss"] else float("nan"),
+               "epochs_run": len(hist["epoch"]),
+               "nan_loss_epoch": int(hist.get("nan_loss_epoch", 0)),
                "total_epoch_time": float(np.nansum(hist["epoch_time"])),
                "sampled_edges": float(np.nansum(hist["sampled_edges"])),
                "feature_bytes_owned": run.x.nbytes}
@@ -305,6 +316,4 @@ def _write(comm: Any, cfg: SampledConfig, run: _Run, hist: dict[str, Any], comma
         rw.per_rank("train/server_load", load)
         rw.per_rank("train/peak_rss", peak_rss_bytes())
         rw.per_rank("train/feature_bytes", run.x.nbytes)
-    if math.isnan(summary["final_loss"]) and hist["loss"]:
-        log.get().warning("sampled: final loss is NaN")
     return summary

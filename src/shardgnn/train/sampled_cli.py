@@ -60,7 +60,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
                         replace=args.sample_replace, direction=args.direction,
                         dataset=args.dataset, eval=args.eval, eval_every=args.eval_every,
                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                        resume=args.resume)
+                        resume=args.resume, allow_nan_loss=args.allow_nan_loss)
     if cfg.eval == "local":
         raise ShardError("--eval local: not an evaluation of --engine sampled; expected full "
                          "(val/test on the sampled path) or none")
