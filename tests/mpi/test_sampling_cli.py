@@ -27,6 +27,11 @@ def work(tmp_path_factory):
     write_dataset(w / "other", e[:-3], n + 1)
     (w / "bad.txt").write_text(f"3\n{n + 4}\n")
     run_mpi(2, [SCRIPTS / "sampling_store.py", w / "data", w / "store", "4"])
+    wt = rng.integers(0, 3, len(e)).astype(np.float32)  # weight 0: never sampled
+    write_dataset(w / "wdata", e, n, edge_weights=wt,
+                  masks={"train_mask": mask, "val_mask": ~mask, "test_mask": ~mask})
+    np.save(w / "wt.npy", np.concatenate([e, wt[:, None]], axis=1))
+    run_mpi(2, [SCRIPTS / "sampling_store.py", w / "wdata", w / "wstore", "4"])
     shutil.copytree(w / "store", w / "broken")
     shutil.rmtree(w / "broken" / "part-00001")
     return w
@@ -63,3 +68,21 @@ def test_dump_same_at_P1_and_P2(work):
             assert f["sample/load"].shape == (P, 3)
     for k in outs[1]:
         assert np.array_equal(outs[1][k], outs[2][k]), k
+
+
+def test_weighted_from_stored_weights(work):
+    ew = np.load(work / "wt.npy")
+    zero = {(int(a), int(b)) for a, b, x in ew if x == 0}
+    zero |= {(b, a) for a, b in zero}
+    assert (work / "wstore" / "part-00000" / "out_weight.npy").exists()
+    outs = {}
+    for P in (1, 2):
+        out = work / f"w{P}.h5"
+        run_cli(P, ["sample", work / "wstore", "--mask", "train", "--fanouts", "3,2",
+                    "--mode", "weighted", "--batch-size", "9", "--out", out])
+        with h5py.File(out) as f:
+            outs[P] = [f[f"sample/hop-{h}/{c}"][()] for h in (0, 1) for c in ("dst", "src")]
+    for a, b in zip(outs[1], outs[2]):
+        assert np.array_equal(a, b)
+    for d, s in ((outs[1][0], outs[1][1]), (outs[1][2], outs[1][3])):
+        assert d.size and not any((int(x), int(y)) in zero for x, y in zip(d, s))
