@@ -186,6 +186,26 @@ def check_out_dir(out: Path) -> str:
     return ""
 
 
+def _dataset_attrs(info: dict[str, Any]) -> tuple[EdgeAttrs | None, np.ndarray | None]:
+    """(edge-weight lookup or None when unweighted, node types or None) of ``info["dataset"]``."""
+    if not info.get("dataset"):
+        return None, None
+    attrs = EdgeAttrs(info["dataset"])
+    ntype = load_node_array(info["dataset"], NODE_TYPES, attrs.meta) \
+        if attrs.meta.node_types else None
+    return (attrs if attrs.weights is not None else None), ntype
+
+
+def _record_weights(attrs: EdgeAttrs, src: np.ndarray, dst: np.ndarray,
+                    etype: np.ndarray) -> np.ndarray:
+    """Weights of edge records (rows of edges.bin, found by (src, dst, type))."""
+    pos = attrs.rows(src, dst, etype if attrs.types is not None else None)
+    order = np.argsort(pos, kind="stable")   # sorted reads of the memory map
+    w = np.empty(pos.shape[0], np.float32)
+    w[order] = attrs.weights[pos[order]]
+    return w
+
+
 def write_store(comm: Communicator, out: str | os.PathLike, src: np.ndarray, dst: np.ndarray,
                 etype: np.ndarray, rec_part: np.ndarray, member: np.ndarray,
                 info: dict[str, Any]) -> dict[str, Any]:
@@ -222,12 +242,7 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
     if not directed:
         odeg += ideg
         ideg = odeg
-    attrs = EdgeAttrs(info["dataset"]) if info.get("dataset") else None
-    ntype = None
-    if attrs is not None and attrs.meta.node_types:
-        ntype = load_node_array(info["dataset"], NODE_TYPES, attrs.meta)
-    if attrs is not None and attrs.weights is None:
-        attrs = None
+    attrs, ntype = _dataset_attrs(info)
     host = cols["part"].astype(np.int64) % P
     order = np.argsort(host, kind="stable")
     counts = np.bincount(host, minlength=P).astype(np.int64)
@@ -265,12 +280,7 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
             d = tmp / part_dir(i)
             d.mkdir()
             nv = nout = 0
-            pw = None
-            if attrs is not None:   # records are edges.bin rows: look their weights up
-                pos = attrs.rows(ps, pd, pt if attrs.types is not None else None)
-                order = np.argsort(pos, kind="stable")   # sorted reads of the memory map
-                pw = np.empty(pos.shape[0], np.float32)
-                pw[order] = attrs.weights[pos[order]]
+            pw = None if attrs is None else _record_weights(attrs, ps, pd, pt)
             gen = _partition_arrays(ps, pd, pt, directed, n, pw)
             del ps, pd, pt, sel
             for name, arr in gen:
