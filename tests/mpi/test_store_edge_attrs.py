@@ -5,6 +5,7 @@ import json
 from collections import Counter
 
 import numpy as np
+import pytest
 
 from conftest import SCRIPTS, run_mpi
 from shardgnn.cli.main import main
@@ -74,4 +75,31 @@ def test_both_stores_carry_weights_and_types(tmp_path):
             got[(int(a), int(b), int(tt), float(ww))] += 1
         # in-edges carry the weight of the same edge
         np.testing.assert_array_equal(np.asarray(p.in_weight), np.asarray(p.out_weight)[p.in_eids])
+    assert got == want
+
+
+@pytest.mark.parametrize("flags", [["--directed"], ["--keep-self-loops"]])
+def test_edge_cut_attrs_directed_and_self_loops(tmp_path, flags):
+    """One rank, in-process: a directed graph (rows list in-edges) and an undirected one with
+    self-loops (listed twice in their row) keep each entry's own type and weight."""
+    src = tmp_path / "g.tsv"
+    src.write_text("0 1 0 1.5\n1 0 0 2.5\n0 1 1 3.5\n2 2 0 4.5\n1 2 1 5.5\n2 0 0 6.5\n")
+    data = tmp_path / "d"
+    assert main(["convert", str(src), "--out", str(data), "--edge-types", *flags]) == 0
+    e = np.fromfile(data / "edges.bin", dtype="<i4").reshape(-1, 2)
+    t = np.fromfile(data / "edge_type.bin", dtype="<i4")
+    w = np.fromfile(data / "edge_weight.bin", dtype="<f4")
+    directed = "--directed" in flags
+    want = Counter()
+    for (a, b), tt, ww in zip(e.tolist(), t.tolist(), w.tolist()):
+        want[(a, b, tt, ww)] += 1
+        if not directed:
+            want[(b, a, tt, ww)] += 1
+    out = tmp_path / "p"
+    assert main(["partition", str(data), "--algo", "spring", "--parts", "1", "--out",
+                 str(out)]) == 0
+    p = load_partition(out, 0)
+    rows = np.repeat(np.arange(p.num_vertices), np.diff(p.indptr))
+    got = Counter((int(p.gid[c]), int(p.gid[r]), int(tt), float(ww))
+                  for r, c, tt, ww in zip(rows, p.indices, p.edge_type, p.edge_weight))
     assert got == want
