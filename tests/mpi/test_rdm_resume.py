@@ -78,3 +78,41 @@ def test_incompatible_resumes_are_refused(runs):
     assert "checkpoint has hidden=8, this run 9" in errs["hidden"]["message"]
     assert errs["ranks"]["agreed"] and errs["hidden"]["agreed"]
     assert not (runs / "x.h5").exists() and not (runs / "y.h5").exists()
+
+
+def test_killed_job_resumes_from_its_last_checkpoint(runs):
+    """SIGKILL a 2-rank job once it has checkpointed, resume it: the curve is the uninterrupted
+    one (u2-rdm.h5: the same options, 5 epochs)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import mpiexec_path, run_cli
+
+    data, ck = runs.parent / "data", runs / "killed.ckpt.h5"
+    opts = ["--hidden", "8", "--seed", "3", "--dropout", "0.5", "--checkpoint", str(ck)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SHARDGNN_PROGRESS": "0"}
+    job = subprocess.Popen([mpiexec_path(), "-n", "2", sys.executable, "-m", "mpi4py", "-m",
+                            "shardgnn", "train", str(data), "--out", str(runs / "killed.h5"),
+                            "--epochs", "100000", "--checkpoint-every", "2", *opts],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ck.exists() and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ck.exists(), "no checkpoint written"
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(30)
+    assert not (runs / "killed.h5").exists()
+    with h5py.File(ck) as f:
+        k = int(f.attrs["epoch"])
+    assert k >= 2 and k % 2 == 0
+    run_cli(2, ["train", data, "--out", runs / "killed-resumed.h5", "--epochs", max(k, 5),
+                "--resume", ck, *opts[:-2]], timeout=120)
+    r, ra = curve(runs / "killed-resumed.h5")
+    u, _ = curve(runs / "u2-rdm.h5")
+    same({key: v[:5] for key, v in r.items()}, u)
+    assert ra["resumed_after_epoch"] == k
