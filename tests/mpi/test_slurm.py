@@ -65,6 +65,10 @@ def test_templates_run_through_srun_shim(slurm_env):
     assert (tmp / "avg.h5").exists()
     _sbatch("perfmodel.sbatch", env, {"CALIBRATE_ARGS": "--quick"})
     assert (tmp / "profile.toml").exists()
+    _sbatch("train-sampled.sbatch", env, {"PARTS_DIR": str(tmp / "vparts"), "RESULT":
+                                          str(tmp / "sampled.h5"), "FANOUTS": "5,5",
+                                          "BATCH_SIZE": "64", "EPOCHS": "1"})
+    assert (tmp / "sampled.h5").exists()
 
 
 def test_pipeline_template_runs_a_job(slurm_env, tmp_path):
