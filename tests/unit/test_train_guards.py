@@ -71,6 +71,9 @@ def test_engine_options_are_derived_from_each_family():
     assert {"model", "mode", "sync", "checkpoint_every", "resume", "lr"} <= avg
     assert not {"model", "mode", "sync", "heads", "fanouts"} & rdm
     assert not {"order", "memo", "replicas", "saint", "dtype"} & avg
+    # GraphSAINT's budget options: rdm --saint and averaging --sampler saint-*, not cagnet1d
+    saint = {"saint_budget", "saint_walk_length", "saint_steps", "saint_presample"}
+    assert saint <= rdm and saint <= avg and not saint & cag
     with pytest.raises(ShardError, match="unknown --engine 'nope'"):
         cli_train.accepted_options("nope")
 

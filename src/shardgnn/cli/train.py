@@ -70,16 +70,22 @@ def add_parser(sub: Any) -> None:
     g = p.add_argument_group("options of several engines (each says which engines take it)")
     g.add_argument("--model", default="gcn",
                    help="(averaging, nau, sampled) averaging: gcn, sage (GraphSAGE, mean), gat "
-                   "(multi-head), sgc, or package.module:Name for a user torch.nn.Module with "
+                   "(multi-head), sgc, ngnn-gcn, ngnn-sage (NGNN: --ngnn-layers non-linear "
+                   "layers inside each hidden layer), or package.module:Name for a user "
+                   "torch.nn.Module with "
                    "forward(x, edge_index), built as Name(in_channels=, hidden_channels=, "
                    "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
                    "out_channels); nau: gcn, pinsage, magnn, jknet or pgnn; sampled: gcn, sage or gat "
                    "(default: gcn)")
-    g.add_argument("--eval", choices=("full", "local", "none"), default="full",
-                   help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always; "
-                   "averaging: a forward on rank 0 over the source dataset named in meta.json); "
-                   "local (averaging): owned vertices on each partition (approximate beyond one "
-                   "layer); none: no evaluation (default: full)")
+    g.add_argument("--eval", choices=("dist", "full", "local", "none"), default=None,
+                   help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always, "
+                   "the default; averaging: a forward on rank 0 over the source dataset named in "
+                   "meta.json, for checking); dist (averaging, the default): exact, each rank "
+                   "evaluates its partitions' owned vertices, replica rows exchanged between "
+                   "layers when the model is deeper than the store's hops (user models need "
+                   "--layers <= hops), no rank holds the whole graph; local (averaging): owned "
+                   "vertices on each partition's own subgraph (approximate beyond the stored "
+                   "hops); none: no evaluation")
     g.add_argument("--eval-every", type=int, default=1,
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
                    "epochs only) (default: 1)")
@@ -91,6 +97,19 @@ def add_parser(sub: Any) -> None:
                    help="(all engines) continue from this checkpoint (same options, --epochs may "
                    "be larger; rdm, cagnet1d: the same number of ranks too): the same "
                    "loss/accuracy curve as without interruption")
+    g.add_argument("--saint-budget", type=int, default=0, metavar="B",
+                   help="(rdm --saint, averaging --sampler saint-*) GraphSAINT budget: nodes "
+                   "drawn (node), edges drawn (edge) or walk roots (rw); default: N/10 nodes, N/20 "
+                   "edges, N/40 roots, N = vertices of the graph (rdm) or of the partition "
+                   "(averaging)")
+    g.add_argument("--saint-walk-length", type=int, default=2, metavar="H",
+                   help="(rdm, averaging) random-walk length of the rw sampler (default: 2)")
+    g.add_argument("--saint-steps", type=int, default=0, metavar="S",
+                   help="(rdm, averaging) GraphSAINT subgraphs (optimiser steps) per epoch (per "
+                   "partition with averaging); default: N / expected subgraph size")
+    g.add_argument("--saint-presample", type=int, default=20, metavar="K",
+                   help="(rdm, averaging) subgraphs drawn before training to estimate "
+                   "GraphSAINT's normalisation (default: 20)")
     _COMMON.update(a.dest for a in p._actions[:n0])
     _SHARED.update(a.dest for a in p._actions[n0:])
     for fam in FAMILIES:
@@ -114,8 +133,9 @@ def accepted_options(engine: str) -> set[str]:
     """Dests of the options ``engine`` takes (see :data:`FAMILIES`)."""
     fam = family_of(engine)
     own = _OWN.get(fam.__name__, set()) - set(getattr(fam, "NOT_OPTIONS", {}).get(engine, ()))
-    return (_COMMON | own | (set(getattr(fam, "SHARED_OPTIONS", ())) & _SHARED)
-            | set(getattr(fam, "BORROWED_OPTIONS", ())))
+    shared = set(getattr(fam, "SHARED_OPTIONS", ())) & _SHARED
+    shared -= set(getattr(fam, "NOT_OPTIONS", {}).get(engine, ()))
+    return _COMMON | own | shared | set(getattr(fam, "BORROWED_OPTIONS", ()))
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:

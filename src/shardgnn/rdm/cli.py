@@ -8,7 +8,9 @@ from shardgnn.comm import Communicator
 
 ENGINES: tuple[str, ...] = ("rdm", "cagnet1d")
 #: Options of `shardgnn train`'s shared group these engines take (see cli/train.py).
-SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every", "checkpoint_every", "checkpoint", "resume")
+SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every", "checkpoint_every", "checkpoint", "resume",
+                                   "saint_budget", "saint_walk_length", "saint_steps",
+                                   "saint_presample")
 #: Options of the group below that cagnet1d does not take (GraphSAINT runs on rdm only).
 NOT_OPTIONS: dict[str, tuple[str, ...]] = {
     "cagnet1d": ("saint", "saint_budget", "saint_walk_length", "saint_steps", "saint_presample")}
@@ -54,16 +56,6 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,
                    help="GraphSAINT mode (rdm, R = P): train on sampled subgraphs drawn "
                    "identically on every rank from the shared seed; node, edge or random-walk sampler")
-    g.add_argument("--saint-budget", type=int, default=0, metavar="B",
-                   help="sampler budget: nodes drawn (node), edges drawn (edge) or walk roots (rw); "
-                   "default: N/10 nodes, N/20 edges, N/40 roots")
-    g.add_argument("--saint-walk-length", type=int, default=2, metavar="H",
-                   help="random-walk length for --saint rw (default: 2)")
-    g.add_argument("--saint-steps", type=int, default=0, metavar="S",
-                   help="subgraphs (optimiser steps) per epoch; default: N / expected subgraph size")
-    g.add_argument("--saint-presample", type=int, default=20, metavar="K",
-                   help="subgraphs drawn before training to estimate GraphSAINT's node/edge "
-                   "normalisation (default: 20)")
 
 
 def run(comm: Communicator, args: Any) -> int:

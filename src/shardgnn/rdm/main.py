@@ -335,10 +335,10 @@ def write_train(comm: Communicator, w: ResultWriter, cfg: RDMConfig, built: Buil
 def config_from_args(args: Any) -> RDMConfig:
     """Build an RDMConfig from parsed ``shardgnn train`` arguments."""
     eval_every = int(getattr(args, "eval_every", 1))
-    if getattr(args, "eval", "full") == "local":
-        raise ShardError(f"--eval local: expected full or none with --engine {args.engine} (it "
-                         "evaluates the whole graph exactly), got local")
-    if getattr(args, "eval", "full") == "none":
+    if getattr(args, "eval", None) in ("local", "dist"):
+        raise ShardError(f"--eval {args.eval}: expected full or none with --engine "
+                         f"{args.engine} (it evaluates the whole graph exactly), got {args.eval}")
+    if getattr(args, "eval", None) == "none":
         eval_every = 0
     return RDMConfig(data=str(args.data), engine=args.engine.lower(), epochs=args.epochs,
                      hidden=args.hidden, layers=args.layers, dropout=args.dropout, lr=args.lr,

@@ -7,12 +7,14 @@ from typing import Any
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.train.subgraphs import SAMPLERS
 
 ALGORITHMS: tuple[str, ...] = ()
 ENGINES: tuple[str, ...] = ("averaging",)
 #: Options of `shardgnn train`'s shared group this engine takes (see cli/train.py).
 SHARED_OPTIONS: tuple[str, ...] = ("model", "eval", "eval_every", "checkpoint_every",
-                                   "checkpoint", "resume")
+                                   "checkpoint", "resume", "saint_budget", "saint_walk_length",
+                                   "saint_steps", "saint_presample")
 
 
 def _fanouts(text: str) -> list[int]:
@@ -26,6 +28,9 @@ def add_arguments(parser: Any) -> None:
     """Add the averaging engine's own options (the shared ones live in cli/train.py)."""
     g = parser.add_argument_group("averaging engine (DATA = partition directory)")
     g.add_argument("--heads", type=int, default=4, help="attention heads per GAT layer (default: 4)")
+    g.add_argument("--ngnn-layers", type=int, default=1, metavar="K",
+                   help="ngnn-* models: Linear(hidden, hidden) + ReLU layers inside each hidden "
+                   "GNN layer (default: 1)")
     g.add_argument("--sync", choices=("avg", "grad"), default="avg",
                    help="avg: weighted model averaging every --sync-every epochs (CATGNN); grad: "
                    "all-reduce gradients every mini-batch (baseline) (default: avg)")
@@ -41,9 +46,21 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--local-optimizer", dest="average_optimizer", action="store_false",
                    help="keep each partition's Adam state local and average only the model "
                    "(CATGNN's choice; lower accuracy at p = 4 in our measurements)")
-    g.add_argument("--mode", choices=("full", "minibatch"), default="full",
-                   help="full: one step per epoch on the whole partition; minibatch: neighbour-"
-                   "sampled batches of --batch-size targets (default: full)")
+    g.add_argument("--mode", choices=("full", "minibatch"), default=None,
+                   help="full: one step per epoch on the whole partition; minibatch: batches "
+                   "drawn by --sampler (default: full, or minibatch when --sampler is given)")
+    g.add_argument("--sampler", choices=SAMPLERS, default=None,
+                   help="minibatch sampler inside each partition: neighbor (--fanouts, "
+                   "--batch-size targets), cluster (Cluster-GCN: local label-propagation "
+                   "clusters of --cluster-size vertices, --clusters-per-batch of them per batch, "
+                   "edges between them kept), saint-node / saint-edge / saint-rw (GraphSAINT "
+                   "with its normalisation; --saint-budget, --saint-walk-length, --saint-steps, "
+                   "--saint-presample) (default: neighbor)")
+    g.add_argument("--cluster-size", type=int, default=128, metavar="S",
+                   help="--sampler cluster: at most S vertices per cluster (default: 128)")
+    g.add_argument("--clusters-per-batch", type=int, default=4, metavar="Q",
+                   help="--sampler cluster: a batch joins shuffled clusters up to Q*S vertices "
+                   "(default: 4)")
     g.add_argument("--fanouts", type=_fanouts, default=None,
                    help="neighbours sampled per layer, first hop first, -1 = all, e.g. 25,10 "
                    "(default: 25 then 10 for every further layer)")
@@ -55,6 +72,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     """Build the validated :class:`AveragingConfig` from parsed arguments."""
     from shardgnn.train.engine import AveragingConfig
 
+    sampler = args.sampler or "neighbor"
+    mode = args.mode or ("minibatch" if args.sampler else "full")
     fanouts = args.fanouts
     if fanouts is None:
         fanouts = [25] + [10] * (args.layers - 1)
@@ -74,7 +93,7 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run partition-parallel training. Collective over comm."""
     from shardgnn.train.loop import main
 
-    cfg = config_from_args(args)
+    cfg = comm.run_agreed(config_from_args, args)  # the same line on every rank, exit 2
     s = main(comm, cfg, command=" ".join(sys.argv))
     if comm.rank == 0:
         print(f"averaging: {s['parts']} partitions on {s['ranks']} ranks, {s['epochs']} epochs; "

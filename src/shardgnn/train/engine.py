@@ -7,8 +7,11 @@ every ``sync_every`` epochs (and after the last epoch) all p local models are re
 average weighted by owned training vertices, and so is the Adam state unless
 ``average_optimizer`` is false (then it stays local, CATGNN's choice). With ``sync="grad"``
 one model per rank takes one step per mini-batch after an all-reduce of the gradients.
-Evaluation is exact: a full-graph forward on rank 0 over the canonical dataset the store was cut
-from. :func:`main` is collective over comm.
+Mini-batches come from the neighbour sampler or, inside each partition, from Cluster-GCN or
+GraphSAINT (:mod:`shardgnn.train.subgraphs`). Evaluation is exact and distributed by default
+(:mod:`shardgnn.train.disteval`); ``--eval full`` is the rank-0 full-graph forward over the
+canonical dataset the store was cut from (for checking). :func:`main` (in ``loop``) is
+collective over comm.
 """
 from __future__ import annotations
 
@@ -25,15 +28,18 @@ import torch.nn.functional as F
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
-from shardgnn.train import averaging, guards, models
+from shardgnn.train import averaging, guards, models, subgraphs
 from shardgnn.train.partitions import (LocalGraph, check_no_hole, global_degrees, load_partition,
                                        read_store_meta)
 
 #: Config fields a resumed run must share with the checkpoint.
 RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",
-               "sync", "sync_every", "average_optimizer", "mode", "fanouts", "batch_size", "parts")
+               "sync", "sync_every", "average_optimizer", "mode", "fanouts", "batch_size", "parts",
+               "sampler", "ngnn_layers", "cluster_size", "clusters_per_batch", "saint_budget",
+               "saint_walk_length", "saint_steps", "saint_presample")
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "sync_time", "sync_wait",
-          "sync_bytes", "epoch_time", "sample_time")
+          "sync_bytes", "epoch_time", "sample_time", "eval_time")
+EVALS = ("dist", "full", "local", "none")
 
 
 @dataclass
@@ -57,7 +63,15 @@ class AveragingConfig:
     mode: str = "full"
     fanouts: list[int] = field(default_factory=list)
     batch_size: int = 512
-    eval: str = "full"
+    sampler: str = "neighbor"
+    ngnn_layers: int = 1
+    cluster_size: int = 128
+    clusters_per_batch: int = 4
+    saint_budget: int = 0
+    saint_walk_length: int = 2
+    saint_steps: int = 0
+    saint_presample: int = 20
+    eval: str = "dist"
     eval_every: int = 1
     checkpoint: str | None = None
     checkpoint_every: int = 0
@@ -79,15 +93,31 @@ class AveragingConfig:
                   (self.sync_every >= 1, "--sync-every", ">= 1", self.sync_every),
                   (self.mode in ("full", "minibatch"), "--mode", "full or minibatch", self.mode),
                   (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
-                  (self.eval in ("full", "local", "none"), "--eval", "full, local or none",
-                   self.eval),
+                  (self.eval in EVALS, "--eval", ", ".join(EVALS), self.eval),
+                  (self.sampler in subgraphs.SAMPLERS, "--sampler", ", ".join(subgraphs.SAMPLERS),
+                   self.sampler),
+                  (self.ngnn_layers >= 1, "--ngnn-layers", ">= 1", self.ngnn_layers),
+                  (self.cluster_size >= 1, "--cluster-size", ">= 1", self.cluster_size),
+                  (self.clusters_per_batch >= 1, "--clusters-per-batch", ">= 1",
+                   self.clusters_per_batch),
+                  (self.saint_budget >= 0, "--saint-budget", ">= 0", self.saint_budget),
+                  (self.saint_walk_length >= 1, "--saint-walk-length", ">= 1",
+                   self.saint_walk_length),
+                  (self.saint_steps >= 0, "--saint-steps", ">= 0", self.saint_steps),
+                  (self.saint_presample >= 1, "--saint-presample", ">= 1", self.saint_presample),
                   (self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every),
                   (self.checkpoint_every >= 0, "--checkpoint-every", ">= 0",
                    self.checkpoint_every)]
         for ok, opt, want, got in checks:
             if not ok:
                 raise ShardError(f"{opt}: expected {want}, got {got}")
-        if self.mode == "minibatch":
+        if self.mode == "full" and self.sampler != "neighbor":
+            raise ShardError(f"--sampler {self.sampler}: expected --mode minibatch (or no "
+                             f"--mode), got --mode full")
+        if self.sync == "grad" and self.mode == "minibatch" and self.sampler != "neighbor":
+            raise ShardError(f"--sync grad: expected --sampler neighbor or --mode full, got "
+                             f"--sampler {self.sampler}")
+        if self.mode == "minibatch" and self.sampler == "neighbor":
             if len(self.fanouts) != self.layers:
                 raise ShardError(f"--fanouts: expected one fanout per layer ({self.layers}), got "
                                  f"{self.fanouts}")
@@ -110,6 +140,7 @@ class _Worker:
     edge_index: torch.Tensor | None = None
     deg: torch.Tensor | None = None
     sampler: UniformNeighborSampler | None = None
+    batcher: subgraphs.ClusterBatcher | subgraphs.SaintBatcher | None = None
 
 
 def _seeds(seed: int, part: int) -> tuple[torch.Tensor, np.random.Generator]:
@@ -118,6 +149,11 @@ def _seeds(seed: int, part: int) -> tuple[torch.Tensor, np.random.Generator]:
     torch_seed, np_seed = ss.generate_state(2, dtype=np.uint64)
     g = torch.Generator().manual_seed(int(torch_seed) & ((1 << 63) - 1))
     return g.get_state(), np.random.default_rng(int(np_seed))
+
+
+def _part_seed(seed: int, part: int) -> int:
+    """A seed for a partition's fixed preprocessing (clustering, GraphSAINT presampling)."""
+    return int(np.random.SeedSequence([int(seed), int(part), 1]).generate_state(1)[0])
 
 
 def _load(comm: Communicator, cfg: AveragingConfig) -> tuple[dict[str, Any], list[int], list[LocalGraph]]:
@@ -140,13 +176,15 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
                   ) -> list[_Worker]:
     torch.manual_seed(cfg.seed)
     base = models.build(cfg.model, int(meta["num_features"]), cfg.hidden,
-                        int(meta["num_classes"]), cfg.layers, cfg.dropout, cfg.heads)
+                        int(meta["num_classes"]), cfg.layers, cfg.dropout, cfg.heads,
+                        cfg.ngnn_layers)
     shared_opt = None
     if cfg.sync == "grad":
         shared_opt = torch.optim.Adam(base.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     out = []
     gdeg = None
-    if cfg.mode == "full" and models.takes_degrees(base) and graphs:
+    saint_kind = cfg.sampler[6:] if cfg.sampler.startswith("saint-") else ""
+    if graphs and ((cfg.mode == "full" and models.takes_degrees(base)) or saint_kind):
         gdeg = global_degrees(meta)
     for g in graphs:
         model = base if cfg.sync == "grad" else copy.deepcopy(base)
@@ -161,16 +199,32 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
             # built once per partition: GCN's normalised adjacency (models.prepare)
             w.edge_index = models.prepare(model, torch.from_numpy(g.edge_index()), g.num_nodes,
                                           w.deg)
+        elif cfg.sampler == "cluster":
+            w.batcher = subgraphs.ClusterBatcher(g, cfg.cluster_size, cfg.clusters_per_batch,
+                                                 _part_seed(cfg.seed, g.index))
+        elif saint_kind:
+            w.batcher = subgraphs.SaintBatcher(
+                g, saint_kind, cfg.saint_budget, cfg.saint_walk_length, cfg.saint_presample,
+                cfg.saint_steps, _part_seed(cfg.seed, g.index),
+                gdeg[g.gid] if gdeg is not None else None)
         else:
             w.sampler = UniformNeighborSampler(g.indptr, g.indices, cfg.fanouts)
         out.append(w)
     return out
 
 
-def _batches(w: _Worker, cfg: AveragingConfig) -> list[np.ndarray]:
-    """This epoch's target batches of a worker (shuffled with its own generator in minibatch)."""
+def _batches(w: _Worker, cfg: AveragingConfig, st: "_Stats | None" = None) -> list[Any]:
+    """This epoch's batches of a worker: target arrays (full, neighbour sampling; shuffled with
+    its own generator) or :class:`~shardgnn.train.subgraphs.Batch` subgraphs."""
     if w.train_ids.size == 0:
         return []
+    if w.batcher is not None:
+        t0 = time.perf_counter()
+        out = w.batcher.batches(w.np_rng)
+        if st is not None:
+            st.sample_time += time.perf_counter() - t0
+            st.sampled_edges += sum(b.num_edges for b in out)
+        return out
     if cfg.mode == "full":
         return [w.train_ids]
     perm = w.np_rng.permutation(w.train_ids)
@@ -219,14 +273,34 @@ def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
     return loss
 
 
+def _subgraph_objective(w: _Worker, b: subgraphs.Batch, st: _Stats) -> torch.Tensor:
+    """A Cluster-GCN or GraphSAINT batch's objective: mean cross-entropy over its targets, or
+    GraphSAINT's Σ λ_v ℓ_v; weighted models get GraphSAINT's normalised Â."""
+    x = w.x[torch.from_numpy(b.nodes)]
+    if b.entries is not None and models.weighted(w.model):
+        rows, cols, vals = b.entries
+        out = w.model(x, models.NormAdjacency.from_entries(rows, cols, vals, b.nodes.size))
+    else:
+        out = models.forward(w.model, x, torch.from_numpy(b.edge_index))
+    t = torch.from_numpy(b.targets)
+    ce = F.cross_entropy(out[t], w.y[torch.from_numpy(b.nodes[b.targets])], reduction="none")
+    st.loss_sum += float(ce.detach().sum())
+    st.count += int(b.targets.size)
+    if b.loss_weight is None:
+        return ce.mean()
+    return (ce * torch.from_numpy(b.loss_weight.astype(np.float32))).sum()
+
+
 def _epoch_avg(w: _Worker, cfg: AveragingConfig, st: _Stats) -> None:
     """One local epoch of one partition's model (mean loss per batch, one Adam step each)."""
     torch.set_rng_state(w.torch_rng)
     w.model.train()
-    for batch in _batches(w, cfg):
+    for batch in _batches(w, cfg, st):
         w.opt.zero_grad()
-        loss = _batch_loss(w, batch, st)
-        (loss / batch.size).backward()
+        if isinstance(batch, subgraphs.Batch):
+            _subgraph_objective(w, batch, st).backward()
+        else:
+            (_batch_loss(w, batch, st) / batch.size).backward()
         w.opt.step()
     w.torch_rng = torch.get_rng_state()
 

@@ -1,7 +1,8 @@
 """The epoch loop of partition-parallel training: train, synchronise, evaluate, checkpoint, record.
 
 :func:`main` is collective over comm; it returns the run's summary (identical on every rank
-except the evaluation figures, which rank 0 computes) and writes the results HDF5 (``/train``).
+except, with ``--eval full``, the evaluation figures, which rank 0 computes) and writes the
+results HDF5 (``/train``).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from shardgnn import log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
-from shardgnn.train import averaging, checkpoint, guards
+from shardgnn.train import averaging, checkpoint, disteval, guards
 from shardgnn.train.engine import (RESUME_KEYS, SERIES, AveragingConfig, _EvalGraph, _epoch_avg,
                                    _epoch_grad, _evaluate_local, _load, _make_workers, _Stats,
                                    _sync_avg, _Worker)
@@ -89,8 +90,32 @@ def _record(history: dict[str, Any], epoch: int, metrics: dict[str, float],
                        best_model={k: v.detach().numpy().copy() for k, v in model_state.items()})
 
 
+def _evaluator(comm: Communicator, cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Any],
+               workers: list[_Worker]) -> disteval.DistEvaluator | None:
+    """The distributed evaluator for ``--eval dist`` (refused, on every rank, where it cannot
+    be exact). Collective."""
+    if cfg.eval != "dist":
+        return None
+    disteval.check_dist(comm, meta, cfg.data, workers[0].model, cfg.model, cfg.layers)
+    return disteval.DistEvaluator(comm, graphs, meta, workers[0].model, cfg.layers)
+
+
+def _evaluate(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker], evalg: Any
+              ) -> dict[str, float]:
+    """One evaluation of the synchronised model by the chosen ``--eval``. Collective."""
+    t0 = time.perf_counter()
+    if cfg.eval == "local":
+        m = _evaluate_local(comm, workers)
+    elif evalg is not None:  # dist: every rank; full: rank 0 only
+        m = evalg.evaluate(workers[0].model)
+    else:
+        m = {}
+    m["eval_time"] = comm.allreduce_scalar(time.perf_counter() - t0, "max")
+    return m
+
+
 def _run_epoch(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker], weights: list[float],
-               epoch: int, evalg: _EvalGraph | None) -> dict[str, float]:
+               epoch: int, evalg: Any) -> dict[str, float]:
     """Train one epoch (+ sync, + evaluation when due); returns the epoch's metrics. Collective."""
     st = _Stats()
     t0 = time.perf_counter()
@@ -113,10 +138,8 @@ def _run_epoch(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker],
     m["sample_time"] = comm.allreduce_scalar(st.sample_time, "max")
     m["sampled_edges"] = comm.allreduce_scalar(st.sampled_edges)
     due = synced and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs)
-    if due and cfg.eval == "local":
-        m.update(_evaluate_local(comm, workers))
-    elif due and evalg is not None:
-        m.update(evalg.evaluate(workers[0].model))
+    if due and cfg.eval != "none":
+        m.update(_evaluate(comm, cfg, workers, evalg))
     return m
 
 
@@ -134,15 +157,16 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
     alpha = comm.run_agreed(averaging.averaging_weights, counts)
     weights = [float(alpha[g.index]) for g in graphs]
     workers = comm.run_agreed(_make_workers, cfg, meta, graphs)
-    evalg = _eval_graph(comm, cfg, meta)
+    evalg = _eval_graph(comm, cfg, meta) or _evaluator(comm, cfg, meta, graphs, workers)
     start, history = 1, _new_history()
     if cfg.resume:
         start, history = _resume(comm, cfg, workers, mine)
     ckpt = cfg.checkpoint or (cfg.out + ".ckpt.h5")
     logger = log.get()
     logger.info("averaging: %d partitions on %d ranks (rank 0 trains %s), model %s, sync %s "
-                "every %d, mode %s", cfg.parts, comm.size, mine, cfg.model, cfg.sync,
-                cfg.sync_every, cfg.mode)
+                "every %d, mode %s%s, eval %s", cfg.parts, comm.size, mine, cfg.model, cfg.sync,
+                cfg.sync_every, cfg.mode,
+                f" (sampler {cfg.sampler})" if cfg.mode == "minibatch" else "", cfg.eval)
     sampled_edges = 0.0
     stop = ""
     with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
@@ -162,6 +186,7 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
             if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
                 _save(comm, cfg, ckpt, epoch, workers, history)
         summary = _summary(comm, cfg, history, counts, alpha, mine, sampled_edges)
+        summary.update(_extras(comm, workers, evalg))
         _write(rw, comm, history, summary)
     comm.agree(not stop, stop)
     return summary
@@ -191,7 +216,28 @@ def _summary(comm: Communicator, cfg: AveragingConfig, history: dict[str, Any], 
             "assignment": comm.allgather_obj(mine)}
 
 
-def _write(rw: ResultWriter, comm: Communicator, history: dict[str, Any], summary: dict[str, Any]) -> None:
+def _extras(comm: Communicator, workers: list[_Worker], evalg: Any) -> dict[str, Any]:
+    """Sampler and evaluation facts for the results: clusters / GraphSAINT subgraph sizes per
+    partition, the distributed evaluation's way and halo bytes. Collective."""
+    out: dict[str, Any] = {}
+    info = []
+    for w in workers:
+        b = w.batcher
+        if b is not None and hasattr(b, "num_clusters"):
+            info.append((w.graph.index, "clusters", b.num_clusters))
+        elif b is not None:
+            info.append((w.graph.index, "saint_mean_subgraph", b.mean_size))
+            info.append((w.graph.index, "saint_steps", b.steps))
+    rows = sorted(r for lst in comm.allgather_obj(info) for r in lst)
+    for key in sorted({k for _, k, _ in rows}):
+        out[key] = [float(v) for _, k, v in rows if k == key]
+    if isinstance(evalg, disteval.DistEvaluator):
+        out["eval_way"] = evalg.way
+        out["eval_halo_bytes_per_rank"] = float(comm.allreduce_scalar(evalg.plan.bytes, "max"))
+    return out
+
+
+def _write(rw: ResultWriter, comm: Any, history: dict[str, Any], summary: dict[str, Any]) -> None:
     """Per-epoch series, summary attributes, best model and per-rank memory. Collective."""
     for k in SERIES:
         rw.dataset(f"train/{k}", np.asarray(history[k], dtype=np.float64))

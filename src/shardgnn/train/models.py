@@ -1,7 +1,8 @@
-"""GNN models on PyTorch Geometric layers (GCN, GraphSAGE-mean, GAT, SGC) and user models by import path.
+"""GNN models on PyTorch Geometric layers (GCN, GraphSAGE-mean, GAT, SGC, NGNN-GCN/-SAGE) and user models by import path.
 
 Rank-local; no communication. Every model is a ``torch.nn.Module`` whose ``forward(x,
-edge_index)`` returns one row of class logits per node. Built-in models register by name in
+edge_index)`` returns one row of class logits per node; the built-in ones also run stage by
+stage (``stages``/``stage``/``stage_graph``, :func:`staged`) for distributed evaluation. Built-in models register by name in
 :data:`MODELS`; ``--model pkg.mod:Name`` imports a user class (or factory function), called as
 ``Name(in_channels, hidden_channels, out_channels, num_layers, dropout)`` with keywords, and,
 when that signature does not fit, as ``Name(in_channels, out_channels)``.
@@ -47,21 +48,18 @@ class _Stack(nn.Module):
         rows = x.shape[0]  # the untrimmed forward's row count at every layer
         for i, conv in enumerate(self.convs):
             if trim is None:
-                x = F.dropout(x, p=self.dropout, training=self.training)
-                x = conv(x, edge_index)
+                x = self.stage(i, x, edge_index)
+                continue
+            n_src, n_dst, n_edges = trim[i]
+            x = x[:n_src]
+            if x.shape[0] < rows and self.training and self.dropout > 0:
+                # the mask drawn for all rows, as without trimming: same random numbers,
+                # so a trimmed run is the untrimmed run (up to float round-off)
+                mask = F.dropout(x.new_ones(rows, x.shape[1]), p=self.dropout, training=True)
+                x = x * mask[:n_src]
             else:
-                n_src, n_dst, n_edges = trim[i]
-                x = x[:n_src]
-                if x.shape[0] < rows and self.training and self.dropout > 0:
-                    # the mask drawn for all rows, as without trimming: same random numbers,
-                    # so a trimmed run is the untrimmed run (up to float round-off)
-                    mask = F.dropout(x.new_ones(rows, x.shape[1]), p=self.dropout, training=True)
-                    x = x * mask[:n_src]
-                else:
-                    x = F.dropout(x, p=self.dropout, training=self.training)
-                x = conv((x, x[:n_dst]), edge_index[:, :n_edges])
-            if i < len(self.convs) - 1:
-                x = self.act(x)
+                x = F.dropout(x, p=self.dropout, training=self.training)
+            x = self.post(i, conv((x, x[:n_dst]), edge_index[:, :n_edges]))
         return x
 
     def layer(self, i: int, x: torch.Tensor, block: "TorchBlock") -> torch.Tensor:
@@ -71,7 +69,7 @@ class _Stack(nn.Module):
         layerwise inference)."""
         x = F.dropout(x, p=self.dropout, training=self.training)
         x = self.convs[i]((x, x[:block.num_dst]), block.edge_index)
-        return self.act(x) if i < len(self.convs) - 1 else x
+        return self.post(i, x)
 
     def forward_blocks(self, x: torch.Tensor, blocks: list["TorchBlock"]) -> torch.Tensor:
         """All layers over per-hop blocks (input layer first): ``x`` holds the rows of the first
@@ -79,6 +77,24 @@ class _Stack(nn.Module):
         for i, b in enumerate(blocks):
             x = self.layer(i, x, b)
         return x
+
+    def stages(self) -> int:
+        """Message-passing stages (= layers); between two, every node needs its neighbours' rows."""
+        return len(self.convs)
+
+    def stage(self, i: int, x: torch.Tensor, graph: Any) -> torch.Tensor:
+        """Layer ``i`` on every row: dropout, the convolution over ``graph``, :meth:`post`."""
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        return self.post(i, self.convs[i](x, graph))
+
+    def post(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """What follows layer ``i``'s convolution: the activation (none after the last layer)."""
+        return self.act(x) if i < len(self.convs) - 1 else x
+
+    def stage_graph(self, edge_index: torch.Tensor, num_nodes: int,
+                    deg: torch.Tensor | None = None) -> Any:
+        """The graph :meth:`stage` takes: ``edge_index`` itself (degrees unused)."""
+        return edge_index
 
 
 class TorchBlock:
@@ -176,6 +192,20 @@ class NormAdjacency:
         self.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=(num_nodes, num_nodes)))
         self.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=(num_nodes, num_nodes)))
 
+    @classmethod
+    def from_entries(cls, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+                     num_nodes: int) -> "NormAdjacency":
+        """An adjacency with given entries (row = target, col = source), e.g. GraphSAINT's
+        normalised subgraph Â with its aggregator factors; used as is, nothing added."""
+        import scipy.sparse as sp
+
+        adj = cls.__new__(cls)
+        adj.num_nodes = int(num_nodes)
+        shape = (num_nodes, num_nodes)
+        adj.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=shape))
+        adj.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=shape))
+        return adj
+
 
 def _csr(m: Any) -> torch.Tensor:
     """A torch CSR tensor (float32) from a scipy CSR matrix (duplicates summed, indices sorted)."""
@@ -229,26 +259,30 @@ class GCN(_Stack):
     def layer(self, i: int, x: torch.Tensor, block: TorchBlock) -> torch.Tensor:
         """Layer ``i`` on a sampled block: ``lin``, then the mean over each destination's
         sampled neighbours and itself (:meth:`TorchBlock.mean_adjacency`; the sampled graph's
-        degrees, not the whole graph's), then ``bias``."""
-        conv = self.convs[i]
-        x = F.dropout(x, p=self.dropout, training=self.training)
-        x = _SpMM.apply(conv.lin(x), block.mean_adjacency())
-        if conv.bias is not None:
-            x = x + conv.bias
-        return self.act(x) if i < len(self.convs) - 1 else x
+        degrees, not the whole graph's), then ``bias`` (:meth:`stage` over that adjacency)."""
+        return self.stage(i, x, block.mean_adjacency())
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor | NormAdjacency,
                 deg: torch.Tensor | None = None) -> torch.Tensor:
         adj = (edge_index if isinstance(edge_index, NormAdjacency)
                else NormAdjacency(edge_index, x.shape[0], deg))
-        for i, conv in enumerate(self.convs):
-            x = F.dropout(x, p=self.dropout, training=self.training)
-            x = _SpMM.apply(conv.lin(x), adj)
-            if conv.bias is not None:
-                x = x + conv.bias
-            if i < len(self.convs) - 1:
-                x = self.act(x)
+        for i in range(len(self.convs)):
+            x = self.stage(i, x, adj)
         return x
+
+    def stage(self, i: int, x: torch.Tensor, graph: Any) -> torch.Tensor:
+        """Layer ``i``: dropout, ``lin``, aggregation over the :class:`NormAdjacency`, bias."""
+        conv = self.convs[i]
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = _SpMM.apply(conv.lin(x), graph)
+        if conv.bias is not None:
+            x = x + conv.bias
+        return self.post(i, x)
+
+    def stage_graph(self, edge_index: torch.Tensor, num_nodes: int,
+                    deg: torch.Tensor | None = None) -> NormAdjacency:
+        """The normalised adjacency (with ``deg``, the whole graph's degrees)."""
+        return NormAdjacency(edge_index, num_nodes, deg)
 
 
 class GraphSAGE(_Stack):
@@ -260,6 +294,51 @@ class GraphSAGE(_Stack):
 
         super().__init__([SAGEConv(a, b, aggr="mean") for a, b in
                           _widths(in_channels, hidden_channels, out_channels, num_layers)], dropout)
+
+
+def _ngnn_mlps(hidden: int, num_layers: int, ngnn_layers: int) -> nn.ModuleList:
+    """``ngnn_layers`` Linear(hidden, hidden) for each hidden GNN layer (all but the last)."""
+    if num_layers < 2:
+        raise ShardError(f"--layers: NGNN models need a hidden layer; expected >= 2, got "
+                         f"{num_layers}")
+    if ngnn_layers < 1:
+        raise ShardError(f"--ngnn-layers: expected >= 1, got {ngnn_layers}")
+    return nn.ModuleList([nn.ModuleList([nn.Linear(hidden, hidden) for _ in range(ngnn_layers)])
+                          for _ in range(num_layers - 1)])
+
+
+class NGNNGCN(GCN):
+    """NGNN (network in graph neural network) on GCN: inside every hidden layer the convolution
+    is followed by ``ngnn_layers`` non-linear Linear(hidden, hidden) layers,
+    ``h' = ReLU(W_k … ReLU(W_1 ReLU(conv(h))))``; the output layer is a plain convolution."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
+                 num_layers: int = 2, dropout: float = 0.5, ngnn_layers: int = 1,
+                 **_: Any) -> None:
+        super().__init__(in_channels, hidden_channels, out_channels, num_layers, dropout)
+        self.ngnn = _ngnn_mlps(hidden_channels, num_layers, ngnn_layers)
+
+    def post(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """ReLU, then each NGNN layer and its ReLU (hidden layers); nothing after the last."""
+        if i == len(self.convs) - 1:
+            return x
+        x = self.act(x)
+        for lin in self.ngnn[i]:
+            x = self.act(lin(x))
+        return x
+
+
+class NGNNSAGE(GraphSAGE):
+    """NGNN on GraphSAGE (mean): ``SAGEConv`` then ``ngnn_layers`` non-linear Linear(hidden,
+    hidden) layers inside every hidden layer, as :class:`NGNNGCN`."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
+                 num_layers: int = 2, dropout: float = 0.5, ngnn_layers: int = 1,
+                 **_: Any) -> None:
+        super().__init__(in_channels, hidden_channels, out_channels, num_layers, dropout)
+        self.ngnn = _ngnn_mlps(hidden_channels, num_layers, ngnn_layers)
+
+    post = NGNNGCN.post
 
 
 @numba.njit(cache=True)
@@ -381,9 +460,39 @@ class SGC(nn.Module):
         x = F.dropout(x, p=self.dropout, training=self.training)
         return self.conv(x, edge_index)
 
+    def stages(self) -> int:
+        """One stage per propagation step; the linear map is applied at the last one."""
+        return int(self.conv.K)
+
+    def stage(self, i: int, x: torch.Tensor, graph: NormAdjacency) -> torch.Tensor:
+        """Propagation step ``i`` (``SGConv``'s normalisation, here with the graph's global
+        degrees in ``graph``); the linear map after the last step (evaluation only: no dropout)."""
+        if i == 0:
+            x = F.dropout(x, p=self.dropout, training=self.training)
+        x = _SpMM.apply(x, graph)
+        return self.conv.lin(x) if i == self.stages() - 1 else x
+
+    def stage_graph(self, edge_index: torch.Tensor, num_nodes: int,
+                    deg: torch.Tensor | None = None) -> NormAdjacency:
+        """The normalised adjacency D^-1/2 (A+I) D^-1/2 ``SGConv`` uses, with ``deg``."""
+        return NormAdjacency(edge_index, num_nodes, deg)
+
 
 #: Built-in models by CLI name.
-MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT, "sgc": SGC}
+MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT, "sgc": SGC,
+                                      "ngnn-gcn": NGNNGCN, "ngnn-sage": NGNNSAGE}
+
+
+def staged(model: nn.Module) -> bool:
+    """Whether ``model`` runs stage by stage (``stages``, ``stage``, ``stage_graph``: every
+    built-in model), so distributed evaluation can exchange replica rows between stages."""
+    return all(callable(getattr(model, k, None)) for k in ("stages", "stage", "stage_graph"))
+
+
+def weighted(model: nn.Module) -> bool:
+    """Whether ``model`` aggregates over a :class:`NormAdjacency` (gcn, ngnn-gcn), so a sampled
+    subgraph's edge weights (GraphSAINT's aggregator normalisation) can be given to it."""
+    return isinstance(model, GCN)
 
 
 def takes_blocks(model: nn.Module) -> bool:
@@ -447,14 +556,14 @@ def resolve(name: str) -> Callable[..., nn.Module]:
 
 
 def build(name: str, in_channels: int, hidden_channels: int, out_channels: int,
-          num_layers: int, dropout: float, heads: int = 4) -> nn.Module:
+          num_layers: int, dropout: float, heads: int = 4, ngnn_layers: int = 1) -> nn.Module:
     """Instantiate model ``name``; user models are checked to be modules with forward(x, edge_index)."""
     if num_layers < 1:
         raise ShardError(f"--layers: expected >= 1, got {num_layers}")
     factory = resolve(name)
     if name.lower() in MODELS:
         return factory(in_channels, hidden_channels, out_channels, num_layers=num_layers,
-                       dropout=dropout, heads=heads)
+                       dropout=dropout, heads=heads, ngnn_layers=ngnn_layers)
     try:
         model = factory(in_channels=in_channels, hidden_channels=hidden_channels,
                         out_channels=out_channels, num_layers=num_layers, dropout=dropout)

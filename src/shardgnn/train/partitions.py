@@ -148,12 +148,13 @@ def load_partition(directory: str | os.PathLike, i: int, num_features: int) -> L
 
 
 def write_store(directory: str | os.PathLike, dataset: str | os.PathLike, owner: np.ndarray,
-                parts: int, algorithm: str = "given") -> dict[str, Any]:
+                parts: int, algorithm: str = "given", hops: int = 1) -> dict[str, Any]:
     """Write a partition store from a vertex -> partition map of a canonical dataset. Rank-local.
 
-    Each partition owns the vertices mapped to it and holds, as replicas, every neighbour of an
-    owned vertex (full one-hop neighbourhoods, like the streaming partitioner's stores). The
-    local CSR holds every edge of the dataset between two local vertices. Meant for tests,
+    Each partition owns the vertices mapped to it and holds, as replicas, every vertex within
+    ``hops`` (>= 1) hops of an owned vertex (``hops = 1``: full one-hop neighbourhoods, like the
+    streaming partitioner's default stores). The local CSR holds every edge of the dataset
+    between two local vertices. Meant for tests,
     benchmarks and the centralised baseline (``parts = 1``); ``shardgnn partition`` writes the
     real stores by streaming.
     """
@@ -177,8 +178,11 @@ def write_store(directory: str | os.PathLike, dataset: str | os.PathLike, owner:
     out.mkdir(parents=True, exist_ok=True)
     for i in range(parts):
         own = np.flatnonzero(owner == i)
-        nbr = np.unique(adj[own].indices) if own.size else np.zeros(0, dtype=np.int64)
-        rep = np.setdiff1d(nbr, own)
+        reach = own
+        for _h in range(max(int(hops), 1)):
+            nbr = np.unique(adj[reach].indices) if reach.size else np.zeros(0, dtype=np.int64)
+            reach = np.union1d(reach, nbr)
+        rep = np.setdiff1d(reach, own)
         gid = np.concatenate([own, rep]).astype(np.int64)
         sub = adj[gid][:, gid].tocsr()
         sub.sort_indices()
@@ -195,7 +199,7 @@ def write_store(directory: str | os.PathLike, dataset: str | os.PathLike, owner:
                 mask[len(own):] = False
                 f[m] = mask
         os.replace(tmp, part_path(out, i))
-    info = {"format": "shardgnn-partitions", "version": 1, "hops": 1,
+    info = {"format": "shardgnn-partitions", "version": 1, "hops": max(int(hops), 1),
             "algorithm": algorithm, "parts": int(parts), "num_nodes": int(n),
             "num_edges": int(meta.num_edges), "dataset": str(Path(dataset).resolve()),
             "num_features": int(meta.num_features), "num_classes": int(meta.num_classes)}

@@ -11,7 +11,7 @@ communicator (P = 3), on ranks {0, 1} (P = 2) or on rank 2 alone (P = 1):
 3. P = 3 on the 2-partition store: the clear ``p < P`` error on every rank, no output written;
 4. P = 2: uninterrupted run with a checkpoint at epoch 3, then (a) P = 2 resumed from it,
    (b) P = 2 ``--sync grad`` with very unequal batch counts and a partition with none,
-   (c) P = 2 user model by import path with ``--local-optimizer``, and
+   (c) P = 2 user model by import path with ``--local-optimizer`` and ``--eval full``, and
    ``shardgnn inspect --plot`` of it;
    meanwhile rank 2 (P = 1) checks that resuming with another model is refused.
 
@@ -88,8 +88,9 @@ def main():
                   "--batch-size", 4, "--fanouts", "4,2", "--epochs", 2, "--hidden", 8)
             times["grad_unequal"] = time.perf_counter() - t
             t = time.perf_counter()
-            train(pair, p2, out / "user.h5", "--model", "mymodels:TwoHop", "--epochs", 25,
-                  "--lr", 0.02, "--local-optimizer")
+            # a 2-layer user model on a 1-hop store: --eval dist would refuse it, full checks it
+            train(pair, p2, out / "user.h5", "--model", "mymodels:TwoHop", "--eval", "full",
+                  "--epochs", 25, "--lr", 0.02, "--local-optimizer")
             times["user_model"] = time.perf_counter() - t
             if comm.rank == 0:
                 args = build_parser().parse_args(["inspect", str(out / "user.h5"), "--plot",

@@ -1,0 +1,195 @@
+"""Exact distributed evaluation for the averaging engine (``--eval dist``): every rank evaluates
+the owned vertices of its own partitions; no rank holds the whole graph. Communicates.
+
+A partition of a store made with ``--hops h >= 1`` holds every owned vertex's full neighbour
+list and, as replicas, every vertex within ``h`` hops with all edges among its vertices. Two
+exact ways to get a model's output at the owned vertices follow:
+
+* **local** (receptive field ``L <= h``): one forward over the partition's local graph. Layer l
+  is exact at every vertex within ``h - l`` hops, so layer L is exact at the owned ones.
+* **halo** (``L > h``, built-in models, which run stage by stage): after every stage but the
+  last, each replica's row is replaced by the row its owner computed (exact there, since owners
+  have full neighbour lists), fetched with one ``Alltoallv`` per stage. Any depth is exact.
+
+GCN and SGC normalise with every vertex's degree in the WHOLE graph: an owned vertex's degree is
+its row length in its own partition; replicas get theirs from their owners in one exchange, so
+the source dataset is not read. Per rank the evaluator keeps an owner map of ``|V|`` int32
+(built by one ``Allreduce(MAX)``) while building the plan, then only its partitions' rows.
+User models (``pkg.mod:Name``) run as a whole: their receptive field is taken to be
+``--layers``, and ``--eval dist`` refuses them when that exceeds the store's hops.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from shardgnn.train import models
+from shardgnn.train.partitions import LocalGraph
+
+SPLITS = ("train", "val", "test")
+
+
+def dist_problem(meta: dict[str, Any], data: str, model: torch.nn.Module, model_name: str,
+                 layers: int) -> str:
+    """Why ``--eval dist`` cannot be exact for this store and model ("" when it can). Rank-local
+    and identical on every rank (it reads only ``meta.json`` and the configuration)."""
+    hops = int(meta.get("hops", 1))
+    where = f"{data}/meta.json"
+    if hops < 1:
+        return (f"{where}: --eval dist needs every owned vertex's full neighbour list; expected a "
+                f"store made with --hops >= 1, got hops = {hops} (use --eval full or --eval "
+                f"local)")
+    if not models.staged(model) and layers > hops:
+        return (f"{where}: --eval dist evaluates the user model {model_name} (assumed receptive "
+                f"field --layers = {layers}) on each partition's stored hops; expected --layers "
+                f"<= hops = {hops}, got {layers} (re-partition with --hops {layers}, or use "
+                f"--eval full or --eval local)")
+    return ""
+
+
+class HaloPlan:
+    """Who sends which owned rows to whom so that every replica of this rank's partitions gets
+    its owner's row. Built once; :meth:`exchange` is one ``Alltoallv``. Collective over comm.
+
+    Partition j lives on rank ``j % P`` (the engine's cyclic assignment).
+    """
+
+    def __init__(self, comm: Any, graphs: Sequence[LocalGraph], num_nodes: int) -> None:
+        self.comm = comm
+        self.owned = [int(g.num_owned) for g in graphs]
+        owner = np.full(int(num_nodes), -1, dtype=np.int32)
+        for g in graphs:
+            owner[g.gid[: g.num_owned]] = g.index
+        comm.allreduce(owner, "max")
+        reps = [g.gid[g.num_owned:] for g in graphs]
+        missing = [int(r[owner[r] < 0][0]) for r in reps if r.size and (owner[r] < 0).any()]
+        comm.agree(not missing, f"partition store: replica vertex {missing[0] if missing else 0} "
+                   f"has no owner in any partition; expected every vertex owned once")
+        need = np.unique(np.concatenate(reps)) if reps else np.zeros(0, np.int64)
+        need_rank = owner[need].astype(np.int64) % comm.size
+        del owner
+        order = np.lexsort((need, need_rank))
+        need = need[order]
+        self.recv_counts = np.bincount(need_rank[order], minlength=comm.size).astype(np.int64)
+        asked = comm.alltoallv(np.ascontiguousarray(need), self.recv_counts)
+        self.send_counts = comm.alltoall_counts(self.recv_counts)
+        own_gid = np.concatenate([g.gid[: g.num_owned] for g in graphs])
+        srt = np.argsort(own_gid, kind="stable")
+        srt_gid = own_gid[srt]
+        at = np.minimum(np.searchsorted(srt_gid, asked), max(srt_gid.size - 1, 0))
+        ok = asked.size == 0 or (srt_gid.size > 0 and np.array_equal(srt_gid[at], asked))
+        comm.agree(ok, "partition store: a replica's owner partition does not own it; expected "
+                   "owned vertices to match across partitions")
+        self.serve = srt[at] if asked.size else np.zeros(0, np.int64)
+        nsrt = np.argsort(need, kind="stable")
+        self.fill = [nsrt[np.searchsorted(need[nsrt], r)] for r in reps]
+        self.bytes = 0
+
+    def exchange(self, owned_rows: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Replica rows of every local partition from the owned rows of every partition
+        (``owned_rows[k]``: partition k's owned rows, all ranks the same width). Collective."""
+        table = np.concatenate(owned_rows)
+        send = np.ascontiguousarray(table[self.serve])
+        before = self.comm.bytes.get("halo", 0)
+        recv = self.comm.alltoallv(send, self.send_counts, recvcounts=self.recv_counts,
+                                   op_name="halo")
+        self.bytes += self.comm.bytes.get("halo", 0) - before
+        return [recv[f] for f in self.fill]
+
+
+class DistEvaluator:
+    """Exact predictions at the owned vertices of this rank's partitions. Collective over comm.
+
+    Parameters
+    ----------
+    comm
+        The job's communicator.
+    graphs
+        This rank's partitions (owned vertices first).
+    meta
+        The store's ``meta.json`` (``num_nodes``, ``hops``).
+    model
+        A model of the architecture to evaluate (chooses the local or halo way).
+    layers
+        ``--layers``: the receptive field of a user model.
+    """
+
+    def __init__(self, comm: Any, graphs: Sequence[LocalGraph], meta: dict[str, Any],
+                 model: torch.nn.Module, layers: int) -> None:
+        self.comm = comm
+        self.graphs = list(graphs)
+        self.plan = HaloPlan(comm, self.graphs, int(meta["num_nodes"]))
+        own_deg = [np.diff(g.indptr)[: g.num_owned].astype(np.int64)[:, None] for g in graphs]
+        rep_deg = self.plan.exchange(own_deg)
+        self.deg = [torch.from_numpy(np.concatenate([o[:, 0], r[:, 0]])) for o, r in
+                    zip(own_deg, rep_deg)]
+        self.staged = models.staged(model)
+        field = model.stages() if self.staged else int(layers)
+        self.way = "local" if field <= int(meta.get("hops", 1)) else "halo"
+        self.x = [torch.from_numpy(g.x) for g in graphs]
+        self._graphs: list[Any] | None = None
+        self.time = 0.0
+
+    def _stage_graphs(self, model: torch.nn.Module) -> list[Any]:
+        """Each partition's graph as the model takes it (GCN: normalised with global degrees)."""
+        if self._graphs is None:
+            out = []
+            for g, d in zip(self.graphs, self.deg):
+                ei = torch.from_numpy(g.edge_index())
+                if self.staged:
+                    out.append(model.stage_graph(ei, g.num_nodes, d))
+                else:
+                    out.append(ei)
+            self._graphs = out
+        return self._graphs
+
+    def logits(self, model: torch.nn.Module) -> list[torch.Tensor]:
+        """The model's output rows at each local partition's owned vertices. Collective."""
+        model.eval()
+        gs = self._stage_graphs(model)
+        with torch.no_grad():
+            if not self.staged:
+                return [models.forward(model, x, ei, d)[: g.num_owned]
+                        for g, x, ei, d in zip(self.graphs, self.x, gs, self.deg)]
+            hs = list(self.x)
+            n = model.stages()
+            for i in range(n):
+                hs = [model.stage(i, h, sg) for h, sg in zip(hs, gs)]
+                if self.way == "halo" and i < n - 1:
+                    reps = self.plan.exchange([h[: g.num_owned].numpy()
+                                               for h, g in zip(hs, self.graphs)])
+                    hs = [torch.cat([h[: g.num_owned], torch.from_numpy(r)])
+                          for h, g, r in zip(hs, self.graphs, reps)]
+        return [h[: g.num_owned] for h, g in zip(hs, self.graphs)]
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        """Accuracy (= micro-F1) on the train/val/test masks of the whole graph: per-partition
+        counts at owned vertices, summed by one all-reduce. Collective over comm."""
+        t0 = time.perf_counter()
+        counts = np.zeros(2 * len(SPLITS), dtype=np.int64)
+        for g, out in zip(self.graphs, self.logits(model)):
+            pred = out.argmax(dim=1).numpy()
+            y = g.y[: g.num_owned]
+            for j, k in enumerate(SPLITS):
+                m = getattr(g, f"{k}_mask")[: g.num_owned]
+                counts[2 * j] += int((pred[m] == y[m]).sum())
+                counts[2 * j + 1] += int(m.sum())
+        self.comm.allreduce(counts)
+        self.time += time.perf_counter() - t0
+        return {f"{k}_acc": (float(counts[2 * j]) / counts[2 * j + 1]
+                             if counts[2 * j + 1] else float("nan"))
+                for j, k in enumerate(SPLITS)}
+
+
+def check_dist(comm: Any, meta: dict[str, Any], data: str, model: torch.nn.Module,
+               model_name: str, layers: int) -> None:
+    """Refuse ``--eval dist`` where it cannot be exact, with the same line on every rank.
+    Collective over comm."""
+    msg = dist_problem(meta, data, model, model_name, layers)
+    comm.agree(not msg, msg)
+
+
+__all__ = ["DistEvaluator", "HaloPlan", "check_dist", "dist_problem"]
