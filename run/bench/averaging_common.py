@@ -66,7 +66,8 @@ def sh(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> subpro
 def convert_planetoid(name: str, out: Path) -> Path:
     """``shardgnn convert`` of a shared Planetoid dataset (standard 140/500/1000-style split)."""
     if not (out / "graph.json").exists():
-        src = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / name
+        default = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+        src = Path(os.environ.get("SHARDGNN_DATASETS", default)) / name
         p = sh([sys.executable, "-m", "shardgnn", "convert", src, "--out", out, "--force"])
         if p.returncode:
             raise SystemExit(f"convert {name} failed:\n{p.stderr[-2000:]}")

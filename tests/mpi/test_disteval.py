@@ -7,6 +7,7 @@ P = 1 and P = 2 ranks; then runs the CLI with bad combinations.
 """
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,7 @@ def checks(tmp_path_factory):
         fail = out / f"rank-{r}.fail"
         assert not fail.exists(), fail.read_text()
         assert (out / f"rank-{r}.ok").exists(), f"rank {r} did not finish"
-    return json.loads((out / "checks.json").read_text())
+    return dict(json.loads((out / "checks.json").read_text()), out=str(out))
 
 
 def test_dist_eval_equals_full_eval(checks):
@@ -90,3 +91,22 @@ def test_bad_combinations_fail_on_every_rank(checks, case, needle):
     for msg, agreed in per_rank:
         assert needle in msg and agreed, (case, msg)
     assert per_rank[0][0] == per_rank[1][0]
+
+
+@pytest.mark.parametrize("tag,sampler,model", [("cluster", "cluster", "ngnn-sage"),
+                                               ("saint", "saint-rw", "ngnn-gcn")])
+def test_subgraph_samplers_resume_and_are_recorded(checks, tag, sampler, model):
+    import h5py
+    import numpy as np
+
+    out = Path(checks["out"])
+    with h5py.File(out / f"{tag}-u.h5") as u, h5py.File(out / f"{tag}-r.h5") as r:
+        for k in ("loss", "val_acc", "test_acc"):
+            a, b = np.asarray(u["train"][k]), np.asarray(r["train"][k])
+            assert np.array_equal(a[2:], b[2:]) and np.isfinite(a).all(), k
+        cfg = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in u["config"].attrs.items()}
+        attrs = dict(u["train"].attrs)
+    assert str(cfg["sampler"]) == sampler and str(cfg["model"]) == model
+    key = "clusters" if tag == "cluster" else "saint_mean_subgraph"
+    assert len(attrs[key]) == 2 and min(attrs[key]) > 0  # one entry per partition
+    assert attrs["eval_way"] == "halo"

@@ -7,8 +7,9 @@ every vertex are gathered and compared with one full-graph forward of the same m
 P = 2 (world, stores with >= 2 partitions) and on P = 1 (each rank alone, alternate stores).
 Then the CLI must refuse, with the same line on every rank: a 3-layer user model on a 1-hop
 store, a hops-0 store, ``--sampler cluster --mode full``, ``--sync grad --sampler saint-node``,
-and an unknown sampler. Rank 0 writes OUT/checks.json; every rank writes OUT/rank-R.ok or
-OUT/rank-R.fail (traceback).
+and an unknown sampler. Last, Cluster-GCN (ngnn-sage) and GraphSAINT (ngnn-gcn) runs of 4
+epochs with a checkpoint at epoch 2 and their resumed twins (OUT/{cluster,saint}-{u,r}.h5).
+Rank 0 writes OUT/checks.json; every rank writes OUT/rank-R.ok or OUT/rank-R.fail.
 """
 import json
 import shutil
@@ -64,6 +65,12 @@ def compare(comm, store, full, results):
                         "acc": acc, "ref_acc": ref_acc})
 
 
+def train(comm, argv):
+    """``shardgnn train --engine averaging ARGV`` in-process."""
+    args = build_parser().parse_args(["train", "--engine", "averaging", *map(str, argv)])
+    return run_command(comm, args)
+
+
 def expect_error(comm, argv):
     """Run ``shardgnn train ARGV`` in-process; return (message, agreed) of its ShardError."""
     try:
@@ -117,6 +124,15 @@ def main():
                                                    "--sampler", "graphsage"]),
         }
         allerr = comm.gather_obj(errors)
+        # checkpoint / resume with the subgraph samplers and NGNN: same curve as uninterrupted
+        for tag, extra in (("cluster", ["--sampler", "cluster", "--cluster-size", 10,
+                                        "--clusters-per-batch", 2, "--model", "ngnn-sage"]),
+                           ("saint", ["--sampler", "saint-rw", "--model", "ngnn-gcn",
+                                      "--saint-presample", 4])):
+            common = [h1, *base[2:], "--epochs", 4, "--seed", 2, *extra]
+            train(comm, [*common, "--out", out / f"{tag}-u.h5", "--checkpoint-every", 2,
+                         "--checkpoint", out / f"{tag}-ck.h5"])
+            train(comm, [*common, "--out", out / f"{tag}-r.h5", "--resume", out / f"{tag}-ck.h5"])
         if comm.rank == 0:
             (out / "checks.json").write_text(json.dumps(
                 {"results": [r for lst in allres for r in lst], "errors": allerr}, indent=1))
