@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from shardgnn.comm import Communicator
 from shardgnn.train import models
 from shardgnn.train.partitions import LocalGraph
 
@@ -57,7 +58,7 @@ class HaloPlan:
     Partition j lives on rank ``j % P`` (the engine's cyclic assignment).
     """
 
-    def __init__(self, comm: Any, graphs: Sequence[LocalGraph], num_nodes: int) -> None:
+    def __init__(self, comm: Communicator, graphs: Sequence[LocalGraph], num_nodes: int) -> None:
         self.comm = comm
         self.owned = [int(g.num_owned) for g in graphs]
         owner = np.full(int(num_nodes), -1, dtype=np.int32)
@@ -117,7 +118,7 @@ class DistEvaluator:
         ``--layers``: the receptive field of a user model.
     """
 
-    def __init__(self, comm: Any, graphs: Sequence[LocalGraph], meta: dict[str, Any],
+    def __init__(self, comm: Communicator, graphs: Sequence[LocalGraph], meta: dict[str, Any],
                  model: torch.nn.Module, layers: int) -> None:
         self.comm = comm
         self.graphs = list(graphs)
@@ -184,7 +185,7 @@ class DistEvaluator:
                 for j, k in enumerate(SPLITS)}
 
 
-def check_dist(comm: Any, meta: dict[str, Any], data: str, model: torch.nn.Module,
+def check_dist(comm: Communicator, meta: dict[str, Any], data: str, model: torch.nn.Module,
                model_name: str, layers: int) -> None:
     """Refuse ``--eval dist`` where it cannot be exact, with the same line on every rank.
     Collective over comm."""

@@ -237,7 +237,7 @@ def _extras(comm: Communicator, workers: list[_Worker], evalg: Any) -> dict[str,
     return out
 
 
-def _write(rw: ResultWriter, comm: Any, history: dict[str, Any], summary: dict[str, Any]) -> None:
+def _write(rw: ResultWriter, comm: Communicator, history: dict[str, Any], summary: dict[str, Any]) -> None:
     """Per-epoch series, summary attributes, best model and per-rank memory. Collective."""
     for k in SERIES:
         rw.dataset(f"train/{k}", np.asarray(history[k], dtype=np.float64))
