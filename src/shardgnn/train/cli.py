@@ -81,8 +81,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
         data=args.data, out=args.out, model=args.model, hidden=args.hidden, layers=args.layers,
         heads=args.heads, dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay,
         epochs=args.epochs, seed=args.seed, sync=args.sync, sync_every=args.sync_every,
-        average_optimizer=args.average_optimizer, mode=args.mode, fanouts=list(fanouts),
-        batch_size=args.batch_size, eval=args.eval, eval_every=args.eval_every,
+        average_optimizer=args.average_optimizer, mode=mode, fanouts=list(fanouts),
+        batch_size=args.batch_size, sampler=sampler, ngnn_layers=args.ngnn_layers,
+        cluster_size=args.cluster_size, clusters_per_batch=args.clusters_per_batch,
+        saint_budget=args.saint_budget, saint_walk_length=args.saint_walk_length,
+        saint_steps=args.saint_steps, saint_presample=args.saint_presample,
+        eval=args.eval or "dist", eval_every=args.eval_every,
         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
         allow_nan_loss=args.allow_nan_loss)
     cfg.validate()
