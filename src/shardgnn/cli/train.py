@@ -12,8 +12,9 @@ from shardgnn.errors import ShardError
 from shardgnn.nau import cli as nau_cli
 from shardgnn.rdm import cli as rdm_cli
 from shardgnn.train import cli as avg_cli
-from shardgnn.train import guards
-from shardgnn.train import sampled_cli
+from shardgnn.train import guards, sampled_cli
+from shardgnn.train.sampled_cli import SAMPLERS as SAMPLED_SAMPLERS
+from shardgnn.train.subgraphs import SAMPLERS
 
 #: Engine families: modules with ENGINES, add_arguments(parser), run(comm, args) and optionally
 #: SHARED_OPTIONS (dests of the shared group below it takes), BORROWED_OPTIONS (dests of
@@ -77,6 +78,16 @@ def add_parser(sub: Any) -> None:
                    "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
                    "out_channels); nau: gcn, pinsage, magnn, jknet or pgnn; sampled: gcn, sage or gat "
                    "(default: gcn)")
+    g.add_argument("--sampler", choices=SAMPLERS + SAMPLED_SAMPLERS, default=None,
+                   help="(averaging, sampled) averaging, --mode minibatch inside each partition: "
+                   "neighbor (the default: --fanouts, --batch-size targets), cluster (Cluster-GCN: "
+                   "local label-propagation clusters of --cluster-size vertices, shuffled and "
+                   "joined up to --clusters-per-batch of them per batch, edges between them kept), "
+                   "saint-node / saint-edge / saint-rw (GraphSAINT with its normalisation; "
+                   "--saint-budget, --saint-walk-length, --saint-steps, --saint-presample); "
+                   "giving it implies --mode minibatch. sampled: uniform (the default; O(fanout) "
+                   "per server), keyed (uniform via A-ES keys, the same sample on any "
+                   "partitioning), weighted (A-ES on the dataset's edge weights)")
     g.add_argument("--eval", choices=("dist", "full", "local", "none"), default=None,
                    help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always, "
                    "the default; averaging: a forward on rank 0 over the source dataset named in "

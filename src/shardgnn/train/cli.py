@@ -7,12 +7,11 @@ from typing import Any
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
-from shardgnn.train.subgraphs import SAMPLERS
 
 ALGORITHMS: tuple[str, ...] = ()
 ENGINES: tuple[str, ...] = ("averaging",)
 #: Options of `shardgnn train`'s shared group this engine takes (see cli/train.py).
-SHARED_OPTIONS: tuple[str, ...] = ("model", "eval", "eval_every", "checkpoint_every",
+SHARED_OPTIONS: tuple[str, ...] = ("model", "sampler", "eval", "eval_every", "checkpoint_every",
                                    "checkpoint", "resume", "saint_budget", "saint_walk_length",
                                    "saint_steps", "saint_presample")
 
@@ -49,13 +48,6 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--mode", choices=("full", "minibatch"), default=None,
                    help="full: one step per epoch on the whole partition; minibatch: batches "
                    "drawn by --sampler (default: full, or minibatch when --sampler is given)")
-    g.add_argument("--sampler", choices=SAMPLERS, default=None,
-                   help="minibatch sampler inside each partition: neighbor (--fanouts, "
-                   "--batch-size targets), cluster (Cluster-GCN: local label-propagation "
-                   "clusters of --cluster-size vertices, --clusters-per-batch of them per batch, "
-                   "edges between them kept), saint-node / saint-edge / saint-rw (GraphSAINT "
-                   "with its normalisation; --saint-budget, --saint-walk-length, --saint-steps, "
-                   "--saint-presample) (default: neighbor)")
     g.add_argument("--cluster-size", type=int, default=128, metavar="S",
                    help="--sampler cluster: at most S vertices per cluster (default: 128)")
     g.add_argument("--clusters-per-batch", type=int, default=4, metavar="Q",

@@ -9,8 +9,10 @@ from shardgnn.errors import ShardError
 
 ENGINES: tuple[str, ...] = ("sampled",)
 #: Options of the shared group this engine takes.
-SHARED_OPTIONS: tuple[str, ...] = ("model", "eval", "eval_every", "checkpoint_every", "checkpoint",
-                                   "resume")
+SHARED_OPTIONS: tuple[str, ...] = ("model", "sampler", "eval", "eval_every", "checkpoint_every",
+                                   "checkpoint", "resume")
+#: The shared --sampler's values this engine takes.
+SAMPLERS: tuple[str, ...] = ("uniform", "keyed", "weighted")
 #: Options of the averaging group this engine also takes (same meaning).
 BORROWED_OPTIONS: tuple[str, ...] = ("heads", "fanouts", "batch_size")
 
@@ -26,10 +28,6 @@ def add_arguments(parser: Any) -> None:
         "Also takes --model (gcn, sage, gat), --heads, --fanouts (one per layer; default 15,10,5 "
         "cut to --layers; --fanouts alone sets --layers), --batch-size (seeds per rank and "
         "step). --eval full evaluates val/test on the sampled path. See docs/sampling.md.")
-    g.add_argument("--sampler", choices=("uniform", "keyed", "weighted"), default="uniform",
-                   help="uniform: O(fanout) per server; keyed: uniform via A-ES keys (the same "
-                   "sample on any partitioning); weighted: A-ES on the dataset's edge weights "
-                   "(default: uniform)")
     g.add_argument("--sample-replace", action="store_true",
                    help="sample neighbours with replacement (uniform, weighted)")
     g.add_argument("--direction", choices=("out", "in"), default="out",
@@ -56,14 +54,18 @@ def config_from_args(args: argparse.Namespace) -> Any:
                         layers=layers, heads=args.heads, dropout=args.dropout, lr=args.lr,
                         weight_decay=args.weight_decay, epochs=args.epochs, seed=args.seed,
                         fanouts=list(fanouts), batch_size=args.batch_size,
-                        eval_batch_size=args.eval_batch_size, sampler=args.sampler,
+                        eval_batch_size=args.eval_batch_size, sampler=args.sampler or "uniform",
                         replace=args.sample_replace, direction=args.direction,
-                        dataset=args.dataset, eval=args.eval, eval_every=args.eval_every,
+                        dataset=args.dataset, eval=args.eval or "full",
+                        eval_every=args.eval_every,
                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                         resume=args.resume, allow_nan_loss=args.allow_nan_loss)
-    if cfg.eval == "local":
-        raise ShardError("--eval local: not an evaluation of --engine sampled; expected full "
-                         "(val/test on the sampled path) or none")
+    if cfg.sampler not in SAMPLERS:
+        raise ShardError(f"--sampler: expected {', '.join(SAMPLERS)} with --engine sampled, got "
+                         f"{cfg.sampler}")
+    if cfg.eval in ("local", "dist"):
+        raise ShardError(f"--eval {cfg.eval}: not an evaluation of --engine sampled; expected "
+                         "full (val/test on the sampled path) or none")
     return cfg
 
 
