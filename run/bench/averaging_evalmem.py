@@ -94,8 +94,9 @@ def main() -> None:
         else None
     ratio = (by["full"]["rank0_peak_rss_mb"] / by["dist"]["rank0_peak_rss_mb"]
              if {"dist", "full"} <= set(by) else None)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent).stdout.strip()
+    commit = os.environ.get("SHARDGNN_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+        cwd=Path(__file__).resolve().parent).stdout.strip()
     from shardgnn import __version__
 
     out = {"benchmark": "averaging_evalmem", "graph": name, "nodes": args.nodes,
