@@ -21,13 +21,28 @@ from shardgnn.errors import ShardError
 from shardgnn.io import canonical as cn
 
 
+@njit(cache=True, inline="always")
+def _less(edges, i, u, v):  # pragma: no cover - numba
+    a, b = edges[i, 0], edges[i, 1]
+    return a < u or (a == u and b < v)
+
+
 @njit(cache=True)
-def _lower_bound(edges, u, v):  # pragma: no cover - numba
-    lo, hi = 0, edges.shape[0]
+def _lower_bound(edges, u, v, start):  # pragma: no cover - numba
+    """First row >= (u, v), knowing it is >= ``start``: galloping from ``start`` (sorted
+    queries move forward a little at a time), then binary search."""
+    m = edges.shape[0]
+    lo, step = start, 1
+    hi = start
+    while hi < m and _less(edges, hi, u, v):
+        lo = hi + 1
+        hi = start + step
+        step *= 2
+    if hi > m:
+        hi = m
     while lo < hi:
         mid = (lo + hi) >> 1
-        a, b = edges[mid, 0], edges[mid, 1]
-        if a < u or (a == u and b < v):
+        if _less(edges, mid, u, v):
             lo = mid + 1
         else:
             hi = mid
@@ -42,6 +57,7 @@ def _find_rows(edges, types, use_types, qu, qv, qt, order, rep, out):  # pragma:
     prev = -1
     occ = 0
     base = 0
+    start = 0
     for j in range(order.shape[0]):
         q = order[j]
         u, v, t = qu[q], qv[q], qt[q]
@@ -50,7 +66,8 @@ def _find_rows(edges, types, use_types, qu, qv, qt, order, rep, out):  # pragma:
             occ += 1
         else:
             occ = 0
-            base = _lower_bound(edges, u, v)
+            base = _lower_bound(edges, u, v, start)
+            start = base
             if use_types:
                 while base < m and edges[base, 0] == u and edges[base, 1] == v and \
                         types[base] < t:
@@ -98,7 +115,8 @@ class EdgeAttrs:
         qv = np.ascontiguousarray(dst, dtype=np.int64)
         use_t = etype is not None and self.types is not None
         qt = np.ascontiguousarray(etype if use_t else np.zeros(qu.shape[0]), dtype=np.int64)
-        order = np.lexsort((qt, qv, qu)) if use_t else np.lexsort((qv, qu))
+        key = qu * np.int64(max(1, self.meta.num_nodes)) + qv   # < 2^63: convert's node cap
+        order = np.lexsort((qt, key)) if use_t else np.argsort(key, kind="stable")
         out = np.empty(qu.shape[0], dtype=np.int64)
         edges = self.edges if self.edges.shape[0] else np.zeros((0, 2), np.int64)
         types = self.types if use_t else np.zeros(0, np.int32)

@@ -30,6 +30,8 @@ from shardgnn.errors import input_error
 META = "meta.json"
 FORMAT = "shardgnn-partitions"
 VERSION = 2
+#: CSR entries per block when looking up edge attributes (bounds the lookup's temporaries).
+ATTR_BLOCK = 1 << 20
 
 
 def part_name(i: int) -> str:
@@ -281,7 +283,7 @@ def write_edge_attrs(f: Any, attrs: Any, gid: np.ndarray, indptr: np.ndarray,
                      budget: int) -> None:
     """Write ``edge_weight`` / ``edge_type`` aligned with the CSR ``indices`` of the open part
     file ``f``: entry (row r, column c) is the edge gid[c] -> gid[r], looked up in the dataset.
-    Rows are handled in blocks of about ``budget`` entries. Rank-local."""
+    Rows are handled in blocks of about ``min(budget, ATTR_BLOCK)`` entries. Rank-local."""
     m = int(indptr[-1])
     ws = f.create_dataset("edge_weight", shape=(m,), dtype=np.float32) \
         if attrs.weights is not None else None
@@ -289,6 +291,7 @@ def write_edge_attrs(f: Any, attrs: Any, gid: np.ndarray, indptr: np.ndarray,
         if attrs.types is not None else None
     ind = f["indices"]
     n_loc = gid.shape[0]
+    budget = min(int(budget), ATTR_BLOCK)   # ~100 bytes of temporaries per entry
     lo = 0
     while lo < n_loc:
         hi = int(np.searchsorted(indptr, indptr[lo] + budget, side="right")) - 1
