@@ -135,11 +135,16 @@ class DistEvaluator:
         self.time = 0.0
 
     def _stage_graphs(self, model: torch.nn.Module) -> list[Any]:
-        """Each partition's graph as the model takes it (GCN: normalised with global degrees)."""
+        """Each partition's graph as the model takes it (GCN: normalised with global degrees).
+        The halo way keeps only the edges into owned vertices: every other row is replaced by
+        its owner's after each stage, so aggregating into it would be wasted work."""
         if self._graphs is None:
             out = []
             for g, d in zip(self.graphs, self.deg):
-                ei = torch.from_numpy(g.edge_index())
+                ei = g.edge_index()
+                if self.way == "halo":
+                    ei = ei[:, ei[1] < g.num_owned]
+                ei = torch.from_numpy(np.ascontiguousarray(ei))
                 if self.staged:
                     out.append(model.stage_graph(ei, g.num_nodes, d))
                 else:
