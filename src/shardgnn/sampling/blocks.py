@@ -70,23 +70,23 @@ class MiniBatch:
                 "edges": [b.num_edges for b in self.hops]}
 
 
-def relabel(nodes: np.ndarray, dst: np.ndarray, nbr: np.ndarray, etype: np.ndarray
-            ) -> tuple[np.ndarray, Block]:
+def relabel(nodes: np.ndarray, dst: np.ndarray, nbr: np.ndarray, etype: np.ndarray,
+            mapping: np.ndarray | None = None) -> tuple[np.ndarray, Block]:
     """Build hop h's block from sampled edges (``dst`` = position in ``nodes``, ``nbr`` global).
 
-    Edges are sorted by (destination, neighbour, type); new vertices are appended to ``nodes``
-    in the order of their first appearance in that order. Returns (``nodes[h + 1]``, block).
+    Edges are grouped by destination and sorted by (neighbour, type) within it; new vertices
+    are appended to ``nodes`` in the order of their first appearance in that order. ``mapping``
+    is a scratch array of -1 with one entry per global vertex (allocated when not given).
+    Returns (``nodes[h + 1]``, block).
     """
-    order = np.lexsort((etype, nbr, dst))
-    dst, nbr, etype = dst[order], nbr[order], etype[order]
-    allg = np.concatenate([nodes, nbr])
-    uniq, first = np.unique(allg, return_index=True)
-    rank = np.argsort(first, kind="stable")
-    lid = np.empty(uniq.size, np.int64)
-    lid[rank] = np.arange(uniq.size, dtype=np.int64)
-    nxt = uniq[rank]
-    src = lid[np.searchsorted(uniq, nbr)]
-    indptr = np.zeros(nodes.size + 1, np.int64)
-    np.cumsum(np.bincount(dst, minlength=nodes.size), out=indptr[1:])
+    from shardgnn.sampling.kernels import relabel_kernel
+
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    if mapping is None:
+        top = max(int(nodes.max(initial=-1)), int(np.max(nbr, initial=-1))) + 1
+        mapping = np.full(top, -1, np.int64)
+    nxt, indptr, src, et = relabel_kernel(nodes, np.ascontiguousarray(dst, dtype=np.int64),
+                                          np.ascontiguousarray(nbr, dtype=np.int64),
+                                          np.ascontiguousarray(etype, dtype=np.int32), mapping)
     return nxt, Block(num_src=int(nxt.size), num_dst=int(nodes.size), indptr=indptr,
-                      indices=src, etype=etype.astype(np.int32))
+                      indices=src, etype=et)

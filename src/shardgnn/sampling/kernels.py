@@ -97,7 +97,7 @@ def uniform_positions(seed: int, step: int, hop: int, v: int, t: int, d: int, k:
     floyd_positions(vertex_key(seed, step, hop, v, t), d, k, out)
 
 
-@numba.njit(cache=True)
+@numba.njit(inline="always")
 def _push(vals: np.ndarray, keys: np.ndarray, types: np.ndarray, m: int, u: int, key: float,
           t: int):
     if m >= vals.shape[0]:
@@ -202,9 +202,17 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
     hv = np.empty(maxk, np.int64)
     nv = 0
     scanned = 0
+    prev = 0
     for r in range(m):
         v = req_gid[r]
         lo_i, hi_i = 0, global_id.shape[0]
+        if prev < hi_i and global_id[prev] <= v:  # requests come sorted by gid: search onwards
+            lo_i = prev
+            step_ = 1
+            while lo_i + step_ < hi_i and global_id[lo_i + step_] <= v:  # gallop
+                lo_i += step_
+                step_ *= 2
+            hi_i = min(hi_i, lo_i + step_ + 1)
         while lo_i < hi_i:  # binary search of the local id
             mid = (lo_i + hi_i) // 2
             if global_id[mid] < v:
@@ -214,6 +222,7 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
         if lo_i >= global_id.shape[0] or global_id[lo_i] != v:
             continue
         lid = lo_i
+        prev = lid
         start = nv
         for g in range(gptr[lid], gptr[lid + 1]):
             t = gtype[g]
@@ -268,3 +277,55 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
                         scanned += 1
         counts[r] = nv - start
     return counts, vals[:nv].copy(), keys[:nv].copy(), types[:nv].copy(), scanned
+
+
+@numba.njit(cache=True)
+def relabel_kernel(nodes: np.ndarray, dst: np.ndarray, nbr: np.ndarray, etype: np.ndarray,
+                   mapping: np.ndarray):
+    """Block of one hop: edges grouped by destination (counting sort), each destination's
+    neighbours sorted by (global id, type), new vertices numbered in order of first appearance.
+
+    ``mapping`` (one entry per global vertex, all -1) is restored before returning.
+    Returns (next node list, indptr, src positions, types).
+    """
+    nd = nodes.shape[0]
+    m = dst.shape[0]
+    indptr = np.zeros(nd + 1, np.int64)
+    for e in range(m):
+        indptr[dst[e] + 1] += 1
+    for i in range(nd):
+        indptr[i + 1] += indptr[i]
+    fill = indptr[:-1].copy()
+    sn = np.empty(m, np.int64)
+    st = np.empty(m, np.int32)
+    for e in range(m):
+        q = fill[dst[e]]
+        fill[dst[e]] = q + 1
+        sn[q] = nbr[e]
+        st[q] = etype[e]
+    for i in range(nd):  # insertion sort of each (small) segment by (neighbour, type)
+        for a in range(indptr[i] + 1, indptr[i + 1]):
+            u, t = sn[a], st[a]
+            b = a - 1
+            while b >= indptr[i] and (sn[b] > u or (sn[b] == u and st[b] > t)):
+                sn[b + 1] = sn[b]
+                st[b + 1] = st[b]
+                b -= 1
+            sn[b + 1] = u
+            st[b + 1] = t
+    out = np.empty(nd + m, np.int64)
+    for i in range(nd):
+        out[i] = nodes[i]
+        mapping[nodes[i]] = i
+    nxt = nd
+    src = np.empty(m, np.int64)
+    for e in range(m):
+        u = sn[e]
+        if mapping[u] < 0:
+            mapping[u] = nxt
+            out[nxt] = u
+            nxt += 1
+        src[e] = mapping[u]
+    for i in range(nxt):
+        mapping[out[i]] = -1
+    return out[:nxt].copy(), indptr, src, st

@@ -182,6 +182,7 @@ class GatherApplySampler:
         self.membership = self._directory(parts)
         self._exchange_offsets()
         self.load = ServerLoad()
+        self._mapping = np.full(self.num_nodes, -1, np.int64)  # relabelling scratch
 
     # ------------------------------------------------------------------ setup
     def _prepare(self, part: StorePartition, weights: WeightSource | None) -> _Served:
@@ -265,7 +266,7 @@ class GatherApplySampler:
         bits = np.unpackbits(self.membership[frontier], axis=1, bitorder="little")
         fi, part = np.nonzero(bits[:, :self.num_parts])
         dest = part % self.comm.size
-        order = np.lexsort((fi, part, dest))
+        order = np.lexsort((fi, frontier[fi], part, dest))
         fi, part, dest = fi[order], part[order], dest[order]
         steps = np.broadcast_to(np.asarray(step, dtype=np.int64), frontier.shape)
         req = np.stack([frontier[fi], part.astype(np.int64), steps[fi]], axis=1)
@@ -341,7 +342,7 @@ class GatherApplySampler:
         mb = MiniBatch(nodes=nodes)
         for h, f in enumerate(fanouts):
             dst, nbr, et = self.hop(nodes[-1], step, h, f)
-            nxt, block = relabel(nodes[-1], dst, nbr, et)
+            nxt, block = relabel(nodes[-1], dst, nbr, et, self._mapping)
             nodes.append(nxt)
             mb.hops.append(block)
         return mb

@@ -1,0 +1,211 @@
+"""Benchmark of the Gather-Apply sampling service (issue 15): throughput, balance, memory.
+
+Launch on P ranks over a vertex-cut store with p = P partitions (P = 4 oversubscribed is fine
+for the balance figures)::
+
+    mpiexec -n 2 python run/bench/sampling.py --store VPARTS --out run/bench/results/X.json
+
+Measures, on the same random seeds (vertices with at least one edge, same on every rank):
+
+* throughput: sampled edges per second per rank, uniform (O(k)), weighted A-ES, weighted with
+  replacement and keyed, against the local single-process sampler
+  (``shardgnn.sampling.neighbor.UniformNeighborSampler``) on the whole graph, run on every
+  rank after the distributed part on the same batches (same fanouts, same batch size);
+* balance: max / mean over ranks of the server load (requests, edges returned) with
+  Gather-Apply, against the DistDGL scheme (each vertex's whole one-hop request answered by its
+  owner on a hash edge-cut of p parts) computed exactly on the same request trace (the
+  frontiers of every hop); the same with every seed taken from partition 0 (GLISP Fig. 10);
+* memory: store bytes per edge, peak RSS per rank (before the local baseline loads the whole
+  graph).
+
+Weights for the weighted modes are ``1 + (u + v) % 4`` (R-MAT and the SNAP graphs have none).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from shardgnn import __version__
+from shardgnn.comm import peak_rss_bytes, world
+from shardgnn.sampling.features import open_store
+from shardgnn.sampling.service import GatherApplySampler
+
+
+def _weights(i, part):
+    s, d, _ = part.edges()
+    return 1.0 + ((s + d) % 4)
+
+
+def _degrees(store_meta_dataset: Path) -> np.ndarray:
+    from shardgnn.io.canonical import edge_memmap, read_meta
+
+    gm = read_meta(store_meta_dataset)
+    e = np.asarray(edge_memmap(store_meta_dataset, gm))
+    deg = np.bincount(e[:, 0], minlength=gm.num_nodes)
+    if not gm.directed:
+        deg = deg + np.bincount(e[:, 1], minlength=gm.num_nodes)
+    return deg.astype(np.int64)
+
+
+def _csr(dataset: Path):
+    from shardgnn.io.canonical import edge_memmap, read_meta
+
+    gm = read_meta(dataset)
+    e = np.asarray(edge_memmap(dataset, gm), dtype=np.int64)
+    s, d = (e[:, 0], e[:, 1]) if gm.directed else (np.concatenate([e[:, 0], e[:, 1]]),
+                                                     np.concatenate([e[:, 1], e[:, 0]]))
+    order = np.argsort(s, kind="stable")
+    indptr = np.zeros(gm.num_nodes + 1, np.int64)
+    np.cumsum(np.bincount(s, minlength=gm.num_nodes), out=indptr[1:])
+    return indptr, d[order]
+
+
+def _run(comm, sampler, batches, fanouts, deg, p):
+    """Sample this rank's batches; returns timing, edges and the DistDGL load of the trace."""
+    comm.barrier()
+    l0 = sampler.load.as_array().copy()
+    dist_req = np.zeros(p, np.int64)
+    dist_ret = np.zeros(p, np.int64)
+    edges = 0
+    t0 = time.perf_counter()
+    trace = []
+    for step, seeds in enumerate(batches):
+        mb = sampler.sample(seeds, fanouts, step=step)
+        edges += sum(b.num_edges for b in mb.hops)
+        trace.append(mb.nodes[:-1])
+    secs = time.perf_counter() - t0
+    for nodes in trace:
+        for h, fr in enumerate(nodes):
+            k = fanouts[h]
+            own = fr % p
+            dist_req += np.bincount(own, minlength=p)
+            ret = deg[fr] if k < 0 else np.minimum(deg[fr], k)
+            dist_ret += np.bincount(own, weights=ret, minlength=p).astype(np.int64)
+    load = sampler.load.as_array() - l0
+    comm.barrier()
+    wall = time.perf_counter() - t0
+    comm.allreduce(dist_req)
+    comm.allreduce(dist_ret)
+    loads = np.asarray(comm.allgather_obj(load.tolist()))
+    rates = comm.allgather_obj(edges / secs if secs > 0 else 0.0)
+
+    def bal(a):
+        a = np.asarray(a, dtype=np.float64)
+        return float(a.max() / a.mean()) if a.mean() > 0 else float("nan")
+
+    return {"seconds_per_rank": comm.allgather_obj(secs), "wall_seconds": wall,
+            "edges_per_rank": comm.allgather_obj(edges),
+            "edges_per_s_per_rank": rates, "median_edges_per_s_per_rank": float(np.median(rates)),
+            "ga_load_per_rank": loads.tolist(),
+            "ga_balance_requests": bal(loads[:, 0]), "ga_balance_returned": bal(loads[:, 2]),
+            "ga_balance_scanned": bal(loads[:, 1]),
+            "distdgl_hash_requests_per_server": dist_req.tolist(),
+            "distdgl_hash_returned_per_server": dist_ret.tolist(),
+            "distdgl_balance_requests": bal(dist_req), "distdgl_balance_returned": bal(dist_ret)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--dataset", default=None)
+    ap.add_argument("--fanouts", default="15,10,5")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--batches", type=int, default=8, help="timed batches per rank")
+    ap.add_argument("--modes", default="uniform,weighted,wreplace,keyed")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    comm = world()
+    fanouts = [int(f) for f in a.fanouts.split(",")]
+    store, ds = open_store(a.store, a.dataset)
+    p = store.num_parts
+    deg = _degrees(ds)
+    rng = np.random.default_rng(a.seed)
+    cand = np.flatnonzero(deg > 0)
+    need = a.batch_size * a.batches * comm.size
+    seeds = rng.choice(cand, size=min(need, cand.size), replace=False)
+    mine = [np.sort(seeds[(i * comm.size + comm.rank) * a.batch_size:
+                          (i * comm.size + comm.rank + 1) * a.batch_size])
+            for i in range(a.batches)]
+    res = {"store": str(a.store), "dataset": str(ds), "ranks": comm.size, "parts": p,
+           "num_nodes": int(store.meta["num_nodes"]), "num_edges": int(store.meta["num_edges"]),
+           "fanouts": fanouts, "batch_size": a.batch_size, "batches_per_rank": a.batches,
+           "modes": {}}
+    t0 = time.perf_counter()
+    samplers = {}
+    for mode in a.modes.split(","):
+        kw = {"uniform": dict(mode="uniform"), "keyed": dict(mode="keyed"),
+              "weighted": dict(mode="weighted", weights=_weights),
+              "wreplace": dict(mode="weighted", replace=True, weights=_weights)}[mode]
+        samplers[mode] = GatherApplySampler(comm, store, seed=a.seed, **kw)
+    res["setup_seconds"] = time.perf_counter() - t0
+    for mode, s in samplers.items():
+        _run(comm, s, mine[:1], fanouts, deg, p)  # warm-up (numba compile, page cache)
+        res["modes"][mode] = _run(comm, s, mine, fanouts, deg, p)
+    # GLISP Fig. 10 worst case: every seed held by partition 0
+    s = samplers[next(iter(samplers))]
+    p0 = np.flatnonzero(np.unpackbits(s.membership, axis=1, bitorder="little")[:, 0])
+    p0 = rng.choice(p0, size=min(need, p0.size), replace=False)
+    mine0 = [np.sort(p0[(i * comm.size + comm.rank) * a.batch_size:
+                        (i * comm.size + comm.rank + 1) * a.batch_size]) for i in range(a.batches)]
+    res["partition0_seeds"] = _run(comm, s, mine0, fanouts, deg, p)
+    sizes = sum(f.stat().st_size for f in Path(a.store).glob("part-*/*.npy"))
+    res["store_bytes"] = int(sizes)
+    res["store_bytes_per_edge"] = sizes / max(res["num_edges"], 1)
+    res["store_bytes_per_stored_record"] = sizes / max(2 * res["num_edges"], 1)
+    res["directory_bytes_per_rank"] = int(s.membership.nbytes)
+    res["peak_rss_per_rank_before_baseline"] = comm.allgather_obj(peak_rss_bytes())
+    # the local single-process sampler on the whole graph, same batches, on every rank
+    from shardgnn.sampling.neighbor import UniformNeighborSampler
+
+    indptr, indices = _csr(ds)
+    loc = UniformNeighborSampler(indptr, indices, fanouts)
+    g = np.random.default_rng(a.seed)
+    loc.sample(mine[0], g)
+    t1 = time.perf_counter()
+    ledges = sum(loc.sample(b, g).num_edges for b in mine)
+    lsec = time.perf_counter() - t1
+    rates = comm.allgather_obj(ledges / lsec)
+    res["local_baseline"] = {"edges_per_s_per_rank": rates,
+                             "median_edges_per_s_per_rank": float(np.median(rates)),
+                             "note": "union subgraph: each vertex sampled once (first hop that "
+                                     "reaches it); Gather-Apply samples every vertex of every "
+                                     "hop's node list (DGL message-flow graphs)"}
+    for mode, r in res["modes"].items():
+        r["ratio_to_local_baseline"] = r["median_edges_per_s_per_rank"] / float(np.median(rates))
+    u = res["modes"].get("uniform")
+    if u:
+        for mode, r in res["modes"].items():
+            r["time_ratio_to_uniform_per_edge"] = (u["median_edges_per_s_per_rank"]
+                                                   / r["median_edges_per_s_per_rank"])
+    if comm.rank == 0:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+        res["meta"] = {"git_commit": commit, "version": __version__,
+                       "machine": platform.node(), "cpu_count": os.cpu_count(),
+                       "loadavg": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                          time.gmtime()),
+                       "note": "2 cores shared by nine agents: timings are noisy"}
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(str(a.out) + ".tmp")
+        tmp.write_text(json.dumps(res, indent=1))
+        os.replace(tmp, a.out)
+        print(json.dumps({m: {k: r[k] for k in ("median_edges_per_s_per_rank",
+                                                 "ga_balance_returned", "distdgl_balance_returned")}
+                          for m, r in list(res["modes"].items()) + [("p0", res["partition0_seeds"])]},
+                         indent=1))
+        print("local", res["local_baseline"]["median_edges_per_s_per_rank"],
+              "bytes/edge", res["store_bytes_per_edge"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
