@@ -72,27 +72,58 @@ def random_walks(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: in
     return _walks(graph.indptr, graph.indices.astype(np.int64), starts, u)
 
 
+@numba.njit(cache=True)
+def _topk(walks: np.ndarray, roots: np.ndarray, traces: int, k: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per root: the ``k`` most visited vertices (ties: smaller id) and their counts."""
+    nr, hops = roots.shape[0], walks.shape[1]
+    leaf = np.zeros(nr * k, dtype=np.int64)
+    cnt = np.zeros(nr * k, dtype=np.int64)
+    kept = np.zeros(nr, dtype=np.int64)
+    buf = np.empty(traces * hops, dtype=np.int64)
+    for r in range(nr):
+        m = 0
+        for i in range(r * traces, (r + 1) * traces):
+            for h in range(hops):
+                v = walks[i, h]
+                if v >= 0 and v != roots[r]:
+                    buf[m] = v
+                    m += 1
+        b = np.sort(buf[:m])
+        uniq = np.empty(m, dtype=np.int64)
+        c = np.zeros(m, dtype=np.int64)
+        u = 0
+        for j in range(m):
+            if u > 0 and uniq[u - 1] == b[j]:
+                c[u - 1] += 1
+            else:
+                uniq[u] = b[j]
+                c[u] = 1
+                u += 1
+        order = np.argsort(-c[:u], kind="mergesort")  # stable: ties keep ascending ids
+        kk = min(k, u)
+        for j in range(kk):
+            leaf[r * k + j] = uniq[order[j]]
+            cnt[r * k + j] = c[order[j]]
+        kept[r] = kk
+    return leaf, cnt, kept
+
+
 def topk_visits(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
                 num_nodes: int) -> Records:
     """PinSage neighbours: per root, the ``k`` most visited vertices of its walks.
 
     Visits of the root itself are ignored; ties go to the smaller vertex id. Each selected
     neighbour is weighted by its visit count divided by the sum of the selected counts.
+    ``num_nodes`` bounds the vertex ids (kept for the record format).
     """
-    pos = np.repeat(np.arange(roots.size, dtype=np.int64), num_traces * walks.shape[1])
-    v = walks.reshape(-1)
-    keep = (v >= 0) & (v != np.repeat(roots, num_traces * walks.shape[1]))
-    key = pos[keep] * num_nodes + v[keep]
-    key, cnt = np.unique(key, return_counts=True)
-    r, node = key // num_nodes, key % num_nodes
-    order = np.lexsort((node, -cnt, r))
-    r, node, cnt = r[order], node[order], cnt[order]
-    first = np.searchsorted(r, r, side="left")
-    sel = (np.arange(r.size) - first) < k
-    r, node, cnt = r[sel], node[sel], cnt[sel].astype(np.float64)
-    tot = np.bincount(r, weights=cnt, minlength=roots.size)
-    w = (cnt / tot[r]).astype(np.float32)
-    return Records(r, np.zeros(r.size, np.int64), node, None, w)
+    leaf, cnt, kept = _topk(np.ascontiguousarray(walks, np.int64),
+                            np.asarray(roots, np.int64), int(num_traces), int(k))
+    sel = (np.arange(leaf.size) % k) < np.repeat(kept, k)
+    r = np.repeat(np.arange(roots.size, dtype=np.int64), k)[sel]
+    node, c = leaf[sel], cnt[sel].astype(np.float64)
+    tot = np.bincount(r, weights=c, minlength=roots.size)
+    return Records(r, np.zeros(r.size, np.int64), node, None, (c / tot[r]).astype(np.float32))
 
 
 @numba.njit(cache=True)
