@@ -262,15 +262,15 @@ def sec_accuracy(a: argparse.Namespace) -> dict[str, Any]:
     from shardgnn.nau.engine import NAUConfig, train
 
     res: dict[str, Any] = {}
-    cases = [("gcn_cora", "cora", dict(model="gcn", hidden=16, epochs=200)),
-             ("magnn_ml100k", "ml100k", dict(model="magnn", hidden=32, layers=1, epochs=a.acc_epochs,
-                                             max_instances=32, dropout=0.5, lr=0.005)),
+    cases = [("gcn_cora", "cora", dict(model="gcn", hidden=16, epochs=a.cora_epochs), a.cora_seeds),
+             ("magnn_ml100k", "ml100k", dict(model="magnn", hidden=32, layers=1,
+                                             epochs=a.acc_epochs, max_instances=32), a.seeds),
              ("gcn_ml100k_homogeneous", "ml100k", dict(model="gcn", hidden=32,
-                                                        epochs=a.acc_epochs, lr=0.005))]
-    for key, gname, kw in cases:
+                                                        epochs=a.acc_epochs), a.seeds)]
+    for key, gname, kw, seeds in cases:
         g = graphs(gname, a.ml100k)
         accs = []
-        for seed in range(a.seeds):
+        for seed in range(seeds):
             cfg = NAUConfig(data=gname, out="", seed=seed, **kw)  # type: ignore[arg-type]
             _, s = train(cfg, g)
             accs.append(s["test_acc"])
@@ -307,8 +307,11 @@ def main() -> None:
                     help="target vertices of the hetero graph in magnn_ref: 1.6x as many "
                     "vertices, about 10x ml-100k (default 222000)")
     ap.add_argument("--seeds", type=int, default=5, help="seeds in accuracy (default 5)")
-    ap.add_argument("--acc-epochs", type=int, default=100,
-                    help="epochs of the ml-100k accuracy runs (default 100)")
+    ap.add_argument("--acc-epochs", type=int, default=60,
+                    help="epochs of the ml-100k accuracy runs (default 60)")
+    ap.add_argument("--cora-epochs", type=int, default=100,
+                    help="epochs of the Cora GCN accuracy runs (default 100)")
+    ap.add_argument("--cora-seeds", type=int, default=5, help="seeds of Cora GCN (default 5)")
     a = ap.parse_args()
     import torch
 

@@ -76,8 +76,9 @@ def add_parser(sub: Any) -> None:
                    "torch.nn.Module with "
                    "forward(x, edge_index), built as Name(in_channels=, hidden_channels=, "
                    "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
-                   "out_channels); nau: gcn, pinsage, magnn, jknet or pgnn; sampled: gcn, sage or gat "
-                   "(default: gcn)")
+                   "out_channels); nau: gcn, pinsage, magnn, jknet, pgnn or package.module:Class "
+                   "(a user NAUModel built as Class(in_dim, hidden, out_dim, **options), see "
+                   "docs/nau.md); sampled: gcn, sage or gat (default: gcn)")
     g.add_argument("--sampler", choices=SAMPLERS + SAMPLED_SAMPLERS, default=None,
                    help="(averaging, sampled) averaging, --mode minibatch inside each partition: "
                    "neighbor (the default: --fanouts, --batch-size targets), cluster (Cluster-GCN: "

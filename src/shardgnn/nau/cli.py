@@ -62,7 +62,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from shardgnn.nau.engine import NAUConfig
 
     cfg = NAUConfig(
-        data=args.data, out=args.out, model=args.model.lower(), hidden=args.hidden,
+        data=args.data, out=args.out, model=args.model if ":" in args.model else args.model.lower(), hidden=args.hidden,
         layers=args.layers, dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay,
         epochs=args.epochs, seed=args.seed, aggregation=args.aggregation, walks=args.walks,
         walk_length=args.walk_length, topk=args.topk, rings=args.rings, jk_mode=args.jk_mode,

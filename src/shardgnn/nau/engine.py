@@ -62,7 +62,8 @@ class NAUConfig:
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
-        checks = [(self.model in MODELS, "--model", " | ".join(MODELS), self.model),
+        checks = [(self.model in MODELS or ":" in self.model, "--model",
+                   " | ".join(MODELS) + " | package.module:Class", self.model),
                   (self.aggregation in MODES, "--aggregation", " | ".join(MODES), self.aggregation),
                   (self.epochs >= 0, "--epochs", ">= 0", self.epochs),
                   (self.hidden >= 1, "--hidden", ">= 1", self.hidden),

@@ -107,6 +107,11 @@ class LevelGraph:
     def sum(self, v: torch.Tensor) -> torch.Tensor:
         return self.exe.seg_sum(v, self.hdgs.seg_plan)
 
+    def mean(self, v: torch.Tensor) -> torch.Tensor:
+        """Mean of the instance rows of each slot (0 for an empty slot)."""
+        n = self.hdgs.seg_plan.lengths.clamp(min=1).to(v.dtype)
+        return self.sum(v) / n.view(-1, *([1] * (v.dim() - 1)))
+
     def softmax(self, s: torch.Tensor) -> torch.Tensor:
         return self.exe.seg_softmax(s, self.hdgs.seg_plan)
 

@@ -9,7 +9,16 @@ MODELS = ("gcn", "pinsage", "magnn", "jknet", "pgnn")
 
 
 def resolve(name: str) -> Callable[..., Any]:
-    """The model class registered under ``name``."""
+    """The model class registered under ``name``, or ``package.module:Class`` (a user model)."""
+    if ":" in name:
+        import importlib
+
+        mod, _, cls = name.partition(":")
+        try:
+            return getattr(importlib.import_module(mod), cls)
+        except (ImportError, AttributeError) as exc:
+            raise ShardError(f"--model {name}: expected an importable package.module:Class, "
+                             f"got {type(exc).__name__}: {exc}") from None
     from shardgnn.nau.models.gcn import GCN
     from shardgnn.nau.models.jknet import JKNet
     from shardgnn.nau.models.magnn import MAGNN
@@ -18,6 +27,7 @@ def resolve(name: str) -> Callable[..., Any]:
 
     table = {"gcn": GCN, "pinsage": PinSage, "magnn": MAGNN, "jknet": JKNet, "pgnn": PGNN}
     if name not in table:
-        raise ShardError(f"--model: expected one of {', '.join(MODELS)} for --engine nau, "
+        raise ShardError(f"--model: expected one of {', '.join(MODELS)} or package.module:Class "
+                         f"for --engine nau, "
                          f"got {name!r}")
     return table[name]
