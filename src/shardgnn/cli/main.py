@@ -18,7 +18,8 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 
 #: Subcommand modules under shardgnn.cli, in --help order.
-COMMANDS = ("convert", "info", "generate", "partition", "train", "sample", "inspect", "run")
+COMMANDS = ("convert", "info", "generate", "partition", "train", "sample", "infer", "inspect",
+            "run")
 
 DESCRIPTION = """\
 shardgnn: train graph neural networks on graphs larger than one machine.

@@ -112,6 +112,15 @@ class ResultWriter:
             kw = {"compression": "gzip", "compression_opts": 4, "chunks": chunks or True}
         self.h5.create_dataset(name, data=arr, **kw)
 
+    def virtual_dataset(self, name: str, layout: Any, fillvalue: Any = None) -> None:
+        """Create virtual dataset ``name`` from an ``h5py.VirtualLayout`` (its sources stay in
+        their own files; rank 0 writes, no-op elsewhere)."""
+        if self.h5 is None:
+            return
+        if name in self.h5:
+            del self.h5[name]
+        self.h5.create_virtual_dataset(name, layout, fillvalue=fillvalue)
+
     def table(self, group: str, rows: list[Mapping[str, Any]]) -> None:
         """Write a list of records as one dataset per column under ``group`` (rank 0)."""
         if self.h5 is None or not rows:

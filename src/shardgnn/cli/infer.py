@@ -1,0 +1,92 @@
+"""`shardgnn infer`: GLISP layerwise full-graph inference of a trained model (vertex-cut store)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from shardgnn.comm import Communicator
+
+HELP = """\
+Compute the embedding (the model's last-layer output) of every vertex with a model trained by
+`train --engine sampled` or `--engine averaging` (GraphSAGE, GCN, GAT), over a vertex-cut
+partition store (`partition --algo adadne|dne|hash2d`). The model runs as L one-layer passes
+over all vertices (GLISP layerwise inference): each rank computes the vertices it owns (the
+lowest partition holding a vertex decides; partitions r, r+P, ... are rank r's), after filling
+a static cache with the previous layer's rows of its vertices and of their neighbours, read
+chunk by chunk from the embedding store through a dynamic FIFO chunk cache.
+
+Each layer is written to LAYERS/layer-LL/rank-RRRRR.h5 (one file per rank, chunked and
+compressed) plus LAYERS/layer-LL.h5, a virtual N x d dataset in global-id order. OUT holds the
+last layer as the virtual dataset /embeddings/emb, per-layer timings and cache statistics
+(/infer). A rerun of the same job resumes after the last complete layer. See docs/inference.md.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("infer", help="layerwise inference of every vertex's embedding (GLISP)",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", metavar="CHECKPOINT",
+                   help="checkpoint of `train --engine sampled|averaging` (--checkpoint-every)")
+    p.add_argument("store", metavar="VPARTS", help="vertex-cut partition store directory")
+    p.add_argument("--out", required=True,
+                   help="results file (HDF5, written atomically): /embeddings/emb, /infer")
+    p.add_argument("--fanouts", default=None,
+                   help="neighbours per vertex and hop, first hop first (as in training), -1 = "
+                   "all; one per layer (default: -1 at every hop: full neighbourhoods)")
+    p.add_argument("--layers-dir", default=None, metavar="DIR",
+                   help="where the per-layer embedding files go, on a filesystem every rank "
+                   "sees (default: OUT.layers)")
+    p.add_argument("--cache-chunks", type=int, default=-1, metavar="N",
+                   help="dynamic cache size in chunks per rank; 0 = no dynamic cache "
+                   "(default: 5%% of the layer's chunks, at least 1)")
+    p.add_argument("--cache-policy", choices=("fifo", "lru"), default="fifo",
+                   help="dynamic cache eviction: fifo (GLISP's choice) or lru (default: fifo)")
+    p.add_argument("--order", choices=("pds", "ns", "ds", "ps"), default="pds",
+                   help="order of each rank's vertices in its files and of its cache fill: pds = "
+                   "(partition, degree descending), ns = global id, ds = degree descending, "
+                   "ps = (partition, global id) (default: pds); changes I/O, never results")
+    p.add_argument("--chunk-rows", type=int, default=32768,
+                   help="rows per chunk of the embedding files (default: 32768)")
+    p.add_argument("--compression", choices=("lzf", "gzip", "blosc", "none"), default="lzf",
+                   help="filter of the embedding files: lzf (default), gzip level 4, blosc "
+                   "(blosclz level 9, needs the hdf5plugin package) or none; measured in "
+                   "docs/inference.md")
+    p.add_argument("--samplewise", action="store_true",
+                   help="baseline: every batch of targets' k-hop blocks through the whole model "
+                   "(recomputes shared neighbourhoods; only the last layer is stored)")
+    p.add_argument("--batch-size", type=int, default=1024,
+                   help="--samplewise: targets per rank and batch (default: 1024)")
+    p.add_argument("--score-edges", default=None, metavar="EDGEFILE",
+                   help="also score these edges (text lines 'u v' or an (m, 2) .npy) by the dot "
+                   "product of their final embeddings, read from the store: /infer/scores")
+    p.add_argument("--dataset", default=None, metavar="DIR",
+                   help="the converted dataset the store was cut from (features; default: the "
+                   "path in the store's meta.json)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the neighbour sampling when --fanouts samples (default: 0)")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="recompute every layer even when complete layer files of the same job "
+                   "are in the layers directory")
+    p.set_defaults(func=run)
+
+
+def run(comm: Communicator, args: argparse.Namespace) -> int:
+    """Run inference. Collective over comm."""
+    from shardgnn.infer.engine import InferConfig, main
+
+    cfg = InferConfig(checkpoint=args.checkpoint, store=args.store, out=args.out,
+                      fanouts=args.fanouts, layers_dir=args.layers_dir,
+                      cache_chunks=args.cache_chunks, cache_policy=args.cache_policy,
+                      order=args.order, chunk_rows=args.chunk_rows,
+                      compression=args.compression, samplewise=args.samplewise,
+                      batch_size=args.batch_size, score_edges=args.score_edges,
+                      dataset=args.dataset, seed=args.seed, resume=args.resume)
+    s = main(comm, cfg, command=" ".join(sys.argv))
+    if comm.rank == 0:
+        print(f"infer: {s['vertices']} vertices x {s['width']} ({s['model']}, {s['layers']} "
+              f"layers, {s['mode']}) on {s['ranks']} ranks in {s['total_time']:.2f}s "
+              f"(fill {s['fill_time']:.2f}s, model {s['model_time']:.2f}s; dynamic cache hit "
+              f"ratio {s['hit_ratio']:.3f}); embeddings: {cfg.out}:/embeddings/emb "
+              f"(layer files in {s['layers_dir']})")
+    return 0

@@ -1,0 +1,490 @@
+"""GLISP's layerwise inference engine (and the sample-wise baseline). Collective over comm.
+
+Every vertex is inferred once, by its owner rank (the host, ``partition % P``, of the lowest
+partition holding it in the vertex-cut store; an isolated vertex by ``gid % P``). An L-layer
+model runs as L one-layer passes over all vertices. Before layer l a rank fills its **static
+cache** with the layer-l inputs of its owned vertices and of their (full or sampled) neighbours,
+read chunk by chunk from the embedding store (layer 0: the dataset's features) through the
+**dynamic** FIFO/LRU chunk cache; the layer then runs without any remote read, and each rank
+writes its rows (``shardgnn.infer.store``). Neighbour lists come from the Gather-Apply service
+(one hop, step 0, hop ``L - 1 - l``: the same sample the sample-wise baseline draws).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardgnn import log
+from shardgnn.comm import Communicator, block_bounds, peak_rss_bytes
+from shardgnn.errors import ShardError, input_error
+from shardgnn.infer import store as es
+from shardgnn.infer.model import LoadedModel, apply_layer, load_model, training_graph
+from shardgnn.io.results import ResultWriter, check_output_path
+from shardgnn.partition.vertexcut import ordering
+from shardgnn.sampling.blocks import relabel
+from shardgnn.sampling.features import check_fanouts, load_vertex_data, open_store, owner_ranks
+from shardgnn.sampling.service import GatherApplySampler, lowest_bit_partition
+from shardgnn.train.models import TorchBlock
+
+STATS = ("fill_time", "model_time", "sample_time", "write_time", "requests", "hits", "reads",
+         "bytes_read", "static_rows", "remote_rows", "edges")
+
+
+@dataclass
+class InferConfig:
+    """Resolved configuration of one ``shardgnn infer`` run (``docs/inference.md``)."""
+
+    checkpoint: str
+    store: str
+    out: str
+    fanouts: str | None = None
+    layers_dir: str | None = None
+    cache_chunks: int = -1
+    cache_policy: str = "fifo"
+    order: str = "pds"
+    chunk_rows: int = 32768
+    compression: str = "lzf"
+    samplewise: bool = False
+    batch_size: int = 1024
+    score_edges: str | None = None
+    dataset: str | None = None
+    seed: int = 0
+    resume: bool = True
+    ranks: int = 0
+
+    def validate(self) -> None:
+        """Raise ShardError on a bad option (identical on every rank)."""
+        checks = [(self.order in ordering.ORDERINGS, "--order", "/".join(ordering.ORDERINGS),
+                   self.order),
+                  (self.chunk_rows >= 1, "--chunk-rows", ">= 1", self.chunk_rows),
+                  (self.cache_chunks >= -1, "--cache-chunks", ">= 0 (or -1: 5% of the chunks)",
+                   self.cache_chunks),
+                  (self.cache_policy in ("fifo", "lru"), "--cache-policy", "fifo or lru",
+                   self.cache_policy),
+                  (self.compression in es.COMPRESSIONS, "--compression",
+                   "/".join(es.COMPRESSIONS), self.compression),
+                  (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size)]
+        for ok, opt, want, got in checks:
+            if not ok:
+                raise ShardError(f"{opt}: expected {want}, got {got}")
+        if self.compression == "blosc":
+            try:
+                import hdf5plugin  # noqa: F401
+            except ImportError:
+                raise ShardError("--compression blosc: expected the hdf5plugin package, got "
+                                 "none installed; use lzf or gzip") from None
+
+    def layers_root(self) -> Path:
+        return Path(self.layers_dir or f"{self.out}.layers")
+
+
+def _check_outputs(cfg: InferConfig) -> None:
+    """ShardError when the results file or the layers folder cannot be written (nothing made)."""
+    check_output_path(cfg.out)
+    for p in (Path(cfg.out).resolve().parent, cfg.layers_root().resolve()):
+        q = p
+        while not q.exists():
+            q = q.parent
+        if not q.is_dir():
+            raise input_error(q, f"expected a directory to hold {p}, got a file")
+        if not os.access(q, os.W_OK | os.X_OK):
+            raise input_error(q, f"expected a writable directory to hold {p}, got a read-only one")
+    root = cfg.layers_root()
+    if root.exists() and not root.is_dir():
+        raise input_error(root, "expected a layers directory, got a file")
+
+
+@dataclass
+class _Plan:
+    """What every rank knows after setup: owners, store rows, degrees, this rank's targets."""
+
+    n: int
+    owner: np.ndarray
+    part: np.ndarray
+    deg: np.ndarray
+    targets: np.ndarray
+    row: np.ndarray
+
+
+def _plan(comm: Communicator, sampler: GatherApplySampler, cfg: InferConfig, side: str) -> _Plan:
+    """Owners, inference order and store row of every vertex. Collective over comm."""
+    n, P = sampler.num_nodes, comm.size
+    owner = owner_ranks(sampler.membership, P)
+    low = lowest_bit_partition(sampler.membership)
+    part = np.where(low >= 0, low, np.arange(n) % max(sampler.num_parts, 1))
+    deg = np.zeros(n, np.int64)
+    for i in sampler.hosted:
+        pt = sampler.store.partition(i)
+        deg[np.asarray(pt.global_id)] = np.asarray(pt.arrays[f"{side}_degree"])
+    comm.allreduce(deg, "max")
+    mine = np.flatnonzero(owner == comm.rank).astype(np.int64)
+    targets = mine[ordering.order(cfg.order, mine, part[mine], deg[mine])]
+    row = np.zeros(n, np.int64)
+    row[targets] = np.arange(targets.size, dtype=np.int64)
+    comm.allreduce(row, "sum")
+    return _Plan(n, owner, part, deg, targets, row)
+
+
+def _neighbours(sampler: GatherApplySampler, targets: np.ndarray, hop: int, fanout: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr over targets, neighbour gids sorted per target). Collective over comm."""
+    dst, nbr, _ = sampler.hop(targets, 0, hop, fanout)
+    order = np.lexsort((nbr, dst))
+    indptr = np.zeros(targets.size + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=targets.size), out=indptr[1:])
+    return indptr, nbr[order].astype(np.int64)
+
+
+def run_key(lm: LoadedModel, cfg: InferConfig, meta: dict[str, Any], fanouts: list[int],
+            P: int) -> str:
+    """What a finished layer file must have been computed from (resume matches it)."""
+    text = repr((lm.key, str(Path(cfg.store).resolve()), meta.get("num_nodes"),
+                 meta.get("num_edges"), meta.get("num_parts"), fanouts, cfg.order, cfg.seed,
+                 P, cfg.chunk_rows, lm.direction, cfg.samplewise))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class _Layers:
+    """Writing and checking the per-layer files of this run. Collective methods say so."""
+
+    def __init__(self, comm: Communicator, cfg: InferConfig, plan: _Plan, key: str) -> None:
+        self.comm, self.cfg, self.plan, self.key = comm, cfg, plan, key
+        self.root = cfg.layers_root()
+        self.bounds = block_bounds(plan.n, comm.size)
+
+    def want(self, layer: int) -> dict[str, Any]:
+        return {"run_key": self.key, "layer": layer, "rank": self.comm.rank,
+                "ranks": self.comm.size, "rows": int(self.plan.targets.size)}
+
+    def complete(self, layer: int) -> bool:
+        """Whether every rank's file of ``layer`` and its virtual dataset are finished files of
+        this run (checksums verified). Collective over comm."""
+        ok = es.check_rank_file(es.rank_file(self.root, layer, self.comm.rank),
+                                self.want(layer)) == ""
+        if self.comm.rank == 0:
+            ok = ok and es.vds_file(self.root, layer).exists()
+        return bool(self.comm.allreduce_scalar(int(ok), "min"))
+
+    def write(self, layer: int, emb: np.ndarray) -> None:
+        """Redistribute the rows to global-id blocks, write this rank's file, then rank 0 the
+        virtual dataset. Collective over comm."""
+        comm, plan = self.comm, self.plan
+        g = plan.targets
+        dest = np.searchsorted(self.bounds, g, side="right") - 1
+        order = np.argsort(dest, kind="stable")
+        counts = np.bincount(dest, minlength=comm.size).astype(np.int64)
+        rc = comm.alltoall_counts(counts)
+        gg = comm.alltoallv(np.ascontiguousarray(g[order]), counts, recvcounts=rc,
+                            op_name="infer_gid")
+        rows = comm.alltoallv(np.ascontiguousarray(emb[order]), counts, recvcounts=rc,
+                              op_name="infer_rows")
+        lo, hi = int(self.bounds[comm.rank]), int(self.bounds[comm.rank + 1])
+        by_gid = np.empty((hi - lo, emb.shape[1]), np.float32)
+        by_gid[gg - lo] = rows
+        del rows
+        err = ""
+        try:
+            es.write_rank_file(es.rank_file(self.root, layer, comm.rank), emb, g, by_gid,
+                               self.want(layer), self.cfg.chunk_rows, self.cfg.compression)
+        except OSError as exc:
+            err = f"{es.rank_file(self.root, layer, comm.rank)}: cannot write ({exc})"
+        comm.agree(not err, err)
+        if comm.rank == 0:
+            try:
+                srcs = [(es.rank_file(self.root, layer, r), int(self.bounds[r]),
+                         int(self.bounds[r + 1])) for r in range(comm.size)]
+                es.write_vds(es.vds_file(self.root, layer), srcs, plan.n, emb.shape[1],
+                             {"layer": layer, "run_key": self.key})
+            except OSError as exc:
+                err = f"{es.vds_file(self.root, layer)}: cannot write ({exc})"
+        comm.agree(not err, err)
+
+    def sources(self, layer: int) -> list[tuple[Path, int, int]]:
+        return [(es.rank_file(self.root, layer, r), int(self.bounds[r]),
+                 int(self.bounds[r + 1])) for r in range(self.comm.size)]
+
+
+def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i: int,
+           nbrs: tuple[np.ndarray, np.ndarray], src: es.LayerSource, capacity: int,
+           st: dict[str, float]) -> np.ndarray:
+    """Model layer ``i`` for this rank's targets: static-cache fill, then batches. Rank-local
+    (the neighbour lists were sampled beforehand)."""
+    indptr, nbr = nbrs
+    t = plan.targets
+    t0 = time.perf_counter()
+    need = np.unique(np.concatenate([t, nbr]))
+    cached = need[ordering.order(cfg.order, need, plan.part[need], plan.deg[need])]
+    width = lm.in_channels if i == 0 else _out_width(lm, i - 1)
+    static = np.empty((cached.size, width), np.float32)
+    dyn = src.cache(capacity, cfg.cache_policy)
+    src.fill(cached, static, dyn, cfg.chunk_rows)
+    by_gid = np.argsort(cached, kind="stable")
+    sorted_g = cached[by_gid]
+    st["fill_time"] += time.perf_counter() - t0
+    for k, v in dyn.stats().items():
+        if k != "hit_ratio":
+            st[k] += v
+    st["static_rows"] += cached.size
+    st["remote_rows"] += int(np.count_nonzero(plan.owner[cached] != comm.rank))
+    st["edges"] += nbr.size
+    t1 = time.perf_counter()
+    out: np.ndarray | None = None
+    prog = log.Progress(int(t.size), f"infer layer {i + 1}/{lm.layers}", unit="vertex",
+                        enabled=comm.rank == 0)
+    B = cfg.chunk_rows
+    with torch.no_grad():
+        for lo in range(0, t.size, B):
+            hi = min(lo + B, t.size)
+            d = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
+            nb = nbr[indptr[lo]:indptr[hi]]
+            nodes, blk = relabel(t[lo:hi], d, nb, np.zeros(nb.size, np.int32))
+            x = torch.from_numpy(static[by_gid[np.searchsorted(sorted_g, nodes)]])
+            y = apply_layer(lm, i, x, TorchBlock.of(blk), plan.deg[nodes]).numpy()
+            if out is None:
+                out = np.empty((t.size, y.shape[1]), np.float32)
+            out[lo:hi] = y
+            prog.update(hi - lo)
+    prog.close()
+    st["model_time"] += time.perf_counter() - t1
+    if out is None:
+        out = np.empty((0, _out_width(lm, i)), np.float32)
+    return out
+
+
+def _out_width(lm: LoadedModel, i: int) -> int:
+    """Output width of layer ``i`` (from the parameters of its conv)."""
+    conv = lm.model.convs[i]
+    if i == lm.layers - 1:
+        return lm.out_channels
+    heads = int(getattr(conv, "heads", 1)) if getattr(conv, "concat", False) else 1
+    return int(conv.out_channels) * heads
+
+
+def _fanouts(cfg: InferConfig, layers: int) -> list[int]:
+    """Per-hop fanouts (first hop first; default: all neighbours at every hop)."""
+    if cfg.fanouts is None:
+        return [-1] * layers
+    return check_fanouts(cfg.fanouts, layers)
+
+
+def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig) -> np.ndarray:
+    """The dataset's feature array (memory-mapped), checked against the model and the graph."""
+    from shardgnn.io.canonical import load_node_array, read_meta
+
+    x = load_node_array(ds, "x", read_meta(ds))
+    if x is None:
+        raise input_error(ds / "x.npy", "missing; expected node features to infer from")
+    if x.ndim != 2 or x.shape[1] != lm.in_channels:
+        raise input_error(ds / "x.npy", f"expected {lm.in_channels} feature columns (the input "
+                          f"width of the checkpoint's {lm.name} model), got shape {x.shape}")
+    tg = training_graph(lm.config)
+    got = (int(meta["num_nodes"]), int(meta.get("num_edges", -1)))
+    if tg is not None and (tg[0] != got[0] or (tg[1] >= 0 and got[1] >= 0 and tg[1] != got[1])):
+        raise input_error(cfg.store, f"expected a store of the graph the checkpoint was trained "
+                          f"on ({tg[0]} nodes, {tg[1]} edges), got one of {got[0]} nodes and "
+                          f"{got[1]} edges")
+    return x
+
+
+def read_edge_file(path: str, num_nodes: int) -> np.ndarray:
+    """(m, 2) int64 edges to score: a ``.npy`` (m, 2) integer array or text lines ``u v``."""
+    p = Path(path)
+    if not p.exists():
+        raise input_error(p, "no such edge file")
+    try:
+        e = np.load(p) if p.suffix == ".npy" else np.loadtxt(p, dtype=np.int64, ndmin=2,
+                                                               comments="#", usecols=(0, 1))
+    except ValueError as exc:
+        raise input_error(p, f"expected two integer vertex ids per line ({exc})") from None
+    e = np.asarray(e)
+    if e.ndim != 2 or e.shape[1] != 2 or (e.size and e.dtype.kind not in "iu"):
+        raise input_error(p, f"expected an (m, 2) integer array, got shape {e.shape} dtype "
+                          f"{e.dtype}")
+    e = e.astype(np.int64)
+    if e.size and (e.min() < 0 or e.max() >= num_nodes):
+        raise input_error(p, f"expected vertex ids in [0, {num_nodes}), got "
+                          f"{int(e[(e < 0) | (e >= num_nodes)][0])}")
+    return e
+
+
+def _capacity(cfg: InferConfig, src: es.LayerSource) -> int:
+    """Dynamic cache size in chunks: --cache-chunks, or 5% of the layer's chunks (at least 1)."""
+    return cfg.cache_chunks if cfg.cache_chunks >= 0 else max(1, -(-src.num_chunks // 20))
+
+
+def _source(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int,
+            x: np.ndarray) -> es.LayerSource:
+    if layer == 0:
+        return es.LayerSource(0, cfg.chunk_rows, features=x)
+    return es.LayerSource(layer, cfg.chunk_rows, root=cfg.layers_root(), owner=plan.owner,
+                          row=plan.row, ranks=comm.size)
+
+
+def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
+               sampler: GatherApplySampler, layers: _Layers, x: np.ndarray,
+               fanouts: list[int], start: int, hist: dict[str, np.ndarray]) -> None:
+    """Layers ``start`` .. L - 1, each written before the next starts. Collective over comm."""
+    L = lm.layers
+    nbrs: tuple[np.ndarray, np.ndarray] | None = None
+    last = None
+    for i in range(start, L):
+        st = {k: 0.0 for k in STATS}
+        hop = L - 1 - i
+        t0 = time.perf_counter()
+        if nbrs is None or fanouts[hop] != -1 or last != -1:
+            nbrs = _neighbours(sampler, plan.targets, hop, fanouts[hop])
+        last = fanouts[hop]
+        st["sample_time"] = time.perf_counter() - t0
+        src = _source(comm, cfg, plan, i, x)
+        try:
+            emb = _layer(comm, lm, cfg, plan, i, nbrs, src, _capacity(cfg, src), st)
+        finally:
+            src.close()
+        t1 = time.perf_counter()
+        layers.write(i + 1, emb)
+        st["write_time"] = time.perf_counter() - t1
+        for k in STATS:
+            hist[k][i] = st[k]
+        log.get().info("infer layer %d/%d: fill %.3fs model %.3fs write %.3fs; static cache "
+                       "%d rows (%d remote), dynamic cache %d requests %d hits", i + 1, L,
+                       st["fill_time"], st["model_time"], st["write_time"], st["static_rows"],
+                       st["remote_rows"], st["requests"], st["hits"])
+
+
+def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
+                sampler: GatherApplySampler, layers: _Layers, ds: Path, fanouts: list[int],
+                hist: dict[str, np.ndarray]) -> None:
+    """The baseline: each batch of targets' k-hop blocks through the whole model (the same
+    samples as layerwise: step 0). Only the last layer is written. Collective over comm."""
+    feats, _ = load_vertex_data(comm, ds, plan.owner, need_labels=False)
+    t, bs, L = plan.targets, cfg.batch_size, lm.layers
+    steps = int(comm.allreduce_scalar(-(-t.size // bs), "max"))
+    out = np.empty((t.size, lm.out_channels), np.float32)
+    st = {k: 0.0 for k in STATS}
+    prog = log.Progress(int(t.size), "infer samplewise", unit="vertex", enabled=comm.rank == 0)
+    for s in range(steps):
+        seeds = t[s * bs:(s + 1) * bs]
+        t0 = time.perf_counter()
+        mb = sampler.sample(seeds, fanouts, step=0)
+        t1 = time.perf_counter()
+        h = torch.from_numpy(feats.fetch(mb.input_nodes, op_name="infer_fetch"))
+        t2 = time.perf_counter()
+        with torch.no_grad():
+            for i, b in enumerate(mb.blocks()):
+                h = apply_layer(lm, i, h, TorchBlock.of(b), plan.deg[mb.nodes[L - i]])
+        out[s * bs:s * bs + seeds.size] = h.numpy()
+        st["sample_time"] += t1 - t0
+        st["fill_time"] += t2 - t1
+        st["model_time"] += time.perf_counter() - t2
+        st["edges"] += sum(b.num_edges for b in mb.hops)
+        prog.update(seeds.size)
+    prog.close()
+    t3 = time.perf_counter()
+    layers.write(L, out)
+    st["write_time"] = time.perf_counter() - t3
+    for k in STATS:
+        hist[k][L - 1] = st[k]
+
+
+def _score(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int, width: int,
+           edges: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """Dot-product scores of ``edges`` from the stored final embeddings (read through the
+    dynamic cache, nothing recomputed); rank 0 gets them all in the file's order. Collective
+    over comm."""
+    b = block_bounds(edges.shape[0], comm.size)
+    e = edges[b[comm.rank]:b[comm.rank + 1]]
+    u = np.unique(e.reshape(-1))
+    rows = np.empty((u.size, width), np.float32)
+    src = _source(comm, cfg, plan, layer, x)
+    try:
+        src.fill(u, rows, src.cache(_capacity(cfg, src), cfg.cache_policy), cfg.chunk_rows)
+    finally:
+        src.close()
+    a = rows[np.searchsorted(u, e[:, 0])]
+    c = rows[np.searchsorted(u, e[:, 1])]
+    return comm.gatherv(np.einsum("ij,ij->i", a, c).astype(np.float32))
+
+
+def _resume_point(layers: _Layers, L: int, samplewise: bool) -> int:
+    """Layers already finished by an earlier run of the same job (0 = none). Collective."""
+    for layer in ([L] if samplewise else range(L, 0, -1)):
+        if layers.complete(layer):
+            return layer
+    return 0
+
+
+def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, Any]:
+    """Infer every vertex's embedding; write the layer files and ``cfg.out``. Collective."""
+    cfg.ranks = comm.size
+    comm.run_agreed(cfg.validate)
+    lm = comm.run_agreed(load_model, cfg.checkpoint)
+    store, ds = comm.run_agreed(open_store, cfg.store, cfg.dataset)
+    fanouts = comm.run_agreed(_fanouts, cfg, lm.layers)
+    x = comm.run_agreed(_features, ds, lm, store.meta, cfg)
+    comm.run_agreed(_check_outputs, cfg)
+    n = int(store.meta["num_nodes"])
+    edges = comm.run_agreed(read_edge_file, cfg.score_edges, n) if cfg.score_edges else None
+    t_start = time.perf_counter()
+    sampler = GatherApplySampler(comm, store, direction=lm.direction, mode="uniform",
+                                 seed=cfg.seed)
+    plan = _plan(comm, sampler, cfg, sampler.side)
+    layers = _Layers(comm, cfg, plan, run_key(lm, cfg, store.meta, fanouts, comm.size))
+    L = lm.layers
+    hist = {k: np.zeros(L) for k in STATS}
+    start = _resume_point(layers, L, cfg.samplewise) if cfg.resume else 0
+    if start:
+        log.get().info("infer: layers 1..%d already complete in %s; resuming at layer %d",
+                       start, layers.root, start + 1)
+    if start < L:
+        if cfg.samplewise:
+            _samplewise(comm, lm, cfg, plan, sampler, layers, ds, fanouts, hist)
+        else:
+            _layerwise(comm, lm, cfg, plan, sampler, layers, x, fanouts, start, hist)
+    t_score = time.perf_counter()
+    scores = _score(comm, cfg, plan, L, lm.out_channels, edges, x) if edges is not None else None
+    t_score = time.perf_counter() - t_score
+    total = comm.allreduce_scalar(time.perf_counter() - t_start, "max")
+    return _write(comm, cfg, lm, plan, layers, hist, start, total, scores, t_score, command)
+
+
+def _write(comm: Communicator, cfg: InferConfig, lm: LoadedModel, plan: _Plan, layers: _Layers,
+           hist: dict[str, np.ndarray], start: int, total: float, scores: np.ndarray | None,
+           t_score: float, command: str) -> dict[str, Any]:
+    """The results file: per-layer timings and cache statistics per rank, the final layer as
+    the virtual dataset ``/embeddings/emb``, edge scores. Collective over comm."""
+    L = lm.layers
+    req = comm.allreduce_scalar(float(hist["requests"].sum()))
+    hits = comm.allreduce_scalar(float(hist["hits"].sum()))
+    summary = {"vertices": plan.n, "width": lm.out_channels, "layers": L, "ranks": comm.size,
+               "model": lm.name, "engine": lm.engine, "direction": lm.direction,
+               "resumed_layers": start, "total_time": total,
+               "fill_time": comm.allreduce_scalar(float(hist["fill_time"].sum()), "max"),
+               "model_time": comm.allreduce_scalar(float(hist["model_time"].sum()), "max"),
+               "chunk_requests": req, "chunk_hits": hits,
+               "chunk_reads": comm.allreduce_scalar(float(hist["reads"].sum())),
+               "hit_ratio": hits / req if req else 0.0, "score_time": t_score,
+               "layers_dir": str(layers.root.resolve()), "run_key": layers.key,
+               "mode": "samplewise" if cfg.samplewise else "layerwise"}
+    with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
+        for k in STATS:
+            rw.per_rank(f"infer/{k}", hist[k])
+        rw.per_rank("infer/peak_rss", peak_rss_bytes())
+        rw.per_rank("infer/targets", int(plan.targets.size))
+        rw.attrs("infer", summary)
+        if scores is not None:
+            rw.dataset("infer/scores", scores)
+        if comm.rank == 0:
+            rw.virtual_dataset("embeddings/emb", es.vds_layout(
+                layers.sources(L), plan.n, lm.out_channels, Path(cfg.out).resolve().parent),
+                fillvalue=np.nan)
+        rw.attrs("embeddings", {"layer": L, "width": lm.out_channels, "rows": plan.n,
+                                "order": "global id",
+                                "source": str(es.vds_file(layers.root, L).resolve())})
+    return summary

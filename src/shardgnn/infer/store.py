@@ -1,0 +1,260 @@
+"""The per-layer embedding store of layerwise inference and the dynamic chunk cache. Rank-local.
+
+Layout of a layers directory (``docs/inference.md``)::
+
+    DIR/layer-LL/rank-RRRRR.h5   one file per rank and layer (L >= 1; layer 0 = the features):
+        /emb     (rows_r, d) float32, the rank's owned vertices in its inference order
+                 (--order), chunked (--chunk-rows) and compressed: what the caches read
+        /gid     (rows_r,) int64 global id of each row of /emb
+        /by_gid  (hi - lo, d) float32 rows lo..hi-1 of the N x d matrix in global-id order
+                 (lo, hi = block_range(N, P, r)): the source of the virtual dataset
+        attrs    format, layer, rank, ranks, rows, width, chunk_rows, compression, run_key,
+                 adler32 (of /emb then /by_gid), complete
+    DIR/layer-LL.h5              /emb: virtual (N, d) dataset over every rank's /by_gid
+
+A file is written under a temporary name and renamed when complete, so a file under the final
+name with the run's ``run_key`` and a matching checksum is a finished layer (resume).
+"""
+from __future__ import annotations
+
+import os
+import zlib
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+FORMAT = "shardgnn-embeddings"
+#: Compression filters ``--compression`` accepts (blosc only when hdf5plugin is installed).
+COMPRESSIONS = ("lzf", "gzip", "blosc", "none")
+
+
+def layer_dir(root: str | os.PathLike, layer: int) -> Path:
+    """Directory of layer ``layer``'s per-rank files."""
+    return Path(root) / f"layer-{layer:02d}"
+
+
+def rank_file(root: str | os.PathLike, layer: int, rank: int) -> Path:
+    """Rank ``rank``'s file of layer ``layer``."""
+    return layer_dir(root, layer) / f"rank-{rank:05d}.h5"
+
+
+def vds_file(root: str | os.PathLike, layer: int) -> Path:
+    """The virtual-dataset file of layer ``layer``."""
+    return Path(root) / f"layer-{layer:02d}.h5"
+
+
+def filter_kwargs(compression: str) -> dict[str, Any]:
+    """h5py ``create_dataset`` keywords of a ``--compression`` name."""
+    if compression == "lzf":
+        return {"compression": "lzf", "shuffle": True}
+    if compression == "gzip":
+        return {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+    if compression == "blosc":
+        import hdf5plugin
+
+        return dict(hdf5plugin.Blosc(cname="blosclz", clevel=9,
+                                     shuffle=hdf5plugin.Blosc.SHUFFLE))
+    return {}
+
+
+def checksum(*arrays: np.ndarray) -> int:
+    """adler32 over the bytes of ``arrays`` in order."""
+    c = 1
+    for a in arrays:
+        c = zlib.adler32(np.ascontiguousarray(a).view(np.uint8).reshape(-1), c)
+    return int(c)
+
+
+def _chunked(f: Any, name: str, data: np.ndarray, chunk_rows: int, compression: str) -> None:
+    rows, width = data.shape
+    kw: dict[str, Any] = {}
+    if rows and width:
+        kw = {"chunks": (min(chunk_rows, rows), width), **filter_kwargs(compression)}
+    f.create_dataset(name, data=data, **kw)
+
+
+def write_rank_file(path: Path, emb: np.ndarray, gid: np.ndarray, by_gid: np.ndarray,
+                    attrs: dict[str, Any], chunk_rows: int, compression: str) -> None:
+    """Write one rank's layer file atomically (temp name beside it, rename when complete)."""
+    import h5py
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            _chunked(f, "emb", emb, chunk_rows, compression)
+            f.create_dataset("gid", data=gid)
+            _chunked(f, "by_gid", by_gid, chunk_rows, compression)
+            for k, v in attrs.items():
+                f.attrs[k] = v
+            f.attrs["format"] = FORMAT
+            f.attrs["chunk_rows"] = int(chunk_rows)
+            f.attrs["compression"] = compression
+            f.attrs["adler32"] = checksum(emb, by_gid)
+            f.attrs["complete"] = True
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def check_rank_file(path: Path, want: dict[str, Any], verify: bool = True) -> str:
+    """Why ``path`` is not a complete layer file of this run ('' when it is)."""
+    import h5py
+
+    if not path.exists():
+        return "missing"
+    try:
+        with h5py.File(path, "r") as f:
+            a = dict(f.attrs)
+            if a.get("format") != FORMAT or not bool(a.get("complete", False)):
+                return "not a complete embedding file"
+            for k, v in want.items():
+                if a.get(k) != v:
+                    return f"{k} is {a.get(k)!r}, expected {v!r}"
+            if verify and checksum(f["emb"][()], f["by_gid"][()]) != int(a["adler32"]):
+                return "checksum mismatch"
+    except (OSError, KeyError) as exc:
+        return f"unreadable ({exc})"
+    return ""
+
+
+def vds_layout(sources: list[tuple[Path, int, int]], num_nodes: int, width: int,
+               base: Path) -> Any:
+    """An ``h5py.VirtualLayout`` (N, d) over ``(file, lo, hi)`` slabs (their ``/by_gid``), the
+    source paths relative to ``base`` (the folder of the file that will hold it)."""
+    import h5py
+
+    layout = h5py.VirtualLayout(shape=(num_nodes, width), dtype=np.float32)
+    for src, lo, hi in sources:
+        if hi > lo:
+            rel = os.path.relpath(Path(src).resolve(), Path(base).resolve())
+            layout[lo:hi] = h5py.VirtualSource(rel, "by_gid", shape=(hi - lo, width))
+    return layout
+
+
+def write_vds(path: Path, sources: list[tuple[Path, int, int]], num_nodes: int,
+              width: int, attrs: dict[str, Any]) -> None:
+    """Write the virtual (N, d) dataset ``/emb`` over ``(file, lo, hi)`` slabs (their
+    ``/by_gid``), source paths relative to ``path``'s folder; atomic."""
+    import h5py
+
+    layout = vds_layout(sources, num_nodes, width, path.parent)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.create_virtual_dataset("emb", layout, fillvalue=np.nan)
+            for k, v in attrs.items():
+                f.attrs[k] = v
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class ChunkCache:
+    """The dynamic cache: whole chunks of the store in memory, FIFO (default) or LRU.
+
+    ``get(key)`` returns chunk ``key`` from memory (a hit) or through ``load(key)`` (a read of
+    the store), inserting it and evicting the oldest (FIFO: first inserted; LRU: least recently
+    used) beyond ``capacity`` chunks. ``capacity`` 0 caches nothing.
+    """
+
+    def __init__(self, load: Callable[[Any], np.ndarray], capacity: int, policy: str = "fifo"
+                 ) -> None:
+        self.load, self.capacity, self.policy = load, int(capacity), policy
+        self.chunks: OrderedDict[Any, np.ndarray] = OrderedDict()
+        self.requests = self.hits = self.reads = 0
+        self.bytes_read = 0
+
+    def get(self, key: Any) -> np.ndarray:
+        self.requests += 1
+        got = self.chunks.get(key)
+        if got is not None:
+            self.hits += 1
+            if self.policy == "lru":
+                self.chunks.move_to_end(key)
+            return got
+        data = self.load(key)
+        self.reads += 1
+        self.bytes_read += int(data.nbytes)
+        if self.capacity > 0:
+            self.chunks[key] = data
+            while len(self.chunks) > self.capacity:
+                self.chunks.popitem(last=False)
+        return data
+
+    def stats(self) -> dict[str, float]:
+        return {"requests": self.requests, "hits": self.hits, "reads": self.reads,
+                "hit_ratio": self.hits / self.requests if self.requests else 0.0,
+                "bytes_read": self.bytes_read}
+
+
+class LayerSource:
+    """Chunked row reads of one layer's embeddings, wherever they are. Rank-local.
+
+    Layer 0 reads the dataset's feature array (chunks of ``chunk_rows`` rows in global-id
+    order); a layer >= 1 reads the ``/emb`` datasets of every rank's file (chunk ``c`` of rank
+    ``r`` = rows ``c * C .. (c + 1) * C`` of that file). ``where(gids)`` gives each vertex's
+    (source, row); :meth:`fill` copies rows through a :class:`ChunkCache`.
+    """
+
+    def __init__(self, layer: int, chunk_rows: int, features: np.ndarray | None = None,
+                 root: Path | None = None, owner: np.ndarray | None = None,
+                 row: np.ndarray | None = None, ranks: int = 1) -> None:
+        self.layer, self.C = int(layer), int(chunk_rows)
+        self.features, self.root, self.owner, self.row = features, root, owner, row
+        self.files: dict[int, Any] = {}
+        if layer == 0:
+            assert features is not None
+            self.num_chunks = -(-int(features.shape[0]) // self.C)
+        else:
+            assert owner is not None
+            counts = np.bincount(owner, minlength=ranks)
+            self.num_chunks = int(sum(-(-int(c) // self.C) for c in counts))
+
+    def where(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source id, row in source) of global ids."""
+        if self.layer == 0:
+            return np.zeros(gids.size, np.int64), gids.astype(np.int64)
+        return self.owner[gids].astype(np.int64), self.row[gids]
+
+    def _load(self, key: tuple[int, int]) -> np.ndarray:
+        src, c = key
+        lo, hi = c * self.C, (c + 1) * self.C
+        if self.layer == 0:
+            return np.asarray(self.features[lo:hi], dtype=np.float32)
+        f = self.files.get(src)
+        if f is None:
+            import h5py
+
+            # no HDF5 chunk cache of its own: the dynamic cache is the only one measured
+            f = h5py.File(rank_file(self.root, self.layer, src), "r", rdcc_nbytes=0)
+            self.files[src] = f
+        return np.asarray(f["emb"][lo:hi], dtype=np.float32)
+
+    def cache(self, capacity: int, policy: str) -> ChunkCache:
+        return ChunkCache(self._load, capacity, policy)
+
+    def fill(self, gids: np.ndarray, out: np.ndarray, cache: ChunkCache, batch: int) -> None:
+        """Rows of ``gids`` into ``out`` (same order), ``batch`` rows at a time in the given
+        order; each batch asks the cache once per distinct chunk it touches."""
+        src, row = self.where(gids)
+        for lo in range(0, gids.size, batch):
+            s, r = src[lo:lo + batch], row[lo:lo + batch]
+            key = s * (1 << 40) + r // self.C
+            uk, inv = np.unique(key, return_inverse=True)
+            by = np.argsort(inv, kind="stable")
+            cnt = np.bincount(inv, minlength=uk.size)
+            ends = np.cumsum(cnt)
+            for j, k in enumerate(uk):
+                data = cache.get((int(k >> 40), int(k & ((1 << 40) - 1))))
+                sel = by[ends[j] - cnt[j]:ends[j]]
+                out[lo + sel] = data[r[sel] % self.C]
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.files.clear()
