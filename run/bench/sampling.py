@@ -14,7 +14,9 @@ Measures, on the same random seeds (vertices with at least one edge, same on eve
 * balance: max / mean over ranks of the server load (requests, edges returned) with
   Gather-Apply, against the DistDGL scheme (each vertex's whole one-hop request answered by its
   owner on a hash edge-cut of p parts) computed exactly on the same request trace (the
-  frontiers of every hop); the same with every seed taken from partition 0 (GLISP Fig. 10);
+  frontiers of every hop); the same with every seed taken from partition 0 (GLISP Fig. 10):
+  ``partition0_seeds`` (vertices of AdaDNE partition 0) and ``hash_partition0_seeds`` (vertices
+  the hash edge-cut gives to partition 0: the DistDGL scheme's worst case);
 * memory: store bytes per edge, peak RSS per rank (before the local baseline loads the whole
   graph).
 
@@ -157,6 +159,12 @@ def main(argv=None):
     mine0 = [np.sort(p0[(i * comm.size + comm.rank) * a.batch_size:
                         (i * comm.size + comm.rank + 1) * a.batch_size]) for i in range(a.batches)]
     res["partition0_seeds"] = _run(comm, s, mine0, fanouts, deg, p)
+    # the same worst case for the DistDGL scheme: every seed owned by its hash partition 0
+    h0 = np.flatnonzero((np.arange(deg.size) % p == 0) & (deg > 0))
+    h0 = rng.choice(h0, size=min(need, h0.size), replace=False)
+    mineh = [np.sort(h0[(i * comm.size + comm.rank) * a.batch_size:
+                        (i * comm.size + comm.rank + 1) * a.batch_size]) for i in range(a.batches)]
+    res["hash_partition0_seeds"] = _run(comm, s, mineh, fanouts, deg, p)
     sizes = sum(f.stat().st_size for f in Path(a.store).glob("part-*/*.npy"))
     res["store_bytes"] = int(sizes)
     res["store_bytes_per_edge"] = sizes / max(res["num_edges"], 1)
@@ -200,7 +208,9 @@ def main(argv=None):
         os.replace(tmp, a.out)
         print(json.dumps({m: {k: r[k] for k in ("median_edges_per_s_per_rank",
                                                  "ga_balance_returned", "distdgl_balance_returned")}
-                          for m, r in list(res["modes"].items()) + [("p0", res["partition0_seeds"])]},
+                          for m, r in list(res["modes"].items()) + [
+                              ("p0", res["partition0_seeds"]),
+                              ("hash_p0", res["hash_partition0_seeds"])]},
                          indent=1))
         print("local", res["local_baseline"]["median_edges_per_s_per_rank"],
               "bytes/edge", res["store_bytes_per_edge"])

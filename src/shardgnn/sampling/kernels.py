@@ -160,6 +160,68 @@ def _keyed_topk(key: np.uint64, k: int, lo: int, hi: int, global_id: np.ndarray,
     return n
 
 
+@numba.njit(inline="always")
+def _local_id(global_id: np.ndarray, v: int, prev: int) -> int:
+    """Position of ``v`` in the sorted ``global_id`` (-1 if absent); gallops on from ``prev``
+    when ``v`` is not below it (requests arrive sorted by global id)."""
+    lo, hi = 0, global_id.shape[0]
+    if prev < hi and global_id[prev] <= v:
+        lo = prev
+        step = 1
+        while lo + step < hi and global_id[lo + step] <= v:
+            lo += step
+            step *= 2
+        hi = min(hi, lo + step + 1)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if global_id[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo >= global_id.shape[0] or global_id[lo] != v:
+        return -1
+    return lo
+
+
+@numba.njit(inline="always")
+def _uniform_picks(mode: int, key: np.uint64, d: int, k: int, off: int, lo: int, hi: int,
+                   pos: np.ndarray) -> int:
+    """Local edge positions of the vertex's k global positions that fall in this server's range
+    ``[off, off + hi - lo)`` (Floyd without, independent draws with replacement), into pos."""
+    if mode == MODE_UNIFORM:
+        floyd_positions(key, d, k, pos[k:])
+    n = 0
+    for j in range(k):
+        q = pos[k + j] if mode == MODE_UNIFORM else min(int(draw01(key, j) * d), d - 1)
+        if off <= q < off + (hi - lo):
+            pos[n] = lo + q - off
+            n += 1
+    return n
+
+
+@numba.njit(inline="always")
+def _weighted_picks(key: np.uint64, k: int, lo: int, hi: int, wo: float, wt: float,
+                    wcum: np.ndarray, pos: np.ndarray) -> int:
+    """Weighted draws with replacement landing in this server's weight range ``[wo, wo + W)``:
+    local edge positions by binary search in the prefix sums ``wcum``, into pos."""
+    base = wcum[lo]
+    n = 0
+    for j in range(k):
+        x = draw01(key, j) * wt
+        if wo <= x < wo + (wcum[hi] - base):
+            y = x - wo + base
+            a, b = lo, hi - 1  # last e with wcum[e] <= y
+            while a < b:
+                mid = (a + b + 1) // 2
+                if wcum[mid] <= y:
+                    a = mid
+                else:
+                    b = mid - 1
+            pos[n] = a
+            n += 1
+    return n
+
+
 @numba.njit(cache=True)
 def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: int,
           global_id: np.ndarray, gptr: np.ndarray, gtype: np.ndarray, gend: np.ndarray,
@@ -197,7 +259,7 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
     maxk = 1
     for t in range(type_fanout.shape[0]):
         maxk = max(maxk, type_fanout[t])
-    pos = np.empty(maxk, np.int64)
+    pos = np.empty(2 * maxk, np.int64)
     hk = np.empty(maxk, np.float64)
     hv = np.empty(maxk, np.int64)
     nv = 0
@@ -205,23 +267,9 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
     prev = 0
     for r in range(m):
         v = req_gid[r]
-        lo_i, hi_i = 0, global_id.shape[0]
-        if prev < hi_i and global_id[prev] <= v:  # requests come sorted by gid: search onwards
-            lo_i = prev
-            step_ = 1
-            while lo_i + step_ < hi_i and global_id[lo_i + step_] <= v:  # gallop
-                lo_i += step_
-                step_ *= 2
-            hi_i = min(hi_i, lo_i + step_ + 1)
-        while lo_i < hi_i:  # binary search of the local id
-            mid = (lo_i + hi_i) // 2
-            if global_id[mid] < v:
-                lo_i = mid + 1
-            else:
-                hi_i = mid
-        if lo_i >= global_id.shape[0] or global_id[lo_i] != v:
+        lid = _local_id(global_id, v, prev)
+        if lid < 0:
             continue
-        lid = lo_i
         prev = lid
         start = nv
         for g in range(gptr[lid], gptr[lid + 1]):
@@ -237,44 +285,22 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
                     vals, keys, types = _push(vals, keys, types, nv, global_id[indices[e]], 0.0, t)
                     nv += 1
                 scanned += hi - lo
-            elif mode == MODE_UNIFORM or mode == MODE_UNIFORM_REPLACE:
-                if mode == MODE_UNIFORM:
-                    floyd_positions(key, d, k, pos)
-                for j in range(k):
-                    if mode == MODE_UNIFORM:
-                        q = pos[j]
-                    else:
-                        q = min(int(draw01(key, j) * d), d - 1)
-                    if off <= q < off + (hi - lo):
-                        e = lo + q - off
-                        vals, keys, types = _push(vals, keys, types, nv, global_id[indices[e]],
-                                                  0.0, t)
-                        nv += 1
-                        scanned += 1
-            elif mode == MODE_KEYED:
+            elif mode != MODE_KEYED:
+                if mode == MODE_WEIGHTED_REPLACE:
+                    n_pick = _weighted_picks(key, k, lo, hi, woff[g], wtot[g], wcum, pos)
+                else:
+                    n_pick = _uniform_picks(mode, key, d, k, off, lo, hi, pos)
+                for j in range(n_pick):
+                    vals, keys, types = _push(vals, keys, types, nv, global_id[indices[pos[j]]],
+                                              0.0, t)
+                    nv += 1
+                scanned += n_pick
+            else:
                 n_top = _keyed_topk(key, k, lo, hi, global_id, indices, wgt, t, hk, hv)
                 for j in range(n_top):
                     vals, keys, types = _push(vals, keys, types, nv, hv[j], hk[j], t)
                     nv += 1
                 scanned += hi - lo
-            else:
-                wo, wt = woff[g], wtot[g]
-                base = wcum[lo]
-                for j in range(k):
-                    x = draw01(key, j) * wt
-                    if wo <= x < wo + (wcum[hi] - base):
-                        y = x - wo + base
-                        a, b = lo, hi - 1  # last e with wcum[e] <= y
-                        while a < b:
-                            mid = (a + b + 1) // 2
-                            if wcum[mid] <= y:
-                                a = mid
-                            else:
-                                b = mid - 1
-                        vals, keys, types = _push(vals, keys, types, nv, global_id[indices[a]],
-                                                  0.0, t)
-                        nv += 1
-                        scanned += 1
         counts[r] = nv - start
     return counts, vals[:nv].copy(), keys[:nv].copy(), types[:nv].copy(), scanned
 
