@@ -1,18 +1,22 @@
-"""The partition store: ``OUT/meta.json`` plus one HDF5 file per partition; writer and reader.
+"""The partition store: ``OUT/meta.json`` plus one HDF5 file per partition; spill files and reader.
 
 Layout (``docs/partitioning.md``)::
 
-    OUT/meta.json         algorithm, parameters, parts, num_nodes, num_edges, hops, dataset
-                          (absolute path), directed, num_features, num_classes, metrics
+    OUT/meta.json         format, version, algorithm, parameters, parts, num_nodes, num_edges,
+                          hops, dataset (absolute path), directed, num_features, num_classes,
+                          index_dtypes (one per partition), metrics
     OUT/part-00000.h5     gid (int64, owned first), attrs num_owned/partition/parts,
-                          indptr/indices (int64 local CSR), x, y, train_mask, val_mask, test_mask,
+                          indptr (int64) / indices (local CSR: int32 since version 3 when the
+                          partition has < 2^31 vertices, else int64; always int64 before),
+                          x, y, train_mask, val_mask, test_mask,
                           node_type (int32 per local vertex, typed datasets),
                           edge_weight (float32) / edge_type (int32) aligned with indices
                           (datasets with weights / types; since version 2)
     OUT/results.h5        the run's results (default place)
 
-Writing one partition is rank-local (:func:`write_partition`); the store directory is made
-atomic by the caller (temp directory, then rename). Reading is rank-local.
+Writing one partition is rank-local (:func:`shardgnn.partition.store_write.write_partition`,
+from the :class:`SpillSink` files); the store directory is made atomic by the caller (temp
+directory, then rename). Reading is rank-local and accepts versions 1 to 3.
 """
 from __future__ import annotations
 
@@ -29,9 +33,11 @@ from shardgnn.errors import input_error
 
 META = "meta.json"
 FORMAT = "shardgnn-partitions"
-VERSION = 2
-#: CSR entries per block when looking up edge attributes (bounds the lookup's temporaries).
-ATTR_BLOCK = 1 << 20
+#: Format version written: 2 added edge attributes and node types, 3 int32 local indices
+#: where a partition's vertex count allows.
+VERSION = 3
+#: Versions the readers accept (1, 2: indices always int64).
+READABLE = (1, 2, 3)
 
 
 def part_name(i: int) -> str:
@@ -175,7 +181,7 @@ class SpillSink:
         eview = memoryview(ebuf.reshape(-1).view(np.uint8))
         for r in range(self.ranks):
             with open(self.path(i, r), "rb", buffering=0) as fh:
-                while k := _read_rows(fh, eview, item):
+                while k := read_records(fh, eview, item):
                     yield ebuf[:k], None, 0, 0
         if not self.mask_bytes:
             return
@@ -184,8 +190,8 @@ class SpillSink:
         for r in range(self.ranks):
             with open(self.path("shared", r), "rb", buffering=0) as fe, \
                     open(self.path("masks", r), "rb", buffering=0) as fm:
-                while k := _read_rows(fe, eview, item):
-                    if _read_rows(fm, mview[:k * self.mask_bytes], self.mask_bytes) != k:
+                while k := read_records(fe, eview, item):
+                    if read_records(fm, mview[:k * self.mask_bytes], self.mask_bytes) != k:
                         raise EOFError(f"{self.path('masks', r)}: shorter than its records")
                     yield ebuf[:k], mbuf[:k], i >> 3, i & 7
 
@@ -223,115 +229,9 @@ def _select_bit(e, masks, byte, bit, out):
     return k
 
 
-def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.ndarray,
-                    sink: SpillSink, directed: bool, node_data: dict[str, np.ndarray],
-                    num_nodes: int, chunk: int = 1 << 20,
-                    budget: int = 1 << 22, edge_attrs: Any = None) -> dict[str, int]:
-    """Write partition ``index`` to ``path`` from its spilled edges. Rank-local.
-
-    Memory is O(|V|) (a global-to-local id map and degree array) plus ``budget`` CSR entries:
-    rows are written in buckets of consecutive local ids, each bucket gathered by one more
-    read of the spill file. ``owned``: sorted global ids owned by the partition; ``node_data``:
-    name -> (memory-mapped) full array, rows read only for the partition's vertices.
-    ``edge_attrs``: a :class:`shardgnn.io.edgeattrs.EdgeAttrs` of the dataset; when it has
-    types or weights, ``edge_type`` / ``edge_weight`` aligned with ``indices`` are written too.
-    Returns counts {owned, vertices, edges}.
-    """
-    import h5py
-
-    owned = np.asarray(owned, dtype=np.int64)
-    rowdeg = np.zeros(num_nodes, np.int64)
-    mark = np.zeros(num_nodes, bool)
-    for e, m, byte, bit in sink.blocks(index, chunk):
-        if m is None:
-            _row_counts(e, rowdeg, mark, directed)
-        else:
-            _row_counts_masked(e, m, byte, bit, rowdeg, mark, directed)
-    mark[owned] = False
-    gid = np.concatenate([owned, np.flatnonzero(mark)])
-    del mark
-    lid = np.full(num_nodes, -1, np.int64)
-    lid[gid] = np.arange(gid.shape[0])
-    n_loc = gid.shape[0]
-    indptr = np.zeros(n_loc + 1, np.int64)
-    np.cumsum(rowdeg[gid], out=indptr[1:])
-    del rowdeg
-    tmp = Path(f"{path}.tmp")
-    with h5py.File(tmp, "w") as f:
-        f.attrs["num_owned"] = int(owned.shape[0])
-        f.attrs["partition"] = int(index)
-        f.attrs["parts"] = int(parts)
-        f.attrs["directed"] = bool(directed)
-        f.create_dataset("gid", data=gid)
-        f.create_dataset("indptr", data=indptr)
-        ind = f.create_dataset("indices", shape=(int(indptr[-1]),), dtype=np.int64)
-        lo = 0
-        while lo < n_loc:
-            hi = int(np.searchsorted(indptr, indptr[lo] + budget, side="right")) - 1
-            hi = min(max(hi, lo + 1), n_loc)
-            _write_bucket(ind, sink, index, chunk, lid, lo, hi, indptr, directed)
-            lo = hi
-        if edge_attrs is not None and edge_attrs.any:
-            write_edge_attrs(f, edge_attrs, gid, indptr, budget)
-        for name, arr in node_data.items():
-            _write_rows(f, name, arr, gid, owned.shape[0], chunk)
-    os.replace(tmp, path)
-    return {"owned": int(owned.shape[0]), "vertices": int(n_loc), "edges": int(sink.totals[index])}
-
-
-def write_edge_attrs(f: Any, attrs: Any, gid: np.ndarray, indptr: np.ndarray,
-                     budget: int) -> None:
-    """Write ``edge_weight`` / ``edge_type`` aligned with the CSR ``indices`` of the open part
-    file ``f``: entry (row r, column c) is the edge gid[c] -> gid[r], looked up in the dataset.
-    Rows are handled in blocks of about ``min(budget, ATTR_BLOCK)`` entries. Rank-local."""
-    m = int(indptr[-1])
-    ws = f.create_dataset("edge_weight", shape=(m,), dtype=np.float32) \
-        if attrs.weights is not None else None
-    ts = f.create_dataset("edge_type", shape=(m,), dtype=np.int32) \
-        if attrs.types is not None else None
-    ind = f["indices"]
-    n_loc = gid.shape[0]
-    budget = min(int(budget), ATTR_BLOCK)   # ~100 bytes of temporaries per entry
-    lo = 0
-    while lo < n_loc:
-        hi = int(np.searchsorted(indptr, indptr[lo] + budget, side="right")) - 1
-        hi = min(max(hi, lo + 1), n_loc)
-        a, b = int(indptr[lo]), int(indptr[hi])
-        if b > a:
-            cols = ind[a:b]
-            rows = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
-            pos = attrs.of_directed(gid[cols], gid[rows])
-            order = np.argsort(pos, kind="stable")     # sorted reads of the memory maps
-            if ws is not None:
-                w = np.empty(pos.shape[0], np.float32)
-                w[order] = attrs.weights[pos[order]]
-                ws[a:b] = w
-            if ts is not None:
-                t = np.empty(pos.shape[0], np.int32)
-                t[order] = attrs.types[pos[order]]
-                ts[a:b] = t
-        lo = hi
-
-
-def _write_bucket(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.ndarray, lo: int,
-                  hi: int, indptr: np.ndarray, directed: bool) -> None:
-    """Fill indices of local rows [lo, hi) with one read of the spill file."""
-    if indptr[hi] == indptr[lo]:
-        return
-    n_loc = np.int64(lid.max() + 1)
-    key = np.empty(int(indptr[hi] - indptr[lo]), np.int64)
-    pos = 0
-    for e, m, byte, bit in sink.blocks(index, chunk):
-        if m is None:
-            pos = _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos)
-        else:
-            pos = _bucket_keys_masked(e, m, byte, bit, lid, lo, hi, n_loc, directed, key, pos)
-    key.sort()
-    ind[int(indptr[lo]):int(indptr[hi])] = key % n_loc
-
-
-def _read_rows(fh: Any, view: memoryview, item: int) -> int:
-    """Fill ``view`` from ``fh`` as far as the file goes; returns the whole rows read."""
+def read_records(fh: Any, view: memoryview, item: int) -> int:
+    """Fill ``view`` from the unbuffered binary file ``fh`` as far as it goes (large
+    sequential reads); returns the whole ``item``-byte records read."""
     got = 0
     while got < len(view):
         r = fh.readinto(view[got:])
@@ -341,78 +241,6 @@ def _read_rows(fh: Any, view: memoryview, item: int) -> int:
     if got % item:
         raise EOFError(f"{fh.name}: size not a multiple of its {item}-byte records")
     return got // item
-
-
-@njit(cache=True, inline="always")
-def _push_key(a, b, lo, hi, n_loc, directed, key, pos):
-    """Append the CSR key(s) of edge (a, b) (local ids) whose row is in [lo, hi); new pos."""
-    if lo <= b < hi:
-        key[pos] = b * n_loc + a
-        pos += 1
-    if not directed and lo <= a < hi:
-        key[pos] = a * n_loc + b
-        pos += 1
-    return pos
-
-
-@njit(cache=True)
-def _bucket_keys(e, lid, lo, hi, n_loc, directed, key, pos):
-    """Append row * n_loc + col of the CSR entries of rows [lo, hi) found in edges ``e``."""
-    for j in range(e.shape[0]):
-        pos = _push_key(lid[e[j, 0]], lid[e[j, 1]], lo, hi, n_loc, directed, key, pos)
-    return pos
-
-
-@njit(cache=True)
-def _bucket_keys_masked(e, masks, byte, bit, lid, lo, hi, n_loc, directed, key, pos):
-    """:func:`_bucket_keys` over the rows of ``e`` whose mask has bit 8 * byte + bit set."""
-    for j in range(e.shape[0]):
-        if (masks[j, byte] >> bit) & 1:
-            pos = _push_key(lid[e[j, 0]], lid[e[j, 1]], lo, hi, n_loc, directed, key, pos)
-    return pos
-
-
-@njit(cache=True, inline="always")
-def _count_edge(u, v, rowdeg, mark, directed):
-    """Count edge (u, v) in the row degrees and mark both endpoints as present."""
-    rowdeg[v] += 1
-    if not directed:
-        rowdeg[u] += 1
-    mark[u] = True
-    mark[v] = True
-
-
-@njit(cache=True)
-def _row_counts(e, rowdeg, mark, directed):
-    """Degree of every global row of the partition's CSR, and which vertices appear."""
-    for j in range(e.shape[0]):
-        _count_edge(e[j, 0], e[j, 1], rowdeg, mark, directed)
-
-
-@njit(cache=True)
-def _row_counts_masked(e, masks, byte, bit, rowdeg, mark, directed):
-    """:func:`_row_counts` over the rows of ``e`` whose mask has bit 8 * byte + bit set."""
-    for j in range(e.shape[0]):
-        if (masks[j, byte] >> bit) & 1:
-            _count_edge(e[j, 0], e[j, 1], rowdeg, mark, directed)
-
-
-def _write_rows(f: Any, name: str, arr: np.ndarray, gid: np.ndarray, num_owned: int,
-                chunk: int) -> None:
-    """Copy rows ``gid`` of a memory-mapped array into dataset ``name``, block by block."""
-    dtype = bool if name.endswith("_mask") else arr.dtype
-    ds = f.create_dataset(name, shape=(gid.shape[0],) + arr.shape[1:], dtype=dtype)
-    step = max(1, min(chunk, (64 << 20) // max(1, int(np.prod(arr.shape[1:], dtype=np.int64))
-                                                * arr.dtype.itemsize)))
-    for lo in range(0, gid.shape[0], step):
-        g = gid[lo:lo + step]
-        order = np.argsort(g, kind="stable")
-        rows = np.empty((g.shape[0],) + arr.shape[1:], dtype=arr.dtype)
-        rows[order] = arr[g[order]]
-        if name.endswith("_mask"):
-            rows = rows.astype(bool)
-            rows[max(0, num_owned - lo):] = False
-        ds[lo:lo + g.shape[0]] = rows
 
 
 def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
@@ -427,6 +255,9 @@ def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
         raise input_error(m, f"not valid JSON ({exc})") from None
     if meta.get("format") != FORMAT:
         raise input_error(m, f"expected format {FORMAT!r}, got {meta.get('format')!r}")
+    if meta.get("version", 1) not in READABLE:
+        raise input_error(m, f"expected format version in {READABLE}, got {meta.get('version')!r} "
+                          "(written by a newer shardgnn?)")
     return meta
 
 

@@ -12,10 +12,13 @@ from typing import Any
 
 from shardgnn.comm import Communicator
 from shardgnn.partition.streaming.baselines import BaselineParams
-from shardgnn.partition.streaming.pipeline import ALGORITHMS, AutoParts, PartitionConfig, main
+from shardgnn.partition.store_write import COMPRESSIONS
+from shardgnn.partition.streaming.pipeline import (ALGORITHMS, WRITE_MEMORY_FRACTION,
+                                                   WRITE_MEMORY_MIN, AutoParts,
+                                                   PartitionConfig, main)
 from shardgnn.partition.streaming.spring import SpringParams
 
-__all__ = ["ALGORITHMS", "add_arguments", "run", "config_from_args"]
+__all__ = ["ALGORITHMS", "add_arguments", "run", "config_from_args", "parse_size"]
 
 #: SPRING's default refinement (docs/partitioning.md has the measurements behind it).
 DEFAULT_REFINE = 16
@@ -33,9 +36,15 @@ def add_arguments(parser: Any) -> None:
         "edges; O(|V|*p) with --refine (SPRING's default) and for HDRF/DBH/Greedy/2PS-L/user "
         "classes (an int32 |V| x p count matrix). Every rank spills the edges it routes to its "
         "own files in OUT's temp folder (no exchange; edges held by >= half the partitions "
-        "once, with a presence mask), so that folder must be on a filesystem all ranks share; "
-        "each partition's CSR is built from them in row buckets of 4*--chunk entries: the edge "
-        "list is never held in memory. Partition i is written by rank i mod P.")
+        "once, with a presence mask), so that folder must be on a filesystem all ranks share. "
+        "Partition i is written by rank i mod P from them, reading its spill data twice "
+        "(row counts, then the entries) whatever its size: its CSR indices are held in "
+        "buckets of rows of at most --write-memory bytes each; when there is more than one "
+        "bucket, the second read scatters the entries once into one run file per bucket "
+        "beside the spill files (8 bytes per CSR entry, int32 local ids), each read back "
+        "once. Write-step memory per rank: --write-memory + about 17 bytes per vertex of "
+        "the graph (degrees, marks, local-id map) + 16 bytes per vertex of the partition + "
+        "O(--chunk). The edge list is never held in memory.")
     g.add_argument("--hops", type=int, default=1, choices=(0, 1, 2, 3),
                    help="neighbourhood depth kept with each owned vertex: 1 = its full neighbour "
                    "list (CATGNN), 2/3 = further hops, 0 = no full neighbourhood (a cross edge "
@@ -99,6 +108,17 @@ def add_arguments(parser: Any) -> None:
                    "partitions of the endpoints scored)")
     g.add_argument("--twops-balance", type=float, default=1.05,
                    help="2PS-L edge capacity per partition as a multiple of |E|/p (default: 1.05)")
+    g.add_argument("--write-memory", type=parse_size, default=None, metavar="SIZE",
+                   help="bytes of CSR indices the store write holds per rank at once (one "
+                   "bucket of rows), e.g. 512M or 2G; a partition whose indices exceed it is "
+                   "written through per-bucket run files (same content). Default: "
+                   f"{WRITE_MEMORY_FRACTION:g} of the node's available memory (MemAvailable) "
+                   "divided by the ranks on the node, at least "
+                   f"{WRITE_MEMORY_MIN >> 20}M; the value used is in meta.json")
+    g.add_argument("--store-compression", choices=COMPRESSIONS, default="none",
+                   help="HDF5 filter of each partition's indices (lzf/gzip: chunked, with "
+                   "shuffle; readable by any h5py, slower to write and read, see "
+                   "docs/partitioning.md for the measured trade-off) (default: none)")
     g.add_argument("--devices", type=int, default=None, metavar="Q",
                    help="--parts auto: number of devices q that will train")
     g.add_argument("--device-mem", type=float, default=None, metavar="M",
@@ -107,6 +127,22 @@ def add_arguments(parser: Any) -> None:
                    help="--parts auto: GiB per device kept for GNN computation (default: 2/3 of "
                    "M); p = q when graph+features on disk fit in q*(M-T), else the smallest "
                    "multiple of q whose parts fit in M-T")
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '123', '512K', '64M', '2G' or '1.5T' (binary units; a trailing B/iB ok)."""
+    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    try:
+        value = float(t[:len(t) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return int(value)
 
 
 def config_from_args(args: argparse.Namespace) -> PartitionConfig:
@@ -134,7 +170,7 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
                             twops_port=args.twops_port, twops_balance=args.twops_balance,
                             vcut_balance=args.vcut_balance,
                             seed=args.seed),
-        auto=auto)
+        auto=auto, write_memory=args.write_memory, compression=args.store_compression)
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:

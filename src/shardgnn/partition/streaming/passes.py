@@ -20,14 +20,23 @@ from shardgnn.partition.streaming import kernels as K
 
 @dataclass
 class PassTimer:
-    """Wall seconds and edges per named pass (rank-local)."""
+    """Wall seconds, CPU seconds and edges per named pass (rank-local).
+
+    The CPU seconds of a pass are the process's CPU time since the previous :meth:`add` (or
+    the timer's creation): passes run one after another, so on a shared machine they say
+    what a pass costs when its wall time mostly says how busy the machine was."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     edges: dict[str, int] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    mark: float = field(default_factory=time.process_time)
 
     def add(self, name: str, seconds: float, edges: int) -> None:
+        now = time.process_time()
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
         self.edges[name] = self.edges.get(name, 0) + int(edges)
+        self.cpu[name] = self.cpu.get(name, 0.0) + now - self.mark
+        self.mark = now
 
 
 class NativeStream(EdgeStream):

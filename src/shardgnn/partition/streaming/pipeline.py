@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -23,7 +24,7 @@ from shardgnn.errors import ShardError, input_error
 from shardgnn.io.edgeattrs import EdgeAttrs
 from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_meta
 from shardgnn.io.results import ResultWriter
-from shardgnn.partition import metrics, store
+from shardgnn.partition import metrics, store, store_write
 from shardgnn.partition.streaming import adjacency, kernels, passes
 from shardgnn.partition.streaming.baselines import (BaselineParams, hash_owner, load_user_class,
                                                     vertexcut_owner)
@@ -60,6 +61,34 @@ class PartitionConfig:
     spring: SpringParams = field(default_factory=SpringParams)
     base: BaselineParams = field(default_factory=BaselineParams)
     auto: AutoParts | None = None
+    write_memory: int | None = None   # bytes of CSR indices per bucket; None = write_budget()
+    compression: str = "none"
+
+
+#: Default share of the node's available memory the store write may hold (split over its ranks).
+WRITE_MEMORY_FRACTION = 0.25
+#: Smallest default write budget per rank.
+WRITE_MEMORY_MIN = 64 << 20
+
+
+def available_memory() -> int:
+    """Bytes of memory available on this machine (MemAvailable, else free pages)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def write_budget(comm: Communicator) -> int:
+    """Default bytes of indices per bucket on each rank: WRITE_MEMORY_FRACTION of the node's
+    available memory divided by the ranks on this node (the smallest over ranks, so every
+    rank uses the same), at least WRITE_MEMORY_MIN. Collective over comm."""
+    hosts = comm.allgather_obj(socket.gethostname())
+    mine = available_memory() * WRITE_MEMORY_FRACTION / hosts.count(hosts[comm.rank])
+    return max(WRITE_MEMORY_MIN, int(min(comm.allgather_obj(mine))))
 
 
 def dataset_bytes(directory: str | os.PathLike, meta: GraphMeta) -> int:
@@ -93,6 +122,11 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
         raise ShardError(f"--hops: expected 0, 1, 2 or 3, got {cfg.hops}")
     if cfg.refine < 0:
         raise ShardError(f"--refine: expected >= 0 passes, got {cfg.refine}")
+    if cfg.write_memory is not None and cfg.write_memory < 1 << 20:
+        raise ShardError(f"--write-memory: expected >= 1M bytes, got {cfg.write_memory}")
+    if cfg.compression not in store_write.COMPRESSIONS:
+        raise ShardError(f"--store-compression: expected one of {store_write.COMPRESSIONS}, "
+                         f"got {cfg.compression!r}")
     if cfg.parts == "auto":
         if cfg.auto is None or cfg.auto.devices < 1 or cfg.auto.device_mem <= 0:
             raise ShardError("--parts auto: expected --devices q >= 1 and --device-mem M > 0 GiB")
@@ -209,6 +243,9 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
                           [stats[i]["vertices"] for i in range(p)],
                           [stats[i]["edges"] for i in range(p)], meta.num_nodes)
     m.update(info)
+    m["index_dtypes"] = [stats[i]["index_dtype"] for i in range(p)]
+    m["write_buckets"] = [stats[i]["buckets"] for i in range(p)]
+    m["write_memory_bytes"] = stats[0]["budget"]
     seconds = comm.allgather_obj(timer.seconds)
     per_pass = {k: max(s.get(k, 0.0) for s in seconds) for k in timer.seconds}
     m["seconds_per_pass"] = per_pass
@@ -216,6 +253,9 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
     m["edges_per_second"] = {k: sum(c.get(k, 0) for c in counted) / v
                              for k, v in per_pass.items() if v > 0 and timer.edges.get(k)}
     m["seconds_total"] = time.perf_counter() - t_start
+    cpu = comm.allgather_obj(timer.cpu)
+    m["cpu_seconds_per_pass"] = {k: max(c.get(k, 0.0) for c in cpu) for k in timer.cpu}
+    m["cpu_seconds_total"] = comm.allgather_obj(time.process_time())
     rss = comm.allgather_obj(peak_rss_bytes())
     m["peak_rss_bytes"] = rss
     _finish(comm, cfg, meta, p, tmp, out, m, command)
@@ -224,25 +264,28 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
 
 def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
                  owner: np.ndarray, sink: store.SpillSink, p: int,
-                 timer: passes.PassTimer) -> dict[int, dict[str, int]]:
-    """Write this rank's partitions from their spill files; all ranks get every count."""
+                 timer: passes.PassTimer) -> dict[int, dict[str, Any]]:
+    """Write this rank's partitions from their spill files; all ranks get every count.
+    Collective over comm."""
     t0 = time.perf_counter()
+    budget = cfg.write_memory if cfg.write_memory is not None else write_budget(comm)
     node_data = {k: a for k in NODE_FILES
                  if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
-    stats: dict[int, dict[str, int]] = {}
+    stats: dict[int, dict[str, Any]] = {}
     attrs = EdgeAttrs(cfg.dataset, meta)
     mine = range(comm.rank, p, comm.size)
     bad = next((m for m in (sink.check(i) for i in mine) if m), "")
     comm.agree(not bad, bad)
     for i in mine:
         owned = np.flatnonzero(owner == i)
-        stats[i] = store.write_partition(tmp / store.part_name(i), i, p, owned, sink,
-                                         bool(meta.directed), node_data, meta.num_nodes,
-                                         chunk=cfg.chunk, budget=4 * cfg.chunk,
-                                         edge_attrs=attrs)
+        stats[i] = store_write.write_partition(
+            tmp / store.part_name(i), i, p, owned, sink, bool(meta.directed), node_data,
+            meta.num_nodes, chunk=cfg.chunk, budget=budget, compression=cfg.compression,
+            edge_attrs=attrs)
+        stats[i]["budget"] = budget
         sink.remove(i)
-    timer.add("write", time.perf_counter() - t0, 0)
-    merged: dict[int, dict[str, int]] = {}
+    timer.add("write", time.perf_counter() - t0, sum(s["entries"] for s in stats.values()))
+    merged: dict[int, dict[str, Any]] = {}
     for d in comm.allgather_obj(stats):   # every partition written: the shared records can go
         merged.update(d)
     sink.remove_shared()
@@ -256,12 +299,13 @@ def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, t
               "refine": cfg.refine, "refine_frac": cfg.refine_frac,
               "refine_balance": cfg.refine_balance,
               "refine_clusters": cfg.refine_clusters, "seed": cfg.seed, "chunk": cfg.chunk,
-              "ranks": comm.size}
+              "ranks": comm.size, "write_memory": m["write_memory_bytes"],
+              "store_compression": cfg.compression}
     doc = {"format": store.FORMAT, "version": store.VERSION, "algorithm": cfg.algo,
            "parameters": params, "parts": p, "num_nodes": meta.num_nodes,
            "num_edges": meta.num_edges, "directed": bool(meta.directed), "hops": cfg.hops,
            "dataset": str(Path(cfg.dataset).absolute()), "num_features": meta.num_features,
-           "num_classes": meta.num_classes, "metrics": m}
+           "num_classes": meta.num_classes, "index_dtypes": m["index_dtypes"], "metrics": m}
     if comm.rank == 0:
         (tmp / store.META).write_text(json.dumps(doc, indent=2))
     results = Path(cfg.results).absolute() if cfg.results else tmp / "results.h5"
