@@ -1,5 +1,5 @@
 """Fingerprints of streaming partition stores: checks that a code change leaves partitions
-byte-identical (same seed, P = 1, 2, 4).
+identical in content (same seed, P = 1, 2, 4).
 
     python run/bench/streaming_identity.py OUT.json [--ranks 1 2 4] [--cache DIR]
     python run/bench/streaming_identity.py --compare A.json B.json
@@ -8,9 +8,12 @@ Runs ``shardgnn partition``'s streaming pipeline (one mpiexec job per rank count
 in-process) on cora, facebook_combined, ca-HepPh, wiki-Vote (directed) and a small R-MAT graph
 with duplicates, for SPRING (default configuration and ``--refine 0``), ``--hops 0`` and
 ``--hops 2``, HDRF, and p = 5 and p = 70 (two mask words), all with ``--chunk 3000`` (many chunks
-per rank). For every partition file it records the SHA-256 of every dataset (dtype, shape,
-bytes) and attribute, and from ``meta.json`` the counts and quality metrics (not times or RSS).
-``--compare`` prints the cases whose fingerprints differ and exits 1 if any does.
+per rank). For every partition file it records the SHA-256 of every dataset's values (shape and
+values; integer datasets hashed as int64, so a change of index width alone, e.g. the int32 local
+indices of store format version 2, does not count as a difference) and attribute, each dataset's
+dtype beside it (reported, not compared), and from ``meta.json`` the counts and quality metrics
+(not times or RSS). ``--compare`` prints the cases whose fingerprints differ and exits 1 if any
+does; it also prints the dtype changes.
 Heavy-ish (a few minutes of CPU): run under ``flock /tmp/shardgnn-heavy.lock nice -n 10``.
 """
 from __future__ import annotations
@@ -39,12 +42,13 @@ METRICS = ("rf", "vertex_balance_owned", "vertex_balance_total", "edge_balance",
 
 
 def fingerprint(store_dir: Path) -> dict:
-    """SHA-256 of every dataset and attribute of every part file, plus meta's metrics."""
+    """SHA-256 of the values of every dataset and attribute of every part file (integers as
+    int64), the datasets' dtypes, plus meta's metrics."""
     import h5py
     import numpy as np
 
     meta = json.loads((store_dir / "meta.json").read_text())
-    doc = {"metrics": {k: meta["metrics"].get(k) for k in METRICS}, "parts": {}}
+    doc = {"metrics": {k: meta["metrics"].get(k) for k in METRICS}, "parts": {}, "dtypes": {}}
     for f in sorted(store_dir.glob("part-*.h5")):
         h = hashlib.sha256()
         with h5py.File(f, "r") as fh:
@@ -52,6 +56,9 @@ def fingerprint(store_dir: Path) -> dict:
                 h.update(f"{k}={np.asarray(fh.attrs[k]).tolist()!r}".encode())
             for k in sorted(fh):
                 a = fh[k][()]
+                doc["dtypes"][k] = sorted(set(doc["dtypes"].get(k, [])) | {a.dtype.str})
+                if a.dtype.kind in "iu":
+                    a = a.astype(np.int64)
                 h.update(f"{k}:{a.dtype.str}:{a.shape}".encode())
                 h.update(np.ascontiguousarray(a).tobytes())
         doc["parts"][f.name] = h.hexdigest()
@@ -94,9 +101,12 @@ def compare(a: Path, b: Path) -> int:
     for P in sorted(set(A) | set(B)):
         for case in sorted(set(A.get(P, {})) | set(B.get(P, {}))):
             x, y = A.get(P, {}).get(case), B.get(P, {}).get(case)
+            dx, dy = (x or {}).pop("dtypes", None), (y or {}).pop("dtypes", None)
             if x != y:
                 bad += 1
                 print(f"P={P} {case}: differs")
+            elif dx and dy and dx != dy:
+                print(f"P={P} {case}: same values; dtypes {dx} -> {dy}")
     n = sum(len(v) for v in A.values())
     print(f"{n} cases in {a.name}, {bad} differ")
     return 1 if bad else 0
