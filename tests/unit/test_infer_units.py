@@ -1,0 +1,46 @@
+"""Units of `shardgnn infer`: the dynamic chunk cache (FIFO vs LRU, size 0), chunked fills in
+any order, layer files recognised as complete only with the run's key and a valid checksum."""
+import h5py
+import numpy as np
+
+from shardgnn.infer import store as es
+
+
+def test_fifo_lru_and_size_zero():
+    loads = []
+    fifo = es.ChunkCache(lambda k: loads.append(k) or np.zeros((1, 1)), 2, "fifo")
+    lru = es.ChunkCache(lambda k: np.zeros((1, 1)), 2, "lru")
+    for k in (1, 2, 1, 3, 1):   # FIFO evicts 1 (oldest insert) at 3; LRU evicts 2
+        fifo.get(k)
+        lru.get(k)
+    assert (fifo.hits, fifo.reads) == (1, 4) and loads == [1, 2, 3, 1]
+    assert (lru.hits, lru.reads) == (2, 3) and lru.stats()["hit_ratio"] == 0.4
+    none = es.ChunkCache(lambda k: np.zeros((1, 1)), 0)
+    for k in (1, 1, 1):
+        none.get(k)
+    assert none.hits == 0 and none.reads == 3
+
+
+def test_fill_reads_rows_in_any_order():
+    x = np.arange(50 * 3, dtype=np.float32).reshape(50, 3)
+    src = es.LayerSource(0, 8, features=x)
+    ids = np.random.default_rng(0).permutation(50)[:31]
+    out = np.empty((31, 3), np.float32)
+    cache = src.cache(2, "fifo")
+    src.fill(ids, out, cache, batch=5)
+    assert np.array_equal(out, x[ids]) and src.num_chunks == 7
+    assert cache.reads <= cache.requests
+
+
+def test_rank_file_complete_only_with_key_and_checksum(tmp_path):
+    emb = np.random.default_rng(1).normal(size=(70, 4)).astype(np.float32)
+    p = tmp_path / "layer-01" / "rank-00000.h5"
+    want = {"run_key": "abc", "layer": 1, "rank": 0, "ranks": 1, "rows": 70}
+    es.write_rank_file(p, emb, np.arange(70), emb, want, 32, "lzf")
+    assert es.check_rank_file(p, want) == ""
+    assert "run_key" in es.check_rank_file(p, {**want, "run_key": "other"})
+    with h5py.File(p, "r+") as f:
+        f["emb"][0, 0] += 1.0
+    assert es.check_rank_file(p, want) == "checksum mismatch"
+    assert es.check_rank_file(tmp_path / "nothing.h5", want) == "missing"
+    assert list(p.parent.iterdir()) == [p]   # no temporary left behind
