@@ -325,16 +325,16 @@ def main() -> None:
                                       f"{os.cpu_count()} cpus", "torch": torch.__version__,
                            "threads": torch.get_num_threads(), "argv": sys.argv,
                            "loadavg_start": os.getloadavg(), "sections": {}}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
     for name in a.sections.split(","):
         t = time.perf_counter()
         out["sections"][name] = SECTIONS[name](a)
         out["sections"][name]["seconds"] = time.perf_counter() - t
         out["sections"][name]["loadavg_after"] = os.getloadavg()
-    out["loadavg_end"] = os.getloadavg()
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_name(a.out.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(out, indent=1))
-    os.replace(tmp, a.out)
+        out["loadavg_end"] = os.getloadavg()
+        tmp = a.out.with_name(a.out.name + f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(out, indent=1))  # after every section: a cut run keeps them
+        os.replace(tmp, a.out)
     print(f"wrote {a.out}")
 
 

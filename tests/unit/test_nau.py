@@ -126,13 +126,17 @@ def test_gcn_equals_pyg_gcnconv(cora: TypedGraph, mode: str) -> None:
 
 # ------------------------------------------------------------------ JK-Net vs PyG
 @pytest.mark.parametrize("jk_mode", ["cat", "max"])
-def test_jknet_equals_pyg_jumping_knowledge(cora: TypedGraph, jk_mode: str) -> None:
+def test_jknet_equals_pyg_jumping_knowledge(jk_mode: str) -> None:
     import scipy.sparse as sp
     from torch_geometric.nn import JumpingKnowledge
 
-    k, hid = 2, 8
+    from shardgnn.graph.generators import csbm
+
+    s = csbm(400, num_classes=3, avg_degree=5, num_features=12, seed=4)
+    cora = from_edges(s.num_nodes, s.edges[:, 0], s.edges[:, 1], x=s.x, y=s.y)
+    k, hid = 3, 8
     torch.manual_seed(0)
-    model = resolve("jknet")(cora.x.shape[1], hid, 7, rings=k, jk_mode=jk_mode, dropout=0.0).eval()
+    model = resolve("jknet")(cora.x.shape[1], hid, 3, rings=k, jk_mode=jk_mode, dropout=0.0).eval()
     hs = model.select(cora, Executor("hybrid"), 0)
     x = torch.from_numpy(cora.x)
     out = model(x, hs)
