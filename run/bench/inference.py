@@ -132,12 +132,14 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "work" / "bench-inference"))
     ap.add_argument("--out", default=str(ROOT / "run" / "bench" / "results" / "inference.json"))
     ap.add_argument("--skip-samplewise", action="store_true")
+    ap.add_argument("--no-lock-note", default="",
+                    help="recorded in the JSON when the run could not take the heavy lock")
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     P, n = a.ranks, a.nodes
     res: dict = {"nodes": n, "ranks": P, "features": a.features, "model": "sage 2 layers hidden 64",
-                 "load_before": os.getloadavg()}
+                 "load_before": os.getloadavg(), "note": a.no_lock_note}
     t0 = time.perf_counter()
     store, ckp = prepare(work, n, P, a.features)
     res["layerwise"] = infer(ckp, store, work / "lw.h5", P)

@@ -58,6 +58,8 @@ class Stage:
     file_keys
         Table keys that are input paths (resolved against the job file's folder); ``out`` and
         ``results`` are resolved against the job's working folder.
+    more_positionals
+        Further positional arguments as ``(name, default_input)`` (paths), in order.
     """
 
     kind: str
@@ -70,6 +72,7 @@ class Stage:
     file_keys: tuple[str, ...] = ()
     default_out: str = ""
     positional_is_path: bool = True
+    more_positionals: tuple[tuple[str, Callable[["Job", dict[str, Any]], str | None]], ...] = ()
 
 
 #: Registered stages by kind (job-file table name).
@@ -143,6 +146,12 @@ def stage_argv(job: Job, kind: str, table: dict[str, Any]) -> list[str]:
         if pos is None:
             raise input_error(job.file, f"[{kind}]: expected {st.positional!r} (no earlier stage "
                               "gives it)")
+        argv.append(str(pos))
+    for name, default in st.more_positionals:
+        pos = table.pop(name, None)
+        pos = str(job.file.parent / str(pos)) if pos is not None else default(job, table)
+        if pos is None:
+            raise input_error(job.file, f"[{kind}]: expected {name!r} (no earlier stage gives it)")
         argv.append(str(pos))
     table.setdefault("out", st.default_out or kind)
     for key, val in table.items():
@@ -308,11 +317,37 @@ def _dataset_input(job: Job) -> str | None:
 
 
 def _train_input(job: Job, table: dict[str, Any]) -> str | None:
-    from shardgnn.train import cli as avg_cli
+    from shardgnn.train import cli as avg_cli, sampled_cli
 
-    if str(table.get("engine", "rdm")).lower() in avg_cli.ENGINES:
+    if str(table.get("engine", "rdm")).lower() in avg_cli.ENGINES + sampled_cli.ENGINES:
         return str(job.outputs["partition"]) if "partition" in job.outputs else None
     return _dataset_input(job)
+
+
+def _checkpoint_input(job: Job, table: dict[str, Any]) -> str | None:
+    """The checkpoint the train stage writes (its ``checkpoint`` or ``OUT.ckpt.h5``)."""
+    if "train" not in job.outputs:
+        return None
+    ck = dict(job.stages).get("train", {}).get("checkpoint")
+    return str(ck) if ck else f"{job.outputs['train']}.ckpt.h5"
+
+
+def _store_input(job: Job, table: dict[str, Any]) -> str | None:
+    """The partition stage's store (infer needs a vertex-cut one)."""
+    return str(job.outputs["partition"]) if "partition" in job.outputs else None
+
+
+def _check_embeddings(out: Path) -> str:
+    import h5py
+
+    try:
+        with h5py.File(out, "r") as f:
+            if "embeddings/emb" not in f:
+                return f"{out}: no /embeddings/emb"
+            f["embeddings/emb"][:1]
+            return ""
+    except OSError as exc:
+        return f"{out}: not readable with its layer files ({exc.__class__.__name__})"
 
 
 def _check_generated(out: Path) -> str:
@@ -332,3 +367,6 @@ register(Stage("partition", "partition", "dataset", lambda job, t: _dataset_inpu
                default_out="parts"))
 register(Stage("train", "train", "data", _train_input, lambda a: Path(a.out), _check_results,
                results=lambda a: Path(a.out), default_out="train.h5"))
+register(Stage("infer", "infer", "checkpoint", _checkpoint_input, lambda a: Path(a.out),
+               _check_embeddings, results=lambda a: Path(a.out), default_out="embeddings.h5",
+               more_positionals=(("store", _store_input),)))

@@ -75,3 +75,25 @@ def test_generate_stage_feeds_partition(tmp_path, capsys):
     job.write_text(job.read_text().replace("targets = 300", "targets = 330"))
     assert main(["run", str(job)]) == 0
     assert "job g: ran generate, partition" in capsys.readouterr().out
+
+
+def test_infer_stage_after_sampled_training(tmp_path, capsys):
+    """generate -> partition (AdaDNE) -> train (sampled, checkpoint) -> infer, one rank: the
+    infer stage takes the train stage's checkpoint and the partition stage's store."""
+    job = tmp_path / "i.toml"
+    job.write_text("[job]\nname = 'inf'\ndir = 'w'\n[generate]\ngenerator = 'csbm'\n"
+                   "nodes = 200\nfeatures = 4\n[partition]\nalgo = 'adadne'\nparts = 2\n"
+                   "[train]\nengine = 'sampled'\nmodel = 'sage'\nfanouts = '4,4'\nepochs = 1\n"
+                   "batch_size = 64\ncheckpoint_every = 1\n[infer]\nchunk_rows = 64\n")
+    assert main(["run", str(job)]) == 0
+    assert "job inf: ran generate, partition, train, infer" in capsys.readouterr().out
+    w = tmp_path / "w"
+    with h5py.File(w / "embeddings.h5", "r") as f:
+        emb = f["embeddings/emb"][()]
+        assert emb.shape == (200, 4) and not (emb != emb).any()   # no NaN: every row written
+    with h5py.File(w / "results.h5", "r") as f:
+        assert "infer" in f and f["infer"].attrs["status"] == "ran"
+        argv = f["infer"].attrs["argv"]
+        assert str(w / "train.h5.ckpt.h5") in argv and str(w / "parts") in argv
+    assert main(["run", str(job)]) == 0
+    assert "ran nothing, skipped generate, partition, train, infer" in capsys.readouterr().out
