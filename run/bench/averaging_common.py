@@ -3,7 +3,7 @@
 The drivers (``averaging_accuracy.py``, ``averaging_sync.py``) run serially: they convert or
 generate the inputs, partition them with ``mpiexec -n 2 shardgnn partition --algo spring`` (or,
 when that fails, with a seeded hash partition written by
-``shardgnn.train.partitions.write_store``, recorded as ``partitioner: "hash-fallback"``), then
+``shardgnn.partition.store.write_owner_store``, recorded as ``partitioner: "hash-fallback"``), then
 launch ``mpiexec -n P python -m mpi4py averaging_common.py JOBS.json`` once, which runs every
 training job of the list in-process (one torch import instead of one per run). Centralised
 baselines are 1-partition stores trained on a size-1 sub-communicator of rank 0.
@@ -100,11 +100,11 @@ def partition(data: Path, parts: int, out: Path, ranks: int = 2, hops: int = 1) 
           file=sys.stderr)
     shutil.rmtree(out, ignore_errors=True)
     from shardgnn.io.canonical import read_meta
-    from shardgnn.train.partitions import write_store
+    from shardgnn.partition.store import write_owner_store
 
     n = read_meta(data).num_nodes
     owner = np.random.default_rng(0).permutation(n) % parts
-    write_store(out, data, owner, parts, "hash-fallback")
+    write_owner_store(out, data, owner, parts, "hash-fallback")
     return "hash-fallback"
 
 
@@ -112,9 +112,9 @@ def whole(data: Path, out: Path) -> Path:
     """A 1-partition store (everything owned): the centralised baseline's input."""
     if not (out / "meta.json").exists():
         from shardgnn.io.canonical import read_meta
-        from shardgnn.train.partitions import write_store
+        from shardgnn.partition.store import write_owner_store
 
-        write_store(out, data, np.zeros(read_meta(data).num_nodes, dtype=np.int64), 1, "whole")
+        write_owner_store(out, data, np.zeros(read_meta(data).num_nodes, dtype=np.int64), 1, "whole")
     return out
 
 

@@ -42,7 +42,8 @@ def main() -> None:
 
     from shardgnn.sampling.neighbor import UniformNeighborSampler
     from shardgnn.train import models
-    from shardgnn.train.partitions import load_partition, read_store_meta
+    from shardgnn.partition.store import read_meta as read_store_meta
+    from shardgnn.train.partitions import load_partition
 
     torch.set_num_threads(1)
     load0 = os.getloadavg()

@@ -36,13 +36,13 @@ def runs(tmp_path_factory):
     p2 = averaging_data.store(d, root / "p2", 2)
     # partition 2 owns only vertices without a training label: weight 0, no batches at all;
     # partition 0 owns ~80% of the training vertices: very unequal batch counts
-    from shardgnn.train.partitions import write_store
+    from shardgnn.partition.store import write_owner_store
 
     train = np.load(d / "train_mask.npy")
     rng = np.random.default_rng(1)
     owner = np.where(train, (rng.random(train.size) < 0.2).astype(np.int64), 2)
     owner[np.flatnonzero(~train)[: train.size // 4]] = 0
-    write_store(root / "zero", d, owner, 3, "given")
+    write_owner_store(root / "zero", d, owner, 3, "given")
     out = root / "out"
     out.mkdir()
     (root / "mymodels.py").write_text(USER_MODEL)

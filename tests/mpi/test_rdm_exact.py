@@ -34,9 +34,11 @@ def rdm_data(tmp_path_factory):
 
     parts = root / "parts"
     parts.mkdir()
-    (parts / "meta.json").write_text("{}")
     perm = rng.permutation(n)
     cuts = [0, 30, 30, 51, 80, 95, n]
+    (parts / "meta.json").write_text(json.dumps({
+        "format": "shardgnn-partitions", "version": 1, "parts": len(cuts) - 1, "num_nodes": n,
+        "num_features": 13, "num_classes": 5}))
     for k in range(len(cuts) - 1):
         owned = perm[cuts[k]:cuts[k + 1]]
         with h5py.File(parts / f"part-{k:05d}.h5", "w") as h:

@@ -140,7 +140,8 @@ def test_checkpoint_roundtrip(tmp_path):
 
 def test_store_reader_matches_dataset(tmp_path):
     import averaging_data
-    from shardgnn.train.partitions import load_partition, read_store_meta
+    from shardgnn.partition.store import read_meta as read_store_meta
+    from shardgnn.train.partitions import load_partition
 
     d = averaging_data.sbm_dataset(tmp_path / "d", n=60)
     averaging_data.store(d, tmp_path / "s", 3)

@@ -21,8 +21,9 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-def read_sidecar(path: str | os.PathLike, fmt: str | None = None, version: int | None = None,
-                 required: Iterable[str] = (), missing_hint: str = "") -> dict[str, Any]:
+def read_sidecar(path: str | os.PathLike, fmt: str | None = None,
+                 version: int | tuple[int, ...] | None = None, required: Iterable[str] = (),
+                 missing_hint: str = "", version_default: int | None = None) -> dict[str, Any]:
     """Parse ``path`` (TOML when it ends in ``.toml``, JSON otherwise) and check it.
 
     Parameters
@@ -30,13 +31,16 @@ def read_sidecar(path: str | os.PathLike, fmt: str | None = None, version: int |
     path
         The sidecar file.
     fmt, version
-        When given, the file's ``format`` and ``version`` keys must equal them; otherwise the
-        error reads ``expected format X version N, got format Y version M``.
+        When given, the file's ``format`` key must equal ``fmt`` and its ``version`` equal
+        ``version`` (or be one of them, for a tuple of readable versions); otherwise the error
+        reads ``expected format X version N, got format Y version M``.
     required
         Keys that must be present.
     missing_hint
         What to say when the file does not exist (e.g. "expected a directory written by
         `shardgnn convert`").
+    version_default
+        The version of a file without a ``version`` key (None: such a file is rejected).
 
     Returns
     -------
@@ -55,10 +59,13 @@ def read_sidecar(path: str | os.PathLike, fmt: str | None = None, version: int |
     if not isinstance(raw, dict):
         raise input_error(p, f"expected a {'table' if toml else 'JSON object'}, "
                           f"got {type(raw).__name__}")
+    versions = (version,) if isinstance(version, int) else version
+    got_version = raw.get("version", version_default)
     if fmt is not None and (raw.get("format") != fmt
-                            or (version is not None and raw.get("version") != version)):
-        want = f"format {fmt!r}" + (f" version {version}" if version is not None else "")
-        got = f"format {raw.get('format')!r}" + (f" version {raw.get('version')!r}"
+                            or (versions is not None and got_version not in versions)):
+        want = f"format {fmt!r}" + (" version " + " or ".join(map(str, versions))
+                                    if versions is not None else "")
+        got = f"format {raw.get('format')!r}" + (f" version {got_version!r}"
                                                   if version is not None else "")
         raise input_error(p, f"expected {want}, got {got}")
     need = list(required)

@@ -16,7 +16,10 @@ Layout (``docs/partitioning.md``)::
 
 Writing one partition is rank-local (:func:`shardgnn.partition.store_write.write_partition`,
 from the :class:`SpillSink` files); the store directory is made atomic by the caller (temp
-directory, then rename). Reading is rank-local and accepts versions 1 to 3.
+directory, then rename). Reading is rank-local, accepts versions 1 to 3 and goes through the
+reader API: :func:`open_store` -> :class:`EdgeCutStore` (``meta``, ``partition(i)``,
+``owned(i)``, ``features(i)``), :func:`read_meta` and :func:`load_partition`. This module and
+``store_write`` are the only reader and writers of the ``shardgnn-partitions`` format.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn.errors import input_error
+from shardgnn.io.sidecar import read_sidecar
 
 META = "meta.json"
 FORMAT = "shardgnn-partitions"
@@ -243,40 +247,201 @@ def read_records(fh: Any, view: memoryview, item: int) -> int:
     return got // item
 
 
+# ---------------------------------------------------------------------- reader API
+#: Keys every ``meta.json`` of this format holds.
+REQUIRED_META = ("parts", "num_nodes", "num_features", "num_classes")
+#: Arrays a partition file may hold besides the CSR: per vertex, aligned with ``gid`` (masks
+#: false on replicas; ``node_type`` on typed datasets), and per edge, aligned with ``indices``.
+NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask", "node_type", "edge_weight",
+             "edge_type")
+
+
 def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
-    """Read and check ``OUT/meta.json`` of a partition store. Rank-local."""
+    """Read and check ``OUT/meta.json`` of an edge-cut partition store. Rank-local.
+
+    Checks the format and version (``expected format 'shardgnn-partitions' version 1 or 2 or 3,
+    got ...``; a meta.json without a version is version 1), the required keys, ``parts >= 1`` and that every partition file exists.
+    """
     d = Path(directory)
-    m = d / META
-    if not m.exists():
-        raise input_error(m, "missing; expected a directory written by `shardgnn partition`")
-    try:
-        meta = json.loads(m.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise input_error(m, f"not valid JSON ({exc})") from None
-    if meta.get("format") != FORMAT:
-        raise input_error(m, f"expected format {FORMAT!r}, got {meta.get('format')!r}")
-    if meta.get("version", 1) not in READABLE:
-        raise input_error(m, f"expected format version in {READABLE}, got {meta.get('version')!r} "
-                          "(written by a newer shardgnn?)")
+    if not d.is_dir():
+        raise input_error(d, "expected a partition directory written by `shardgnn partition`, "
+                          "got " + ("a file" if d.exists() else "nothing"))
+    meta = read_sidecar(d / META, FORMAT, READABLE, REQUIRED_META,
+                        "expected a partition store (run `shardgnn partition`)", version_default=1)
+    p = int(meta["parts"])
+    if p < 1:
+        raise input_error(d / META, f"expected parts >= 1, got {p}")
+    for i in range(p):
+        if not (d / part_name(i)).exists():
+            raise input_error(d / part_name(i), f"missing partition file ({p} partitions in {META})")
     return meta
+
+
+class EdgeCutStore:
+    """An opened edge-cut partition store: its checked ``meta`` and per-partition readers.
+
+    Rank-local; each rank opens the store and reads only the partitions it holds. Open with
+    :func:`open_store`.
+    """
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.path = Path(directory)
+        self.meta: dict[str, Any] = read_meta(self.path)
+        self.parts = int(self.meta["parts"])
+        self.num_nodes = int(self.meta["num_nodes"])
+        self.num_features = int(self.meta["num_features"])
+        self.num_classes = int(self.meta["num_classes"])
+
+    def part_path(self, i: int) -> Path:
+        """The HDF5 file of partition ``i``."""
+        if not 0 <= int(i) < self.parts:
+            raise input_error(self.path, f"expected a partition index in [0, {self.parts}), got {i}")
+        return self.path / part_name(i)
+
+    def _open(self, i: int) -> Any:
+        import h5py
+
+        path = self.part_path(i)
+        try:
+            return h5py.File(path, "r")
+        except OSError as exc:
+            raise input_error(path, f"not a readable HDF5 file ({exc})") from None
+
+    def owned(self, i: int) -> np.ndarray:
+        """Global ids of the vertices partition ``i`` owns (int64), without reading the rest."""
+        with self._open(i) as f:
+            try:
+                k = int(f.attrs["num_owned"])
+                return np.asarray(f["gid"][:k], dtype=np.int64)
+            except KeyError as exc:
+                raise input_error(self.part_path(i), f"expected dataset gid and attribute "
+                                  f"num_owned ({exc})") from None
+
+    def features(self, i: int) -> np.ndarray:
+        """The feature rows ``x`` of partition ``i`` (aligned with its ``gid``), float32."""
+        with self._open(i) as f:
+            if "x" not in f:
+                raise input_error(self.part_path(i), "expected dataset x, missing")
+            x = np.asarray(f["x"][()], dtype=np.float32)
+        n = self.num_features
+        if x.ndim != 2 or x.shape[1] != n:
+            raise input_error(self.part_path(i), f"expected x of shape (*, {n}), got {x.shape}")
+        return x
+
+    def partition(self, i: int, features: bool = True) -> Partition:
+        """Load and check partition ``i`` (``features=False`` skips ``x``).
+
+        Arrays keep their stored dtypes; shapes are checked against each other and ``meta``
+        (``indptr`` length, ``num_owned``, node data rows, local neighbour ids).
+        """
+        path = self.part_path(i)
+        with self._open(i) as f:
+            missing = [k for k in ("gid", "indptr", "indices") if k not in f]
+            if missing:
+                raise input_error(path, f"expected datasets gid, indptr, indices, missing "
+                                  f"{', '.join(missing)}")
+            data = {k: f[k][()] for k in NODE_DATA if k in f and (features or k != "x")}
+            gid = np.asarray(f["gid"][()], dtype=np.int64)
+            part = Partition(index=int(i), parts=self.parts, gid=gid,
+                             num_owned=int(f.attrs.get("num_owned", gid.shape[0])),
+                             indptr=f["indptr"][()], indices=f["indices"][()],
+                             attrs=dict(f.attrs), **data)
+        _check_partition(path, part, self.num_features)
+        return part
+
+
+def _check_partition(path: Path, g: Partition, num_features: int) -> None:
+    """Raise when the arrays of a partition disagree with each other or with ``meta``."""
+    n = g.num_vertices
+    checks = [(g.indptr.shape == (n + 1,), f"indptr of length {n + 1}", g.indptr.shape),
+              (0 <= g.num_owned <= n, f"num_owned in [0, {n}]", g.num_owned),
+              (n == 0 or int(g.indptr[-1]) == g.indices.shape[0],
+               f"indptr[-1] == len(indices) = {g.indices.shape[0]}", int(g.indptr[-1]) if n else 0)]
+    if g.x is not None:
+        checks.append((g.x.shape == (n, num_features), f"x of shape ({n}, {num_features})",
+                       g.x.shape))
+    if g.y is not None:
+        checks.append((g.y.shape[0] == n, f"{n} labels", g.y.shape))
+    for m in ("train_mask", "val_mask", "test_mask"):
+        arr = getattr(g, m)
+        if arr is not None:
+            checks.append((arr.shape == (n,), f"{m} of length {n}", arr.shape))
+    for ok, want, got in checks:
+        if not ok:
+            raise input_error(path, f"expected {want}, got {got}")
+    if g.indices.size and (g.indices.min() < 0 or g.indices.max() >= n):
+        raise input_error(path, f"expected local neighbour ids in [0, {n}), got "
+                          f"[{g.indices.min()}, {g.indices.max()}]")
+
+
+def open_store(directory: str | os.PathLike) -> EdgeCutStore:
+    """Open the edge-cut partition store at ``directory`` (checks ``meta.json``). Rank-local."""
+    return EdgeCutStore(directory)
 
 
 def load_partition(directory: str | os.PathLike, i: int, features: bool = True) -> Partition:
     """Load partition ``i`` of the store at ``directory`` (``features=False`` skips x). Rank-local."""
-    import h5py
+    return open_store(directory).partition(i, features)
 
-    d = Path(directory)
-    meta = read_meta(d)
-    p = int(meta["parts"])
-    if not 0 <= int(i) < p:
-        raise input_error(d, f"expected a partition index in [0, {p}), got {i}")
-    path = d / part_name(i)
-    if not path.exists():
-        raise input_error(path, "missing partition file")
-    with h5py.File(path, "r") as f:
-        data = {k: f[k][()] for k in ("x", "y", "train_mask", "val_mask", "test_mask",
-                                      "node_type", "edge_weight", "edge_type")
-                if k in f and (features or k != "x")}
-        return Partition(index=int(i), parts=p, gid=f["gid"][()],
-                         num_owned=int(f.attrs["num_owned"]), indptr=f["indptr"][()],
-                         indices=f["indices"][()], attrs=dict(f.attrs), **data)
+
+def write_owner_store(directory: str | os.PathLike, dataset: str | os.PathLike,
+                      owner: np.ndarray, parts: int, algorithm: str = "given",
+                      hops: int = 1) -> dict[str, Any]:
+    """Write a store from a vertex -> partition map ``owner`` of a canonical dataset, in memory.
+
+    Rank-local. Each partition owns the vertices mapped to it and holds, as replicas, every
+    vertex within ``hops`` (>= 1) hops of an owned vertex (``hops = 1``: full one-hop
+    neighbourhoods, like the streaming partitioner's default stores). The
+    local CSR holds every edge of the dataset between two local vertices. Meant for tests,
+    benchmarks and the centralised baseline (``parts = 1``); ``shardgnn partition`` writes the
+    real stores by streaming.
+    """
+    import h5py
+    import scipy.sparse as sp
+
+    from shardgnn.io.canonical import edge_memmap, load_node_array, read_meta
+
+    meta = read_meta(dataset)
+    n = meta.num_nodes
+    e = np.asarray(edge_memmap(dataset, meta), dtype=np.int64)
+    if not meta.directed:
+        e = np.concatenate([e, e[:, ::-1]])
+    adj = sp.csr_matrix((np.ones(len(e), dtype=np.int8), (e[:, 1], e[:, 0])), shape=(n, n))
+    adj.sum_duplicates()
+    adj.sort_indices()
+    owner = np.asarray(owner, dtype=np.int64)
+    arrays = {k: load_node_array(dataset, k, meta, mmap=False) for k in
+              ("x", "y", "train_mask", "val_mask", "test_mask")}
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(parts):
+        own = np.flatnonzero(owner == i)
+        reach = own
+        for _h in range(max(int(hops), 1)):
+            nbr = np.unique(adj[reach].indices) if reach.size else np.zeros(0, dtype=np.int64)
+            reach = np.union1d(reach, nbr)
+        rep = np.setdiff1d(reach, own)
+        gid = np.concatenate([own, rep]).astype(np.int64)
+        sub = adj[gid][:, gid].tocsr()
+        sub.sort_indices()
+        tmp = out / f"{part_name(i)}.tmp"
+        with h5py.File(tmp, "w") as f:
+            f.attrs["num_owned"] = len(own)
+            f["gid"] = gid
+            f["indptr"] = sub.indptr.astype(np.int64)
+            f["indices"] = sub.indices.astype(np.int64)
+            f["x"] = arrays["x"][gid]
+            f["y"] = arrays["y"][gid]
+            for m in ("train_mask", "val_mask", "test_mask"):
+                mask = arrays[m][gid].copy()
+                mask[len(own):] = False
+                f[m] = mask
+        os.replace(tmp, out / part_name(i))
+    info = {"format": FORMAT, "version": VERSION, "hops": max(int(hops), 1),
+            "algorithm": algorithm, "parts": int(parts), "num_nodes": int(n),
+            "num_edges": int(meta.num_edges), "dataset": str(Path(dataset).resolve()),
+            "num_features": int(meta.num_features), "num_classes": int(meta.num_classes)}
+    tmp = out / (META + ".tmp")
+    tmp.write_text(json.dumps(info, indent=2))
+    os.replace(tmp, out / META)
+    return info

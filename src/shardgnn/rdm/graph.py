@@ -15,6 +15,7 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import input_error
 from shardgnn.graph.csr import CSR, add_self_loops, csr_from_pairs, gcn_values
 from shardgnn.io.canonical import EdgeStream, GraphMeta, load_node_array
+from shardgnn.partition.store import open_store
 from shardgnn.rdm.layout import Grid
 
 
@@ -29,25 +30,12 @@ class Renumbering:
 
 
 def read_partition(directory: str | Path, num_nodes: int) -> Renumbering:
-    """Read a partition store (``meta.json`` + ``part-*.h5`` with ``gid`` owned-first and
-    attribute ``num_owned``) into a renumbering. Rank-local. Vertices no partition owns are put
+    """Read an edge-cut partition store (through :mod:`shardgnn.partition.store`, which checks
+    its format and version) into a renumbering. Rank-local. Vertices no partition owns are put
     at the end (in id order) and counted in the last partition."""
-    import h5py
-
-    d = Path(directory)
-    if not (d / "meta.json").exists():
-        raise input_error(d / "meta.json", "missing; expected a partition store from `shardgnn partition`")
-    files = sorted(d.glob("part-*.h5"))
-    if not files:
-        raise input_error(d, "expected part-*.h5 files in the partition store, found none")
-    owned: list[np.ndarray] = []
-    for f in files:
-        try:
-            with h5py.File(f, "r") as h:
-                k = int(h.attrs["num_owned"])
-                owned.append(np.asarray(h["gid"][:k], dtype=np.int64))
-        except (OSError, KeyError) as exc:
-            raise input_error(f, f"expected dataset gid and attribute num_owned ({exc})") from None
+    st = open_store(directory)
+    d = st.path
+    owned: list[np.ndarray] = [st.owned(i) for i in range(st.parts)]
     order = np.concatenate(owned) if owned else np.zeros(0, np.int64)
     if order.size and (order.min() < 0 or order.max() >= num_nodes):
         raise input_error(d, f"expected owned vertex ids in [0, {num_nodes}), got "

@@ -8,16 +8,14 @@ is owned by rank ``gid % P``. Each rank reads only its owned rows of ``x.npy`` /
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
-from shardgnn.partition.vertexcut.store import PartitionStore, part_dir
+from shardgnn.partition.vertexcut.store import PartitionStore
 from shardgnn.sampling.service import lowest_bit_partition
 
 
@@ -27,32 +25,8 @@ def open_store(path: str, dataset: str | None = None) -> tuple[PartitionStore, P
     Rank-local and deterministic (every rank reaches the same verdict): raises ShardError for
     a missing store or part folder, or a dataset of another graph.
     """
-    from shardgnn.io.canonical import read_meta
-
-    p = Path(path)
-    if (p / "meta.json").exists():
-        try:
-            fmt = json.loads((p / "meta.json").read_text()).get("format")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            fmt = None
-        if fmt != "shardgnn-vertexcut-store":
-            raise input_error(p / "meta.json", f"expected a vertex-cut store (--algo adadne, dne "
-                              f"or hash2d), got format {fmt!r}")
-    store = PartitionStore(p)
-    for i in range(store.num_parts):
-        d = p / part_dir(i)
-        if not d.is_dir():
-            raise input_error(d, f"missing partition folder ({store.num_parts} partitions in "
-                              f"meta.json)")
-    ds = Path(dataset or store.meta.get("dataset") or "")
-    if not str(dataset or store.meta.get("dataset") or "") or not (ds / "graph.json").exists():
-        raise input_error(ds, "expected the dataset the store was cut from (graph.json), found "
-                          "none; pass --dataset DIR")
-    gm = read_meta(ds)
-    want = (int(store.meta["num_nodes"]), int(store.meta.get("num_edges", gm.num_edges)))
-    if (gm.num_nodes, gm.num_edges) != want:
-        raise input_error(ds, f"expected the store's graph ({want[0]} nodes, {want[1]} edges), "
-                          f"got a dataset of {gm.num_nodes} nodes and {gm.num_edges} edges")
+    store = PartitionStore(path)
+    ds = store.dataset(dataset)
     return store, ds
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from shardgnn.io.canonical import write_dataset
-from shardgnn.train.partitions import write_store
+from shardgnn.partition.store import write_owner_store
 
 
 def sbm_dataset(directory: Path, n: int = 240, classes: int = 3, feats: int = 8,
@@ -40,5 +40,5 @@ def store(dataset: Path, out: Path, parts: int, skew: bool = False, seed: int = 
         owner = rng.choice(parts, n, p=p / p.sum())
     else:
         owner = rng.integers(0, parts, n)
-    write_store(out, dataset, owner, parts, "random")
+    write_owner_store(out, dataset, owner, parts, "random")
     return out

@@ -24,7 +24,8 @@ Layout of ``OUT`` (``docs/vertexcut.md``)::
 An undirected graph stores each edge in both directions (u->v and v->u) in its partition; a
 directed graph stores it once as an out-edge of u and an in-edge of v. No per-edge type id is
 stored: the type of edge ``e`` is found by binary search in the vertex's type groups.
-The writer is collective over comm; loading and queries are rank-local.
+The writer is collective over comm; loading and queries are rank-local. This module is the only
+reader and writer of the format; read it through :func:`open_store` / :class:`PartitionStore`.
 """
 from __future__ import annotations
 
@@ -41,9 +42,12 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.canonical import NODE_TYPES, load_node_array
 from shardgnn.io.edgeattrs import EdgeAttrs
+from shardgnn.io.sidecar import read_sidecar
 
 FORMAT = "shardgnn-vertexcut-store"
 VERSION = 2
+#: Versions the reader accepts (version 2 added optional weights and node types).
+READABLE_VERSIONS = (1, 2)
 PART_FILES = ("global_id", "out_indptr", "out_indices", "out_type_indptr", "out_type_ids",
               "out_type_ends", "in_indptr", "in_indices", "in_eids", "in_type_indptr",
               "in_type_ids", "in_type_ends", "out_degree", "in_degree", "partition_set")
@@ -419,21 +423,35 @@ class StorePartition:
         return src, dst, t
 
 
+#: Keys every vertex-cut ``meta.json`` holds.
+REQUIRED_META = ("num_parts", "num_nodes")
+
+
 class PartitionStore:
-    """A partition store directory: ``meta`` plus lazily memory-mapped partitions. Rank-local."""
+    """A vertex-cut partition store: its checked ``meta`` plus memory-mapped partitions.
+
+    Rank-local. Opening checks the format and version (``expected format
+    'shardgnn-vertexcut-store' version 1 or 2, got ...``), the required keys and that every
+    partition folder exists. Read one partition with :meth:`partition` (CSR both ways, global
+    ids, ``partition_set`` bits, global degrees), the dataset it was cut from with
+    :meth:`dataset` and its vertices' feature rows with :meth:`features`.
+    """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        mp = self.path / "meta.json"
-        if not mp.exists():
-            raise input_error(self.path, "expected a partition store with meta.json, found none")
-        try:
-            self.meta = json.loads(mp.read_text())
-        except json.JSONDecodeError as exc:
-            raise input_error(mp, f"not valid JSON ({exc})") from None
-        if self.meta.get("format") != FORMAT:
-            raise input_error(mp, f"expected format {FORMAT!r}, got {self.meta.get('format')!r}")
+        if not self.path.is_dir():
+            raise input_error(self.path, "expected a vertex-cut partition store (--algo adadne, "
+                              "dne or hash2d), got " + ("a file" if self.path.exists() else "nothing"))
+        self.meta: dict[str, Any] = read_sidecar(
+            self.path / "meta.json", FORMAT, READABLE_VERSIONS, REQUIRED_META,
+            "expected a vertex-cut store (--algo adadne, dne or hash2d)")
         self.num_parts = int(self.meta["num_parts"])
+        self.num_nodes = int(self.meta["num_nodes"])
+        for i in range(self.num_parts):
+            d = self.path / part_dir(i)
+            if not d.is_dir():
+                raise input_error(d, f"missing partition folder ({self.num_parts} partitions in "
+                                  f"meta.json)")
 
     def partition(self, i: int, mmap: bool = True) -> StorePartition:
         """Load partition ``i`` (memory-mapped by default)."""
@@ -451,3 +469,38 @@ class PartitionStore:
             if f.exists():
                 arrays[name] = np.load(f, mmap_mode="r" if mmap else None)
         return StorePartition(i, arrays)
+
+    def dataset(self, dataset: str | os.PathLike | None = None) -> Path:
+        """The canonical dataset the store was cut from (``dataset`` or ``meta['dataset']``),
+        checked to hold the same graph (node and edge counts)."""
+        from shardgnn.io.canonical import read_meta
+
+        name = str(dataset or self.meta.get("dataset") or "")
+        ds = Path(name)
+        if not name or not (ds / "graph.json").exists():
+            raise input_error(ds, "expected the dataset the store was cut from (graph.json), "
+                              "found none; pass --dataset DIR")
+        gm = read_meta(ds)
+        want = (self.num_nodes, int(self.meta.get("num_edges", gm.num_edges)))
+        if (gm.num_nodes, gm.num_edges) != want:
+            raise input_error(ds, f"expected the store's graph ({want[0]} nodes, {want[1]} "
+                              f"edges), got a dataset of {gm.num_nodes} nodes and "
+                              f"{gm.num_edges} edges")
+        return ds
+
+    def features(self, i: int, dataset: str | os.PathLike | None = None) -> np.ndarray:
+        """Feature rows ``x`` of partition ``i``'s vertices (aligned with its ``global_id``),
+        read from the dataset's memory map (see :meth:`dataset`)."""
+        from shardgnn.io.canonical import load_node_array, read_meta
+
+        ds = self.dataset(dataset)
+        x = load_node_array(ds, "x", read_meta(ds))
+        if x is None:
+            raise input_error(ds, "expected node features x.npy, found none")
+        gid = np.asarray(self.partition(i).arrays["global_id"])
+        return np.asarray(x[gid])
+
+
+def open_store(path: str | os.PathLike) -> PartitionStore:
+    """Open the vertex-cut partition store at ``path`` (checks ``meta.json``). Rank-local."""
+    return PartitionStore(path)
