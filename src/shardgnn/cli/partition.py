@@ -5,9 +5,9 @@ import argparse
 from typing import Any
 
 from shardgnn.comm import Communicator
-from shardgnn.errors import ShardError
 from shardgnn.partition.streaming import cli as streaming_cli
 from shardgnn.partition.vertexcut import cli as vertexcut_cli
+from shardgnn.registry import PARTITIONERS
 
 HELP = """\
 Partition a converted dataset with every rank streaming its shard of the edge file.
@@ -44,11 +44,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:
-    """Run the partitioner named by ``args.algo``. Collective over comm."""
-    algo = args.algo.lower()
-    if algo in vertexcut_cli.ALGORITHMS:
-        return vertexcut_cli.run(comm, args)
-    if algo in streaming_cli.ALGORITHMS or ":" in args.algo:
-        return streaming_cli.run(comm, args)
-    known = ", ".join(list(streaming_cli.ALGORITHMS) + list(vertexcut_cli.ALGORITHMS))
-    raise ShardError(f"unknown --algo {args.algo!r}; expected one of {known} or package.module:Class")
+    """Run the partitioner family registered for ``args.algo`` (a ``package.module:Class``
+    user partitioner runs in the streaming family). Collective over comm."""
+    family = streaming_cli if ":" in args.algo else PARTITIONERS.get(args.algo)
+    return int(family.run(comm, args) or 0)

@@ -8,31 +8,31 @@ from types import ModuleType
 from typing import Any
 
 from shardgnn.comm import Communicator
-from shardgnn.errors import ShardError
-from shardgnn.nau import cli as nau_cli
-from shardgnn.rdm import cli as rdm_cli
-from shardgnn.train import cli as avg_cli
-from shardgnn.train import guards, sampled_cli
+from shardgnn.registry import ENGINES
+from shardgnn.train import guards
 from shardgnn.train.sampled_cli import SAMPLERS as SAMPLED_SAMPLERS
 from shardgnn.train.subgraphs import SAMPLERS
 
-#: Engine families: modules with ENGINES, add_arguments(parser), run(comm, args) and optionally
-#: SHARED_OPTIONS (dests of the shared group below it takes), BORROWED_OPTIONS (dests of
-#: another family's group it also takes) and NOT_OPTIONS (engine -> dests of
-#: its own group that engine does not take). An engine takes the common options, the options its
-#: module's add_arguments adds (minus NOT_OPTIONS) and its SHARED_OPTIONS; any other option
-#: given on the command line is an error.
-FAMILIES: tuple[ModuleType, ...] = (rdm_cli, avg_cli, nau_cli, sampled_cli)
+
+def families() -> tuple[ModuleType, ...]:
+    """Engine families: the distinct modules registered in :data:`shardgnn.registry.ENGINES`, in
+    registration order. Each has ENGINES, add_arguments(parser), run(comm, args) and optionally
+    SHARED_OPTIONS (dests of the shared group below it takes), BORROWED_OPTIONS (dests of
+    another family's group it also takes) and NOT_OPTIONS (engine -> dests of its own group that
+    engine does not take). An engine takes the common options, the options its module's
+    add_arguments adds (minus NOT_OPTIONS) and its SHARED_OPTIONS; any other option given on the
+    command line is an error."""
+    out: list[ModuleType] = []
+    for name in ENGINES:
+        fam = ENGINES.get(name)
+        if fam not in out:
+            out.append(fam)
+    return tuple(out)
+
 
 HELP = """\
 Train a GNN. Engines:
-  rdm        full-batch GCN with row/column redistribution (Alltoallv), DATA = converted dataset
-  cagnet1d   full-batch GCN, CAGNET 1D baseline (broadcasts of H blocks), DATA = converted dataset
-  averaging  partition-parallel training with model averaging (CATGNN), DATA = partition directory
-  nau        FlexGraph NAU on one rank (--model gcn|pinsage|magnn|jknet|pgnn), DATA = converted
-             dataset; results include the NeighborSelection/Aggregation/Update times, HDG memory
-  sampled    sampled mini-batches from GLISP's Gather-Apply service, synchronous data parallel,
-             DATA = vertex-cut store (partition --algo adadne|dne|hash2d)
+%(engines)s
 
 An option that the chosen engine does not take is an error (exit 2), e.g. --model with
 --engine rdm; each group below says which engines take its options.
@@ -47,11 +47,13 @@ _SHARED: set[str] = set()
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("train", help="train a GNN (engines: rdm, cagnet1d, averaging, nau, sampled)",
-                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    engines = "\n".join(f"  {e.name:<10} {e.help}" for e in ENGINES.entries())
+    p = sub.add_parser("train", help=f"train a GNN (engines: {', '.join(ENGINES)})",
+                       description=HELP % {"engines": engines},
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
     p.add_argument("--engine", default="rdm",
-                   help="rdm (default), cagnet1d, averaging, nau or sampled")
+                   help=f"one of {ENGINES.expected()} (default: rdm)")
     p.add_argument("--epochs", type=int, default=200, help="training epochs (default: 200)")
     p.add_argument("--hidden", type=int, default=16, help="hidden width (default: 16)")
     p.add_argument("--layers", type=int, default=2, help="number of GNN layers (default: 2)")
@@ -124,7 +126,7 @@ def add_parser(sub: Any) -> None:
                    "GraphSAINT's normalisation (default: 20)")
     _COMMON.update(a.dest for a in p._actions[:n0])
     _SHARED.update(a.dest for a in p._actions[n0:])
-    for fam in FAMILIES:
+    for fam in families():
         k = len(p._actions)
         fam.add_arguments(p)
         _OWN[fam.__name__] = {a.dest for a in p._actions[k:]}
@@ -133,16 +135,13 @@ def add_parser(sub: Any) -> None:
 
 
 def family_of(engine: str) -> ModuleType:
-    """The family module running ``engine`` (ShardError if none)."""
-    for fam in FAMILIES:
-        if engine in fam.ENGINES:
-            return fam
-    names = [e for fam in FAMILIES for e in fam.ENGINES]
-    raise ShardError(f"unknown --engine {engine!r}; expected one of {', '.join(names)}")
+    """The family module running ``engine`` (ShardError if none is registered)."""
+    fam: ModuleType = ENGINES.get(engine)
+    return fam
 
 
 def accepted_options(engine: str) -> set[str]:
-    """Dests of the options ``engine`` takes (see :data:`FAMILIES`)."""
+    """Dests of the options ``engine`` takes (see :func:`families`)."""
     fam = family_of(engine)
     own = _OWN.get(fam.__name__, set()) - set(getattr(fam, "NOT_OPTIONS", {}).get(engine, ()))
     shared = set(getattr(fam, "SHARED_OPTIONS", ())) & _SHARED

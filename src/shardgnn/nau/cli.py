@@ -5,10 +5,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from shardgnn.registry import ENGINES as ENGINE_REGISTRY
+
 if TYPE_CHECKING:
     from shardgnn.comm import Communicator
 
-ENGINES: tuple[str, ...] = ("nau",)
+#: Engines this module runs (registered in :data:`shardgnn.registry.ENGINES`).
+ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of the shared group of `shardgnn train` this engine takes.
 SHARED_OPTIONS: tuple[str, ...] = ("model", "eval_every")
 

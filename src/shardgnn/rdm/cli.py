@@ -5,8 +5,10 @@ import argparse
 from typing import Any
 
 from shardgnn.comm import Communicator
+from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 
-ENGINES: tuple[str, ...] = ("rdm", "cagnet1d")
+#: Engines this module runs (registered in :data:`shardgnn.registry.ENGINES`).
+ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of `shardgnn train`'s shared group these engines take (see cli/train.py).
 SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every", "checkpoint_every", "checkpoint", "resume",
                                    "saint_budget", "saint_walk_length", "saint_steps",

@@ -6,10 +6,10 @@ import sys
 from typing import Any
 
 from shardgnn.comm import Communicator
-from shardgnn.errors import ShardError
+from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 
-ALGORITHMS: tuple[str, ...] = ()
-ENGINES: tuple[str, ...] = ("averaging",)
+#: Engines this module runs (registered in :data:`shardgnn.registry.ENGINES`).
+ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of `shardgnn train`'s shared group this engine takes (see cli/train.py).
 SHARED_OPTIONS: tuple[str, ...] = ("model", "sampler", "eval", "eval_every", "checkpoint_every",
                                    "checkpoint", "resume", "saint_budget", "saint_walk_length",

@@ -3,7 +3,7 @@
 Rank-local; no communication. Every model is a ``torch.nn.Module`` whose ``forward(x,
 edge_index)`` returns one row of class logits per node; the built-in ones also run stage by
 stage (``stages``/``stage``/``stage_graph``, :func:`staged`) for distributed evaluation. Built-in models register by name in
-:data:`MODELS`; ``--model pkg.mod:Name`` imports a user class (or factory function), called as
+:data:`shardgnn.registry.MODELS`; ``--model pkg.mod:Name`` imports a user class (or factory function), called as
 ``Name(in_channels, hidden_channels, out_channels, num_layers, dropout)`` with keywords, and,
 when that signature does not fit, as ``Name(in_channels, out_channels)``.
 """
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shardgnn.errors import ShardError
+from shardgnn.registry import MODELS
 
 
 class _Stack(nn.Module):
@@ -476,11 +477,6 @@ class SGC(nn.Module):
                     deg: torch.Tensor | None = None) -> NormAdjacency:
         """The normalised adjacency D^-1/2 (A+I) D^-1/2 ``SGConv`` uses, with ``deg``."""
         return NormAdjacency(edge_index, num_nodes, deg)
-
-
-#: Built-in models by CLI name.
-MODELS: dict[str, type[nn.Module]] = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT, "sgc": SGC,
-                                      "ngnn-gcn": NGNNGCN, "ngnn-sage": NGNNSAGE}
 
 
 def staged(model: nn.Module) -> bool:

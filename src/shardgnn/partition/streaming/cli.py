@@ -27,6 +27,11 @@ DEFAULT_REFINE_FRAC = 0.8
 DEFAULT_REFINE_TAU = 0.05
 
 
+#: Option defaults come from the parameter dataclasses (one source).
+_S = SpringParams()
+_B = BaselineParams()
+
+
 def add_arguments(parser: Any) -> None:
     """Add the streaming partitioners' options to ``parser``."""
     g = parser.add_argument_group(
@@ -68,21 +73,22 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--refine-balance", type=float, default=1.05, metavar="B",
                    help="owned-vertex cap per partition during refinement, as a multiple of "
                    "|V|/p (default: 1.05)")
-    g.add_argument("--beta", type=float, default=1.05,
+    g.add_argument("--beta", type=float, default=_S.beta,
                    help="SPRING balance factor: clusters merge while |C_i|+|C_t| <= beta*|V|/p "
-                   "(default: 1.05)")
+                   "(default: %(default)s)")
     g.add_argument("--tau", type=float, default=None,
                    help="SPRING cluster volume threshold tau_vol = TAU*|E|/p, |E| counting both "
-                   "directions of each undirected edge (default: 0.1 as the paper with --refine "
-                   "0; %s when refining, where finer clusters measured better)" % DEFAULT_REFINE_TAU)
-    g.add_argument("--merge", choices=("static", "resort"), default="static",
+                   "directions of each undirected edge (default: %s as the paper with --refine "
+                   "0; %s when refining, where finer clusters measured better)"
+                   % (_S.tau, DEFAULT_REFINE_TAU))
+    g.add_argument("--merge", choices=("static", "resort"), default=_S.merge,
                    help="SPRING merge order: static = sort clusters ascending once (Algorithm 1, "
                    "authors' code); resort = re-rank a cluster after each merge (paper prose) "
-                   "(default: static)")
-    g.add_argument("--assign-order", choices=("sorted", "appearance"), default="sorted",
+                   "(default: %(default)s)")
+    g.add_argument("--assign-order", choices=("sorted", "appearance"), default=_S.assign_order,
                    help="SPRING greedy assignment order: sorted = clusters by size descending "
                    "(Algorithm 1); appearance = first-appearance order (authors' code) "
-                   "(default: sorted)")
+                   "(default: %(default)s)")
     g.add_argument("--stream-order", choices=("auto", "adjacency", "interleaved", "concat"),
                    default="auto",
                    help="SPRING clustering stream of an undirected graph: adjacency = the "
@@ -95,19 +101,20 @@ def add_arguments(parser: Any) -> None:
                    "no extra file; concat = all (u,v) then all (v,u), two passes; auto = "
                    "adjacency with --refine 0 (Algorithm 1 as published), interleaved when "
                    "refining (measured as good there, no extra pass) (default: auto)")
-    g.add_argument("--hdrf-lambda", type=float, default=1.0,
-                   help="HDRF balance weight lambda (default: 1.0, as CATGNN)")
-    g.add_argument("--hdrf-epsilon", type=float, default=1.0,
-                   help="HDRF epsilon in the balance term (default: 1.0, as CATGNN)")
-    g.add_argument("--vcut-balance", type=float, default=0.0, metavar="B",
+    g.add_argument("--hdrf-lambda", type=float, default=_B.hdrf_lambda,
+                   help="HDRF balance weight lambda (default: %(default)s, as CATGNN)")
+    g.add_argument("--hdrf-epsilon", type=float, default=_B.hdrf_epsilon,
+                   help="HDRF epsilon in the balance term (default: %(default)s, as CATGNN)")
+    g.add_argument("--vcut-balance", type=float, default=_B.vcut_balance, metavar="B",
                    help="HDRF/Greedy: hard edge capacity B*|E|/p per partition, as the C++ "
-                   "reference implementations enforce (0 = none, as CATGNN's ports) (default: 0)")
+                   "reference implementations enforce (0 = none, as CATGNN's ports) (default: %(default)s)")
     g.add_argument("--twops-port", action="store_true",
                    help="2PS-L with CATGNN's port constants (max community volume 0.1*|E|/p, all "
                    "partitions scored) instead of the original (2*|E|/p, the two community "
                    "partitions of the endpoints scored)")
-    g.add_argument("--twops-balance", type=float, default=1.05,
-                   help="2PS-L edge capacity per partition as a multiple of |E|/p (default: 1.05)")
+    g.add_argument("--twops-balance", type=float, default=_B.twops_balance,
+                   help="2PS-L edge capacity per partition as a multiple of |E|/p "
+                   "(default: %(default)s)")
     g.add_argument("--write-memory", type=parse_size, default=None, metavar="SIZE",
                    help="bytes of CSR indices the store write holds per rank at once (one "
                    "bucket of rows), e.g. 512M or 2G; a partition whose indices exceed it is "
@@ -153,7 +160,7 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
         auto = AutoParts(devices=args.devices or 0, device_mem=args.device_mem or 0.0,
                          reserve=args.reserve)
     refine = args.refine if args.refine is not None else DEFAULT_REFINE if algo == "spring" else 0
-    tau = args.tau if args.tau is not None else DEFAULT_REFINE_TAU if refine else 0.1
+    tau = args.tau if args.tau is not None else DEFAULT_REFINE_TAU if refine else _S.tau
     order = args.stream_order
     if order == "auto":
         order = "interleaved" if refine else "adjacency"

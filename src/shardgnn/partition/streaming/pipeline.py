@@ -29,8 +29,10 @@ from shardgnn.partition.streaming import adjacency, kernels, passes
 from shardgnn.partition.streaming.baselines import (BaselineParams, hash_owner, load_user_class,
                                                     vertexcut_owner)
 from shardgnn.partition.streaming.spring import SpringParams, spring_owner
+from shardgnn.registry import PARTITIONERS
 
-ALGORITHMS: tuple[str, ...] = ("spring", "hdrf", "dbh", "greedy", "2ps-l", "hash")
+#: Built-in streaming partitioners (registered in :data:`shardgnn.registry.PARTITIONERS`).
+ALGORITHMS: tuple[str, ...] = PARTITIONERS.names_for("shardgnn.partition.streaming.cli")
 
 
 @dataclass

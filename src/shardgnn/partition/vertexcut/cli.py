@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,14 @@ from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
 from shardgnn.partition.vertexcut.metrics import distributed_quality
 from shardgnn.partition.vertexcut.shard import load_shard
 from shardgnn.partition.vertexcut.store import write_store_columns
+from shardgnn.registry import PARTITIONERS
 
-ALGORITHMS: tuple[str, ...] = ("adadne", "dne", "hash2d")
-ENGINES: tuple[str, ...] = ()
+#: Vertex-cut partitioners (registered in :data:`shardgnn.registry.PARTITIONERS`).
+ALGORITHMS: tuple[str, ...] = PARTITIONERS.names_for(__name__)
+
+
+#: The defaults of every option come from the config dataclass (one source).
+_D = ExpansionConfig()
 
 
 def add_arguments(parser: Any) -> None:
@@ -35,48 +41,48 @@ def add_arguments(parser: Any) -> None:
         "p = --parts must be a multiple of the number of ranks P (rank r expands partitions "
         "r, r+P, ...). AdaDNE's adaptive expansion factor is a RECONSTRUCTION of the paper's "
         "lost equations 5-7 (docs/vertexcut.md).")
-    g.add_argument("--dne-lambda", type=float, default=0.1,
+    g.add_argument("--dne-lambda", type=float, default=_D.lam,
                    help="expansion factor lambda: share of the boundary expanded per iteration "
-                   "(DNE's constant; AdaDNE's base value) (default: 0.1)")
-    g.add_argument("--dne-balance", type=float, default=1.01,
-                   help="DNE hard edge cap factor alpha: |E_i| <= alpha*|E|/p (default: 1.01; "
+                   "(DNE's constant; AdaDNE's base value) (default: %(default)s)")
+    g.add_argument("--dne-balance", type=float, default=_D.balance,
+                   help="DNE hard edge cap factor alpha: |E_i| <= alpha*|E|/p (default: %(default)s; "
                    "AdaDNE has no cap)")
-    g.add_argument("--ada-wv", type=float, default=0.5,
-                   help="AdaDNE weight w_V of the vertex score (w_V + w_E = 1) (default: 0.5)")
-    g.add_argument("--ada-we", type=float, default=0.5,
-                   help="AdaDNE weight w_E of the edge score (default: 0.5)")
-    g.add_argument("--ada-lambda-min", type=float, default=0.01,
-                   help="AdaDNE lower clip of the adaptive factor (default: 0.01)")
-    g.add_argument("--ada-response", choices=RESPONSES, default="exp",
+    g.add_argument("--ada-wv", type=float, default=_D.w_v,
+                   help="AdaDNE weight w_V of the vertex score (w_V + w_E = 1) (default: %(default)s)")
+    g.add_argument("--ada-we", type=float, default=_D.w_e,
+                   help="AdaDNE weight w_E of the edge score (default: %(default)s)")
+    g.add_argument("--ada-lambda-min", type=float, default=_D.lam_min,
+                   help="AdaDNE lower clip of the adaptive factor (default: %(default)s)")
+    g.add_argument("--ada-response", choices=RESPONSES, default=_D.response,
                    help="AdaDNE response of lambda_i to the score S: linear = lambda/S "
                    "(addendum reconstruction), exp = lambda*exp(-beta*(S-1)) (measured better; "
-                   "docs/vertexcut.md) (default: exp)")
-    g.add_argument("--ada-beta", type=float, default=2.0,
-                   help="steepness beta of the exp response (default: 2.0)")
-    g.add_argument("--ada-cap", type=float, default=1.2,
+                   "docs/vertexcut.md) (default: %(default)s)")
+    g.add_argument("--ada-beta", type=float, default=_D.beta,
+                   help="steepness beta of the exp response (default: %(default)s)")
+    g.add_argument("--ada-cap", type=float, default=_D.ada_cap,
                    help="AdaDNE safety edge cap factor: |E_i| <= cap*|E|/p (our addition, not in "
-                   "the paper; 0 = the paper's pure soft constraint with no cap) (default: 1.2)")
-    g.add_argument("--ada-tail", type=float, default=0.05,
+                   "the paper; 0 = the paper's pure soft constraint with no cap) (default: %(default)s)")
+    g.add_argument("--ada-tail", type=float, default=_D.tail,
                    help="AdaDNE tail mode: once at most this share of edges is free, every "
                    "partition expands its whole boundary and a partition that keeps running out "
                    "of boundary draws 1, 2, 4, ... seeds without starting over at 1 (our "
                    "addition: ends the crawl through many small components in far fewer "
-                   "iterations; the refinement keeps VB; 0 = off) (default: 0.05)")
-    g.add_argument("--ada-hub-defer", type=float, default=0.1,
+                   "iterations; the refinement keeps VB; 0 = off) (default: %(default)s)")
+    g.add_argument("--ada-hub-defer", type=float, default=_D.hub_defer,
                    help="AdaDNE: a boundary vertex with more than this share of |E|/p free edges "
                    "is not expanded (its edges are left to neighbours' expansions, replicating the "
-                   "hub); our addition; 0 = off (default: 0.1)")
-    g.add_argument("--ada-refine", type=int, default=10,
+                   "hub); our addition; 0 = off (default: %(default)s)")
+    g.add_argument("--ada-refine", type=int, default=_D.refine,
                    help="AdaDNE: rounds of the vertex-balance refinement after the expansion "
                    "(leaf edges of vertex-heavy partitions move to partitions holding their other "
-                   "end; never raises RF; our addition; 0 = off) (default: 10)")
-    g.add_argument("--dne-seed-growth", type=float, default=2.0,
+                   "end; never raises RF; our addition; 0 = off) (default: %(default)s)")
+    g.add_argument("--dne-seed-growth", type=float, default=_D.seed_growth,
                    help="seed batch growth while a partition's boundary stays empty: 1, g, g^2, "
                    "... seeds per iteration (1 = one seed per iteration as in DistributedNE) "
-                   "(default: 2.0)")
-    g.add_argument("--dne-seed-samples", type=int, default=32,
+                   "(default: %(default)s)")
+    g.add_argument("--dne-seed-samples", type=int, default=_D.seed_samples,
                    help="random candidates drawn when a partition needs a seed vertex; the "
-                   "one with fewest free edges is taken (default: 32)")
+                   "one with fewest free edges is taken (default: %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
@@ -129,47 +135,80 @@ def _mem(tag: str) -> None:
         pass
 
 
+@dataclass
+class VertexCutConfig:
+    """One `shardgnn partition --algo adadne|dne|hash2d` run: inputs, outputs, expansion."""
+
+    dataset: str
+    out: str
+    expansion: ExpansionConfig
+    results: str | None = None
+    chunk: int = 1 << 20
+
+
 def run(comm: Communicator, args: argparse.Namespace) -> int:
-    """Partition, write the store and the results. Collective over comm."""
-    t_start = time.perf_counter()
-    cfg = config_from_args(args, comm.size)
+    """Parse the options into a :class:`VertexCutConfig` and run :func:`main`. Collective."""
+    expansion = config_from_args(args, comm.size)
     if args.chunk < 1:
         raise ShardError(f"--chunk: expected >= 1 edges, got {args.chunk}")
-    logger = log.get()
-    shard = load_shard(args.dataset, comm, chunk=args.chunk)
+    cfg = VertexCutConfig(dataset=args.dataset, out=args.out, expansion=expansion,
+                          results=args.results, chunk=args.chunk)
+    main(comm, cfg)
+    return 0
+
+
+def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
+    """Load -> expand -> quality -> store -> results; returns the summary. Collective."""
+    t_start = time.perf_counter()
+    ex = cfg.expansion
+    shard = load_shard(cfg.dataset, comm, chunk=cfg.chunk)
     t_load = time.perf_counter() - t_start
     _mem("after load")
-    if shard.num_nodes >= 2**62 // max(cfg.parts, 1):
-        raise ShardError(f"{args.dataset}: expected fewer than 2**62/p vertices, got {shard.num_nodes}")
-    logger.info("%s: %d edges, %d vertices, %d partitions on %d ranks", cfg.algo,
-                shard.num_edges, shard.num_nodes, cfg.parts, comm.size)
-    res = expand(comm, shard, cfg)
+    if shard.num_nodes >= 2**62 // max(ex.parts, 1):
+        raise ShardError(f"{cfg.dataset}: expected fewer than 2**62/p vertices, got {shard.num_nodes}")
+    log.get().info("%s: %d edges, %d vertices, %d partitions on %d ranks", ex.algo,
+                   shard.num_edges, shard.num_nodes, ex.parts, comm.size)
+    res = expand(comm, shard, ex)
     _mem("after expansion")
-    q = distributed_quality(comm, res.rec_part, res.vsize, res.member, cfg.parts)
-    t_part = res.seconds
+    q = distributed_quality(comm, res.rec_part, res.vsize, res.member, ex.parts)
+    t_store = _store(comm, cfg, shard, res, q)
+    rss = np.asarray(comm.allgather_obj(peak_rss_bytes()), dtype=np.int64)
+    summary = {"algo": ex.algo, "parts": ex.parts, "ranks": comm.size, "rf": q["rf"],
+               "eb": q["eb"], "vb": q["vb"], "iterations": res.iterations,
+               "seconds_partition": res.seconds, "seconds_load": t_load,
+               "seconds_store": t_store, "seconds_total": time.perf_counter() - t_start,
+               "peak_rss_max_bytes": int(rss.max()), "num_vertices_covered": q["num_vertices"]}
+    _results(comm, cfg, summary, q, rss)
+    return summary
+
+
+def _store(comm: Communicator, cfg: VertexCutConfig, shard: Any, res: Any,
+           q: dict[str, Any]) -> float:
+    """Write the GLISP store (the shard's edge columns are handed over and freed); returns
+    the seconds it took. Collective over comm."""
     t1 = time.perf_counter()
-    info = {"num_parts": cfg.parts, "num_nodes": shard.num_nodes, "num_edges": shard.num_edges,
+    ex = cfg.expansion
+    info = {"num_parts": ex.parts, "num_nodes": shard.num_nodes, "num_edges": shard.num_edges,
             "directed": shard.directed, "edge_types": shard.has_types,
-            "num_edge_types": shard.num_edge_types, "algo": cfg.algo, "ranks": comm.size,
-            "params": vars(cfg), "dataset": str(Path(args.dataset).resolve()),
+            "num_edge_types": shard.num_edge_types, "algo": ex.algo, "ranks": comm.size,
+            "params": vars(ex), "dataset": str(Path(cfg.dataset).resolve()),
             "rf": q["rf"], "eb": q["eb"], "vb": q["vb"], "iterations": res.iterations,
-            "adaptive_factor": "reconstruction of GLISP eq. 5-7" if cfg.algo == "adadne" else ""}
+            "adaptive_factor": "reconstruction of GLISP eq. 5-7" if ex.algo == "adadne" else ""}
     cols = {"src": shard.src, "dst": shard.dst, "etype": shard.etype, "part": res.rec_part}
     shard.src = shard.dst = shard.etype = res.rec_part = None  # freed once sent to their hosts
     _mem("before store")
-    write_store_columns(comm, args.out, cols, res.member, info)
-    t_store = time.perf_counter() - t1
+    write_store_columns(comm, cfg.out, cols, res.member, info)
     _mem("after store")
-    rss = np.asarray(comm.allgather_obj(peak_rss_bytes()), dtype=np.int64)
-    total = time.perf_counter() - t_start
-    summary = {"algo": cfg.algo, "parts": cfg.parts, "ranks": comm.size, "rf": q["rf"],
-               "eb": q["eb"], "vb": q["vb"], "iterations": res.iterations,
-               "seconds_partition": t_part, "seconds_load": t_load, "seconds_store": t_store,
-               "seconds_total": total, "peak_rss_max_bytes": int(rss.max()),
-               "num_vertices_covered": q["num_vertices"]}
-    results = args.results or str(Path(args.out) / "results.h5")
-    config = {"command": "partition", "dataset": str(args.dataset), "out": str(args.out),
-              **{k: v for k, v in vars(cfg).items()}}
+    return time.perf_counter() - t1
+
+
+def _results(comm: Communicator, cfg: VertexCutConfig, summary: dict[str, Any],
+             q: dict[str, Any], rss: np.ndarray) -> None:
+    """Write the results HDF5 and print the summary on rank 0. Collective over comm."""
+    ex = cfg.expansion
+    results = cfg.results or str(Path(cfg.out) / "results.h5")
+    config = {"command": "partition", "dataset": str(cfg.dataset), "out": str(cfg.out),
+              **{k: v for k, v in vars(ex).items()}}
     with ResultWriter(comm, results, config, command="shardgnn partition") as w:
         w.attrs("partition", summary)
         w.dataset("partition/edges_per_part", q["edges_per_part"])
@@ -178,8 +217,8 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
         w.dataset("partition/bytes_sent", np.asarray(comm.allgather_obj(
             int(sum(v for k, v in comm.bytes.items()))), dtype=np.int64))
     if comm.rank == 0:
-        print(f"{cfg.algo} p={cfg.parts} P={comm.size}: RF {q['rf']:.4f}  EB {q['eb']:.4f}  "
-              f"VB {q['vb']:.4f}  iterations {res.iterations}  partition {t_part:.2f} s  "
-              f"total {total:.2f} s  peak RSS/rank max {rss.max() / 2**20:.1f} MiB")
+        print(f"{ex.algo} p={ex.parts} P={comm.size}: RF {q['rf']:.4f}  EB {q['eb']:.4f}  "
+              f"VB {q['vb']:.4f}  iterations {summary['iterations']}  partition "
+              f"{summary['seconds_partition']:.2f} s  total {summary['seconds_total']:.2f} s  "
+              f"peak RSS/rank max {rss.max() / 2**20:.1f} MiB")
         print("SUMMARY " + json.dumps(summary, sort_keys=True), flush=True)
-    return 0

@@ -1,0 +1,142 @@
+"""Registries of the algorithm and engine families (partitioners, training engines, models).
+
+Rank-local, no communication. A registry maps a name to an object (or to a ``"module"`` /
+``"module:attr"`` string imported on first use, so registering costs no import) plus a one-line
+help. The CLI takes its ``--algo`` / ``--engine`` / ``--model`` names, help text and dispatch
+from these, so adding a family member is one :meth:`Registry.register` call next to its code
+(see ``docs/architecture.md``, "Adding an engine, partitioner or model").
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from shardgnn.errors import ShardError
+
+
+@dataclass
+class Entry:
+    """One registered name: its target (object or import path) and a one-line help."""
+
+    name: str
+    target: Any
+    help: str = ""
+    loaded: Any = None
+
+
+class Registry:
+    """Names of one family mapped to their implementations, in registration order.
+
+    Parameters
+    ----------
+    option
+        The command-line option choosing a member (``--engine``), for error messages.
+    extra
+        What else the option accepts, appended to the "expected one of" list (e.g.
+        ``package.module:Class``).
+    """
+
+    def __init__(self, option: str, extra: str = "") -> None:
+        self.option = option
+        self.extra = extra
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str, target: Any, help: str = "") -> None:
+        """Register ``target`` (an object, or an import path ``"pkg.mod"`` / ``"pkg.mod:attr"``)
+        under ``name`` (lower case); re-registering a name replaces it."""
+        key = name.lower()
+        self._entries[key] = Entry(key, target, help)
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names in registration order."""
+        return tuple(self._entries)
+
+    def names_for(self, target: Any) -> tuple[str, ...]:
+        """Names registered with exactly this target (e.g. one family's CLI module path)."""
+        return tuple(e.name for e in self._entries.values() if e.target == target)
+
+    def entries(self) -> tuple[Entry, ...]:
+        """Registered entries in registration order."""
+        return tuple(self._entries.values())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def expected(self) -> str:
+        """``"a, b, c"`` (plus ``extra``), for help and error messages."""
+        names = ", ".join(self._entries)
+        return f"{names} or {self.extra}" if self.extra else names
+
+    def get(self, name: str) -> Any:
+        """The implementation registered as ``name`` (imported on first use).
+
+        Raises
+        ------
+        ShardError
+            ``unknown --option 'name'; expected one of ...`` for an unregistered name.
+        """
+        entry = self._entries.get(name.lower())
+        if entry is None:
+            raise ShardError(f"unknown {self.option} {name!r}; expected one of {self.expected()}")
+        if entry.loaded is None:
+            entry.loaded = entry.target
+            if isinstance(entry.target, str):
+                mod, _, attr = entry.target.partition(":")
+                obj: Any = importlib.import_module(mod)
+                entry.loaded = getattr(obj, attr) if attr else obj
+        return entry.loaded
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
+
+
+#: Partitioner families for ``shardgnn partition --algo``: name -> CLI module with
+#: ``add_arguments(parser)`` and ``run(comm, args)``.
+PARTITIONERS = Registry("--algo", "package.module:Class")
+for _name, _help in (("spring", "SPRING streaming clustering (CATGNN), edge-cut + replicas"),
+                     ("hdrf", "HDRF streaming vertex assignment"),
+                     ("dbh", "degree-based hashing"),
+                     ("greedy", "PowerGraph greedy"),
+                     ("2ps-l", "two-phase streaming, linear"),
+                     ("hash", "hash of the vertex id")):
+    PARTITIONERS.register(_name, "shardgnn.partition.streaming.cli", _help)
+for _name, _help in (("adadne", "adaptive distributed neighbour expansion (GLISP), vertex-cut"),
+                     ("dne", "distributed neighbour expansion, vertex-cut"),
+                     ("hash2d", "2-D hash of the edge endpoints, vertex-cut")):
+    PARTITIONERS.register(_name, "shardgnn.partition.vertexcut.cli", _help)
+
+#: Training engines for ``shardgnn train --engine``: name -> engine family CLI module with
+#: ``add_arguments(parser)``, ``run(comm, args)`` and optionally ``SHARED_OPTIONS`` /
+#: ``NOT_OPTIONS`` (see ``shardgnn.cli.train``).
+ENGINES = Registry("--engine")
+ENGINES.register("rdm", "shardgnn.rdm.cli",
+                 "full-batch GCN with row/column redistribution (Alltoallv), DATA = dataset")
+ENGINES.register("cagnet1d", "shardgnn.rdm.cli",
+                 "full-batch GCN, CAGNET 1D baseline (broadcasts of H blocks), DATA = dataset")
+ENGINES.register("averaging", "shardgnn.train.cli",
+                 "partition-parallel training with model averaging (CATGNN), DATA = partitions")
+ENGINES.register("nau", "shardgnn.nau.cli",
+                 "FlexGraph NAU on one rank (--model gcn|pinsage|magnn|jknet|pgnn), DATA = dataset")
+ENGINES.register("sampled", "shardgnn.train.sampled_cli",
+                 "mini-batches from GLISP's Gather-Apply service, data parallel, DATA = vertex-cut "
+                 "store")
+
+#: GNN models for ``--model`` of the partition-parallel engines: name -> nn.Module class.
+MODELS = Registry("--model", "package.module:Class")
+for _name, _target, _help in (("gcn", "shardgnn.train.models:GCN", "graph convolution"),
+                              ("sage", "shardgnn.train.models:GraphSAGE", "GraphSAGE, mean"),
+                              ("gat", "shardgnn.train.models:GAT", "multi-head attention"),
+                              ("sgc", "shardgnn.train.models:SGC", "simplified graph conv"),
+                              ("ngnn-gcn", "shardgnn.train.models:NGNNGCN", "network-in-GCN"),
+                              ("ngnn-sage", "shardgnn.train.models:NGNNSAGE",
+                               "network-in-GraphSAGE")):
+    MODELS.register(_name, _target, _help)
+
+__all__ = ["Entry", "Registry", "PARTITIONERS", "ENGINES", "MODELS"]
