@@ -191,7 +191,10 @@ def check_partitions(comm: Communicator, directory: str | Path, graphs: Sequence
     a partition store (objects with ``index``, ``gid``, ``x``, ``y`` and ``train_mask`` /
     ``val_mask`` / ``test_mask``, e.g. :class:`shardgnn.train.partitions.LocalGraph`); the
     first bad row of the lowest partition is reported. Collective over comm."""
-    from shardgnn.train.partitions import part_path
+    from shardgnn.partition.store import part_name
+
+    def part_path(d: str | Path, i: int) -> Path:
+        return Path(d) / part_name(i)
 
     def vertex(g: Any) -> Callable[[int], str]:
         return lambda r: f"vertex {int(g.gid[r])}"
