@@ -22,7 +22,7 @@ from perfmodel.profile import write_profile
 SIZES = [2**k for k in range(10, 26, 1)]  # 1 KiB .. 32 MiB per rank
 
 
-def _median_max(comm: Any, fn: Callable[[], None], repeats: int, warmup: int = 1) -> float:
+def _median_max(comm: Any, fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
     """Median over ``repeats`` of the slowest rank's time of ``fn`` (barrier before each)."""
     for _ in range(warmup):
         fn()
@@ -78,10 +78,10 @@ def _collectives(comm: Any, repeats: int, dtype: np.dtype,
         t = _median_max(comm, lambda: comm.bcast(red, root=0), repeats)
         rec["bcast"][0].append(n * item)
         rec["bcast"][1].append(t)
-    for k, (x, t) in rec.items():
-        a, b = fit_line(x, t)
-        out[k] = {"latency_s": a, "bandwidth_Bps": b, "sizes": [int(v) for v in x],
-                  "seconds": [float(v) for v in t]}
+    for k, (xs, ts) in rec.items():
+        a, b = fit_line(xs, ts)
+        out[k] = {"latency_s": a, "bandwidth_Bps": b, "sizes": [int(v) for v in xs],
+                  "seconds": [float(v) for v in ts]}
     return out
 
 

@@ -23,7 +23,7 @@ def redistribute_timer(comm: Any, rows: int, width: int,
     P = comm.size
     N = rows * P
     grid = Grid(N, P, P)
-    stub = SimpleNamespace(g=SimpleNamespace(grid=grid), tr=SimpleNamespace(row_comm=comm),
+    stub: Any = SimpleNamespace(g=SimpleNamespace(grid=grid), tr=SimpleNamespace(row_comm=comm),
                            rank=comm.rank)
     r0, r1 = grid.row_range(comm.rank)
     x = torch.from_numpy(np.random.default_rng(comm.rank).standard_normal(
@@ -40,7 +40,7 @@ def redistribute_timer(comm: Any, rows: int, width: int,
     return fn, nbytes
 
 
-def mask_timer(rows: int, width: int, dtype: str) -> Callable[[], None]:
+def mask_timer(rows: int, width: int, dtype: str) -> Callable[[], Any]:
     """One dropout mask of rows×width drawn with the engine's counter-based generator."""
     from shardgnn.rdm.backend import dropout_mask, mask_key
 
@@ -85,7 +85,7 @@ def op_timers(rank: int, size: int, rows: int, width: int,
                    labels=rng.integers(0, width, n).astype(np.int64),
                    loss_w=(rng.random(n) < 0.6).astype(np.float64) / max(1, n),
                    masks={}, mask_totals={})
-    tr = SimpleNamespace(be=be, widths=widths, comm=SimpleNamespace(rank=rank), p=0.5, seed=0,
+    tr: Any = SimpleNamespace(be=be, widths=widths, comm=SimpleNamespace(rank=rank), p=0.5, seed=0,
                          bias=True, views=_views(flat, widths, True),
                          gviews=_views(gflat, widths, True))
     ops = TensorOps(tr, g, 1, train=True)

@@ -140,7 +140,7 @@ class Problem:
 
     @property
     def grid(self) -> Grid:
-        return Grid(self.nodes, self.ranks, int(self.replicas))
+        return Grid(self.nodes, self.ranks, int(self.replicas or self.ranks))
 
 
 def epoch_schedule(order: Order, prob: Problem, spec: EngineSpec) -> list[Op]:
@@ -169,7 +169,7 @@ def epoch_events(order: Order, prob: Problem, spec: EngineSpec | None = None) ->
                             bytes=zero + (spec.metrics_allreduce_bytes if P > 1 else 0)))
     if spec.grad_allreduce == "fused":
         grads = [e for e in events if e.what.endswith(".dW")]
-        total = sum(e.bytes for e in grads) if grads else zero
+        total = sum((e.bytes for e in grads if e.bytes is not None), zero)
         events = [e for e in events if not e.what.endswith(".dW")]
         events.append(Event("allreduce", "grads", phase="grads", bytes=zero + total, calls=1))
     return events

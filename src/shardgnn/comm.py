@@ -323,8 +323,9 @@ class Communicator:
         self._count("obj", len(pickle.dumps(obj)) if self.size > 1 else 0, t0)
         return out
 
-    def gather_obj(self, obj: Any, root: int = 0) -> list[Any] | None:
-        """Gather a picklable object to ``root``. Collective over comm."""
+    def gather_obj(self, obj: Any, root: int = 0) -> Any:
+        """Gather a picklable object to ``root``: the list of every rank's object there, None
+        elsewhere. Collective over comm."""
         t0 = time.perf_counter()
         out = self._c.gather(obj, root=root)
         self._count("obj", len(pickle.dumps(obj)) if self.size > 1 else 0, t0)
@@ -512,7 +513,7 @@ class Communicator:
         self._count("allgatherv", sendbuf.nbytes if self.size > 1 else 0, t0)
         return out
 
-    def gatherv(self, sendbuf: np.ndarray, root: int = 0) -> np.ndarray | None:
+    def gatherv(self, sendbuf: np.ndarray, root: int = 0) -> Any:
         """Concatenate every rank's numpy rows on ``root`` (None elsewhere). Collective."""
         sendbuf = np.ascontiguousarray(sendbuf)
         counts = self._c.allgather(int(sendbuf.shape[0]))
@@ -526,7 +527,7 @@ class Communicator:
                     buf = np.empty((counts[r],) + sendbuf.shape[1:], dtype=sendbuf.dtype)
                     self._recv_big(buf, r)
                     parts.append(buf)
-            out = np.concatenate(parts, axis=0) if parts else sendbuf
+            out: np.ndarray | None = np.concatenate(parts, axis=0) if parts else sendbuf
         else:
             self._send_big(sendbuf, root)
             out = None

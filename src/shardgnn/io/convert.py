@@ -25,7 +25,7 @@ from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import canonical as cn
-from shardgnn.io.extsort import (RunWriter, first_of_groups, first_of_records, merge_runs,
+from shardgnn.io.extsort import (RunWriter, first_of_records, merge_runs,
                                  record_order, reduce_runs, sorted_unique, union_sorted)
 from shardgnn.io.readers import EdgeSource
 
@@ -270,7 +270,7 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
         n, relabel = int(declared), False  # type: ignore[arg-type]
     if n > MAX_NODES:
         raise ShardError(f"{src.path}: {n} nodes, expected at most {MAX_NODES} for convert")
-    if relabel:
+    if relabel and ids is not None:
         np.save(tmp / "id_map.npy", ids)
     relabeller = Relabeller(ids) if relabel else None  # type: ignore[arg-type]
     stats = {"self_loops_input": 0, "kept_before_dedupe": 0}
@@ -417,7 +417,8 @@ def read_node_types(path: Path, n: int, ids: np.ndarray | None, names: list[str]
                               f"{nt.shape}")
         _check_rows(nt, n, path)
         return nt.astype(np.int32), names
-    gids, raw = [], []
+    gids: list[int] = []
+    raw: list[str] = []
     col = 1
     with open(path, encoding="utf-8") as fh:
         for no, line in enumerate(fh, 1):

@@ -216,19 +216,19 @@ def write_csr_features(path: Path, names: set[str], dst: Path, n: int,
         _check_finite_rows(out, path, "attr_matrix")
         del out
         return f
-    mem = _csr_members(path, names, pre, "features")
-    shape = tuple(int(v) for v in mem["shape"].load())
+    cmem = _csr_members(path, names, pre, "features")
+    shape = tuple(int(v) for v in cmem["shape"].load())
     if len(shape) != 2 or shape[0] != n:
         raise input_error(path, f"{pre}shape: expected ({n}, f) features (one row per node), "
                           f"got {shape}")
-    nnz = int(mem["indices"].shape[0])
-    indptr = _checked_indptr(path, pre, mem["indptr"].load(), n, nnz)
+    nnz = int(cmem["indices"].shape[0])
+    indptr = _checked_indptr(path, pre, cmem["indptr"].load(), n, nnz)
     f = shape[1]
     out = np.lib.format.open_memmap(dst, mode="w+", dtype=np.float32, shape=(n, f))
     bounds = list(range(0, n, chunk_rows)) + [n]
-    sizes = [int(indptr[b] - indptr[a]) for a, b in zip(bounds[:-1], bounds[1:])]
+    nnzs = [int(indptr[b] - indptr[a]) for a, b in zip(bounds[:-1], bounds[1:])]
     with zipfile.ZipFile(path) as zf:
-        blocks = zip(mem["indices"].blocks(zf, iter(sizes)), mem["data"].blocks(zf, iter(sizes)))
+        blocks = zip(cmem["indices"].blocks(zf, iter(nnzs)), cmem["data"].blocks(zf, iter(nnzs)))
         for (a, b), (cols, vals) in zip(zip(bounds[:-1], bounds[1:]), blocks):
             if cols.size and int(cols.max()) >= f:
                 raise input_error(path, f"{pre}indices: column {int(cols.max())} >= {f} features")

@@ -12,7 +12,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 import numpy as np
 from numba import njit
@@ -439,13 +439,14 @@ ID_FIELDS = (("src", "dst"), ("u", "v"), ("row", "col"), ("source", "target"))
 def _structured_fields(dt: np.dtype, path: Path) -> tuple[str, str, str | None]:
     """(src field, dst field, weight field or None) of a structured edge dtype."""
     names = dt.names or ()
+    fields: dict[str, Any] = dict(dt.fields or {})
     for a, b in ID_FIELDS:
         if a in names and b in names:
             for f in (a, b):
-                _check_int_dtype(dt.fields[f][0], path, f"field {f!r} of the edge")
+                _check_int_dtype(fields[f][0], path, f"field {f!r} of the edge")
             w = "weight" if "weight" in names else None
-            if w is not None and dt.fields[w][0].kind not in "iufb":
-                raise input_error(path, f"field 'weight': expected numbers, got {dt.fields[w][0]}")
+            if w is not None and fields[w][0].kind not in "iufb":
+                raise input_error(path, f"field 'weight': expected numbers, got {fields[w][0]}")
             return a, b, w
     raise input_error(path, f"expected a structured array with fields src/dst (or u/v, row/col, "
                       f"source/target) and optionally weight, got fields {list(names)}")

@@ -115,6 +115,8 @@ def build_model(cfg: NAUConfig, graph: TypedGraph) -> NAUModel:
 def split_masks(graph: TypedGraph, roots: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     """Train/val/test masks over the roots: the dataset's, else a 60/20/20 seeded split of the
     labelled roots."""
+    if graph.y is None:
+        raise ShardError("expected labels (y.npy) to train on, found none")
     y = graph.y[roots]
     if all(k in graph.masks for k in ("train", "val", "test")):
         return {k: graph.masks[k][roots] & (y >= 0) for k in ("train", "val", "test")}
@@ -143,7 +145,7 @@ class Trainer:
         if len(self.model.layers) > 1 and not self.hdgs.identity_roots:  # type: ignore[arg-type]
             raise ShardError(f"--layers: {cfg.model} with roots of one type runs one layer, "
                              f"got {cfg.layers}")
-        self.y = torch.from_numpy(graph.y[roots])
+        self.y = torch.from_numpy(np.asarray(graph.y)[roots])
         self.masks = {k: torch.from_numpy(v) for k, v in split_masks(graph, roots, cfg.seed).items()}
         if int(self.masks["train"].sum()) == 0:
             raise ShardError(f"{cfg.data}: expected labelled training vertices among the "

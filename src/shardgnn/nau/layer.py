@@ -61,7 +61,10 @@ def per_vertex(fn: Callable[[TypedGraph, SchemaTree, int, np.random.Generator],
 
     def udf(graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
             rng: np.random.Generator) -> Records:
-        rr, tt, sizes, leaves = [], [], [], []
+        rr: list[Any] = []
+        tt: list[Any] = []
+        sizes: list[Any] = []
+        leaves: list[Any] = []
         for pos, v in enumerate(roots.tolist()):
             for nei, typ in fn(graph, schema, int(v), rng):
                 rr.append(pos)
@@ -260,7 +263,7 @@ class NAUModel(nn.Module):
     def forward(self, x: torch.Tensor, hdgs: HDGSet, timer: Timer | None = None) -> torch.Tensor:
         timer = timer or Timer()
         h = x
-        for layer in self.layers:  # type: ignore[attr-defined]
+        for layer in self.layers:  # type: ignore[attr-defined,union-attr]
             with timer.stage("aggregation"):
                 nbr = layer.aggregation(h, hdgs)
             with timer.stage("update"):

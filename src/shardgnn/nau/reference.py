@@ -8,6 +8,8 @@ computes the same function; used by the tests and ``run/bench/nau.py``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -36,7 +38,7 @@ class MAGNNReference:
                                   torch.from_numpy((slot[sel] // t).astype(np.int64))))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        ly = self.layer
+        ly: Any = self.layer
         h = ly.project(F.dropout(x, ly.dropout, ly.training))
         hh, d, n = ly.h, ly.d, self.n
         outs = []

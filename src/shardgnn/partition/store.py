@@ -182,7 +182,7 @@ class SpillSink:
         i. Blocks are views of buffers reused for the next block (no allocation per block)."""
         item = 2 * self.dtype.itemsize
         ebuf = np.empty((max(1, int(chunk)), 2), self.dtype)
-        eview = memoryview(ebuf.reshape(-1).view(np.uint8))
+        eview = memoryview(ebuf.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         for r in range(self.ranks):
             with open(self.path(i, r), "rb", buffering=0) as fh:
                 while k := read_records(fh, eview, item):
@@ -190,7 +190,7 @@ class SpillSink:
         if not self.mask_bytes:
             return
         mbuf = np.empty((ebuf.shape[0], self.mask_bytes), np.uint8)
-        mview = memoryview(mbuf.reshape(-1))
+        mview = memoryview(mbuf.reshape(-1))  # type: ignore[arg-type]
         for r in range(self.ranks):
             with open(self.path("shared", r), "rb", buffering=0) as fe, \
                     open(self.path("masks", r), "rb", buffering=0) as fm:
@@ -410,8 +410,8 @@ def write_owner_store(directory: str | os.PathLike, dataset: str | os.PathLike,
     adj.sum_duplicates()
     adj.sort_indices()
     owner = np.asarray(owner, dtype=np.int64)
-    arrays = {k: load_node_array(dataset, k, meta, mmap=False) for k in
-              ("x", "y", "train_mask", "val_mask", "test_mask")}
+    arrays: dict[str, Any] = {k: load_node_array(dataset, k, meta, mmap=False) for k in
+                              ("x", "y", "train_mask", "val_mask", "test_mask")}
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for i in range(parts):

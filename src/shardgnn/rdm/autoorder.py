@@ -180,14 +180,14 @@ def choose_order(comm: Communicator, cfg: Any, trainer_factory: Callable[[], Any
 
 
 def _row(order: Any, pareto: bool, predicted: float | None, meas: dict[str, Any] | None,
-         fig: dict[str, Any], comm: Communicator) -> dict[str, Any]:
+         fig: dict[str, Any], comm: Communicator | None) -> dict[str, Any]:
     model_total = sum(sum(v) for v in fig["bytes"].values())
     row: dict[str, Any] = {
         "order": str(order), "forward": order.forward, "backward": order.backward,
         "pareto": float(pareto), "predicted_s": float("nan") if predicted is None else predicted,
         "model_bytes": float(model_total), "model_comm_bytes_max_rank": float(fig["comm_bytes"]),
         "model_spmm_work": fig["spmm_work"]}
-    if meas is not None:
+    if meas is not None and comm is not None:   # measured rows come with their comm
         row["measured_s"] = meas["median"]
         for i, v in enumerate(meas["times"]):
             row[f"trial{i + 1}_s"] = v

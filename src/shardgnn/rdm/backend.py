@@ -54,7 +54,7 @@ def mask_key(seed: int, step: int, layer: int) -> int:
     return (int(seed) * 1_000_003 + int(step) * 1_009 + int(layer) * 7_919 + 12345) & ((1 << 63) - 1)
 
 
-def dropout_mask(shape: tuple[int, int], row0: int, col0: int, width: int, key: int, p: float,
+def dropout_mask(shape: tuple[int, ...], row0: int, col0: int, width: int, key: int, p: float,
                  dtype: np.dtype) -> np.ndarray:
     """Rows ``row0..`` x columns ``col0..`` of the N x ``width`` mask (values 0 or 1/(1-p))."""
     out = np.empty(shape, dtype=dtype)

@@ -240,7 +240,7 @@ class TensorOps:
             return grid.row_range(self.rank)[0], 0
         return grid.panel_range(self.rank)[0], grid.col_range(width, self.rank)[0]
 
-    def _mask(self, layout: str, width: int, shape: tuple[int, int], layer: int) -> torch.Tensor:
+    def _mask(self, layout: str, width: int, shape: tuple[int, ...], layer: int) -> torch.Tensor:
         r0, c0 = self._tile_origin(layout, width)
         m = dropout_mask(shape, r0, c0, width, mask_key(self.tr.seed, self.step, layer),
                          self.drop_p, self.be.np_dtype)

@@ -124,12 +124,14 @@ class NodeData:
         self.feature_norm = feature_norm
         self.meta = meta
         self.renum = renum
-        self.x = load_node_array(self.dir, "x", meta)
-        self.y = load_node_array(self.dir, "y", meta)
-        if self.x is None:
+        x = load_node_array(self.dir, "x", meta)
+        y = load_node_array(self.dir, "y", meta)
+        if x is None:
             raise input_error(self.dir / "x.npy", "missing node features; expected x.npy (N x f float32)")
-        if self.y is None:
+        if y is None:
             raise input_error(self.dir / "y.npy", "missing labels; expected y.npy (N int64)")
+        self.x: np.ndarray = x
+        self.y: np.ndarray = y
         if self.x.ndim != 2:
             raise input_error(self.dir / "x.npy", f"expected a 2-D array, got shape {self.x.shape}")
         self.masks = {}

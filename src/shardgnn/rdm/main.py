@@ -181,7 +181,7 @@ def make_graph_state(grid: Grid, panel: Any, nd: NodeData, be: Backend, rank: in
         return nd.features(grid.panel_range(rank), grid.col_range(f, rank))
 
     labels = nd.labels(rr)
-    masks = {k: nd.mask(k, rr) for k in nd.masks}
+    masks = {k: m for k in nd.masks if (m := nd.mask(k, rr)) is not None}
     totals = nd.mask_counts()
     n_train = max(totals.get("train", 0), 1)
     loss_w = masks["train"].astype(np.float64) / n_train
@@ -206,6 +206,8 @@ def main(comm: Communicator, cfg: RDMConfig) -> int:
     built = build(comm, cfg)
     tr = built.trainer
     out = cfg.out
+    if not out:   # the same on every rank: RDMConfig.out defaults to None for library callers
+        raise ShardError("--out: expected a results file, got none")
     writer_cfg = {**asdict(cfg), "world_size": comm.size}
     if cfg.resume:
         built.resumed = resume.load(comm, cfg)

@@ -85,7 +85,10 @@ class ReferenceGCN:
         logp = torch.log_softmax(logits, dim=1)
         loss = -(self.w * logp[torch.arange(logits.shape[0]), self.y]).sum()
         loss.backward()
-        return logits.detach().numpy(), float(loss), flat.grad.detach().numpy()
+        grad = flat.grad
+        if grad is None:
+            raise RuntimeError("reference: backward produced no gradient")
+        return logits.detach().numpy(), float(loss), grad.detach().numpy()
 
     def train_step(self, step: int) -> float:
         """One Adam step; returns the loss."""

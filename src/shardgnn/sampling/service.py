@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numba
 import numpy as np
@@ -256,8 +256,8 @@ class GatherApplySampler:
     # ------------------------------------------------------------------ one hop
     def _type_fanout(self, fanout: int | Sequence[int]) -> np.ndarray:
         if self.by_type:
-            return np.asarray(list(fanout), dtype=np.int64)
-        return np.asarray([int(fanout)], dtype=np.int64)
+            return np.asarray(list(cast(Sequence[int], fanout)), dtype=np.int64)
+        return np.asarray([int(cast(int, fanout))], dtype=np.int64)
 
     def _requests(self, frontier: np.ndarray, step: Any) -> tuple[np.ndarray, np.ndarray,
                                                                   np.ndarray]:

@@ -358,8 +358,8 @@ class _EvalGraph:
             e = np.concatenate([e, e[:, ::-1]])
         self.edge_index = torch.from_numpy(np.ascontiguousarray(e.T))
         self._prepared: Any = None
-        arrays = {k: load_node_array(d, k, gm, mmap=False) for k in
-                  ("x", "y", "train_mask", "val_mask", "test_mask")}
+        arrays: dict[str, Any] = {k: load_node_array(d, k, gm, mmap=False) for k in
+                                  ("x", "y", "train_mask", "val_mask", "test_mask")}
         for k in ("x", "y"):
             if arrays[k] is None:
                 raise input_error(Path(d) / f"{k}.npy", "missing; needed for --eval full")
@@ -373,7 +373,8 @@ class _EvalGraph:
         self.x = torch.from_numpy(np.asarray(arrays["x"], dtype=np.float32))
         self.y = torch.from_numpy(np.asarray(arrays["y"], dtype=np.int64))
         self.masks = {k: torch.from_numpy(np.asarray(arrays[f"{k}_mask"], dtype=bool))
-                      if arrays[f"{k}_mask"] is not None else torch.zeros(gm.num_nodes, dtype=bool)
+                      if arrays[f"{k}_mask"] is not None
+                      else torch.zeros(gm.num_nodes, dtype=torch.bool)
                       for k in ("train", "val", "test")}
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:

@@ -16,7 +16,7 @@ from torch import nn
 
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.hdg import SchemaTree
-from shardgnn.nau.layer import HDGSet, LevelGraph, NAULayer, NAUModel, Records, aggregation
+from shardgnn.nau.layer import HDGSet, NAULayer, NAUModel, Records, aggregation
 from shardgnn.nau.selection import random_walks, topk_visits
 
 

@@ -9,6 +9,8 @@ when partition ``i`` holds the vertex.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -38,7 +40,7 @@ def state_dtype(num_nodes: int, volume: int) -> np.dtype:
     return np.dtype(np.int32) if max(num_nodes + 2, volume) < 2**31 - 1 else np.dtype(np.int64)
 
 
-def new_vertex_state(deg: np.ndarray, dtype: np.dtype | None = None) -> np.ndarray:
+def new_vertex_state(deg: np.ndarray, dtype: Any = None) -> np.ndarray:
     """(n, 4) rows [cluster (0 = unseen), richest neighbour (-1), its degree (-1), degree]."""
     vs = np.empty((deg.shape[0], 4), dtype or np.int64)
     vs[:, VS_CLUSTER] = 0

@@ -53,7 +53,7 @@ class NativeStream(EdgeStream):
         dt = self.meta.np_dtype
         item = 2 * dt.itemsize
         buf = np.empty((min(self.chunk, self.hi - self.lo), 2), dt)
-        flat = memoryview(buf.reshape(-1).view(np.uint8))
+        flat = memoryview(buf.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         with open(self.path / EDGES, "rb", buffering=0) as fh:
             fh.seek(self.lo * item)
             pos = self.lo

@@ -216,7 +216,7 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
     del labels
     out = Path(cfg.out).absolute()
     tmp = _tmp_dir(comm, out)
-    sink = None
+    sink: store.SpillSink | None = None
     try:
         pres = None
         if cfg.hops > 0:
@@ -233,6 +233,8 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
             err = f"{tmp}: cannot write the spill files ({exc})"
         comm.agree(not err, err)   # also the barrier before any rank reads another's spill files
         del pres
+        if sink is None:   # agree() above raised on every rank when opening the sink failed
+            raise ShardError(f"{tmp}: cannot write the spill files")
         sink.set_totals(comm.allgather_obj(sink.tally()))
         stats = _write_parts(comm, cfg, meta, tmp, owner, sink, p, timer)
     except BaseException:
