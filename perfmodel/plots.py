@@ -19,10 +19,20 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(fig: Any, path: str) -> None:
+    """Write ``fig`` to ``path`` as PNG under a temporary name, then rename."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f"{p.stem}.tmp-{os.getpid()}{p.suffix}")
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, p)
+
+
 def pareto_png(costs: Sequence[OrderCost], widths: Sequence[int], path: str) -> None:
     """Scatter all orders, join the Pareto front, label each point with its order string."""
-    from perfmodel.scale import _save
-
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 5))
     other = [c for c in costs if not c.pareto]

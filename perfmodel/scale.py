@@ -104,7 +104,7 @@ def print_scale(table: dict[str, Any]) -> None:
 
 def write_scale_png(table: dict[str, Any], path: str) -> None:
     """Epoch time and bytes vs P (log-log), one line per engine / R_A choice."""
-    from perfmodel.plots import _pyplot
+    from perfmodel.plots import _pyplot, _save
 
     plt = _pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -144,14 +144,3 @@ def write_scale_png(table: dict[str, Any], path: str) -> None:
 def _rlabel(r: dict[str, Any], P: int) -> str:
     k = P // r["replicas"]
     return "R_A=P" if k == 1 else f"R_A=P/{k}"
-
-
-def _save(fig: Any, path: str) -> None:
-    import os
-    from pathlib import Path
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f"{p.stem}.tmp-{os.getpid()}{p.suffix}")
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, p)

@@ -297,7 +297,7 @@ def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
                     force: bool = False) -> Path:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io.canonical import write_dataset
-    from shardgnn.io.convert import finish_output
+    from shardgnn.io.canonical import finish_output
 
     d = Path(out)
     if d.exists() and not d.is_dir():

@@ -140,7 +140,7 @@ def _split(T: int, n: int, fractions: tuple[float, float, float],
 def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io.canonical import SIDECAR, write_dataset
-    from shardgnn.io.convert import finish_output
+    from shardgnn.io.canonical import finish_output
 
     d = Path(out)
     if d.exists() and not d.is_dir():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -103,6 +104,18 @@ def read_meta(directory: str | os.PathLike) -> GraphMeta:
         raise input_error(edges, f"expected {meta.num_edges} edges from {SIDECAR}, "
                           f"file holds {size // item}")
     return meta
+
+
+def finish_output(tmp: Path, out: Path) -> None:
+    """Move a finished dataset folder ``tmp`` to its final name (replacing an old one).
+    Rank-local."""
+    if out.exists():
+        old = out.parent / f"{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
 
 
 def edge_memmap(directory: str | os.PathLike, meta: GraphMeta | None = None) -> np.ndarray:

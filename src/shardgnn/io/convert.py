@@ -91,17 +91,6 @@ def prepare_output(out: Path, force: bool) -> Path:
     return tmp
 
 
-def finish_output(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` folder to its final name (replacing an old one)."""
-    if out.exists():
-        old = out.parent / f"{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
-
-
 class IdSet:
     """The set of node ids seen so far: a presence bitmap while ids are small, else sorted ids.
 
@@ -246,7 +235,7 @@ def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
         meta = _convert_into(src, tmp, opt, nodes or NodeData())
         meta.extra.setdefault("convert_seconds", round(time.perf_counter() - t0, 3))
         (tmp / cn.SIDECAR).write_text(meta.to_json())
-        finish_output(tmp, out)
+        cn.finish_output(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -218,7 +218,7 @@ def main(comm: Communicator, cfg: RDMConfig) -> int:
         if cfg.saint:
             from shardgnn.rdm.saint import run_saint
 
-            rec = run_saint(comm, cfg, built)
+            rec = run_saint(comm, cfg, built, epoch_loop)
         else:
             rec = run_full_batch(comm, cfg, built)
         write_train(comm, w, cfg, built, rec)

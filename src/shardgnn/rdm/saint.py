@@ -6,7 +6,7 @@ training communicates (through the Trainer). Requires R = P: every rank holds al
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -115,9 +115,11 @@ def normalisation(sampler: Sampler, presample: int, seed: int, n_train: int) -> 
     return aggr, loss, float(np.mean(sizes)) if sizes else 1.0
 
 
-def run_saint(comm: Communicator, cfg: Any, built: Any) -> dict[str, Any]:
-    """GraphSAINT training with RDM on every subgraph; full-graph evaluation. Collective."""
-    from shardgnn.rdm.main import epoch_loop
+def run_saint(comm: Communicator, cfg: Any, built: Any, epoch_loop: Callable[..., Any]
+              ) -> dict[str, Any]:
+    """GraphSAINT training with RDM on every subgraph; full-graph evaluation. ``epoch_loop``:
+    the engine's loop over epochs (``rdm.main.epoch_loop``, passed in so this module does not
+    import the entry point). Collective."""
 
     tr, g_full, nd, a = built.trainer, built.graph, built.node_data, built.panel
     n = a.nrows

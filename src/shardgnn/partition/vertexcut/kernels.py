@@ -175,21 +175,6 @@ def first_member(v: np.ndarray, member: np.ndarray, nparts: int) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
-def popcount_rows(member: np.ndarray, nparts: int) -> np.ndarray:
-    """Per-partition count of set bits (vertices covered by each partition)."""
-    out = np.zeros(nparts, np.int64)
-    for v in range(member.shape[0]):
-        for w in range(member.shape[1]):
-            m = member[v, w]
-            if m == 0:
-                continue
-            for b in range(64):
-                if (m >> np.uint64(b)) & np.uint64(1):
-                    out[w * 64 + b] += 1
-    return out
-
-
 def warmup() -> None:
     """Compile or load every kernel once on tiny inputs (keeps JIT time out of timings)."""
     la = np.array([0], np.int64)
