@@ -24,7 +24,8 @@ from perfmodel.errors import PerfModelError
 
 def block_range(n: int, size: int, rank: int) -> tuple[int, int]:
     """Half-open [lo, hi) of block ``rank`` of ``n`` items in ``size`` blocks (first n % size
-    blocks one larger) — the same rule as ``shardgnn.comm.block_range``."""
+    blocks one larger). Pure; the one copy (``shardgnn.comm`` and ``shardgnn.rdm.layout``
+    import it)."""
     base, extra = divmod(int(n), int(size))
     lo = rank * base + min(rank, extra)
     return lo, lo + base + (1 if rank < extra else 0)

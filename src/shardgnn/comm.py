@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
+from perfmodel.layout import block_range  # the one pure copy, shared with the cost model
 from shardgnn.errors import ShardError
 
 #: Largest element count passed to one MPI call (MPI counts are signed 32-bit).
@@ -559,16 +560,6 @@ def _empty_like_kind(like: Any, shape: tuple[int, ...]) -> Any:
 
         return cupy.empty(shape, dtype=like.dtype)
     return np.empty(shape, dtype=like.dtype)
-
-
-def block_range(n: int, size: int, rank: int) -> tuple[int, int]:
-    """Half-open range [lo, hi) of block ``rank`` when ``n`` items are split in ``size`` blocks.
-
-    The first ``n % size`` blocks get one extra item. Pure; no communication.
-    """
-    base, extra = divmod(int(n), int(size))
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)
 
 
 def block_bounds(n: int, size: int) -> np.ndarray:

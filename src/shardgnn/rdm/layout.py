@@ -20,21 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfmodel.layout import block_range, block_sizes  # the one pure copy (perfmodel is pure)
 from shardgnn.errors import ShardError
-
-
-def block_range(n: int, size: int, rank: int) -> tuple[int, int]:
-    """Half-open [lo, hi) of block ``rank`` of ``n`` items in ``size`` blocks (first n % size
-    blocks one longer)."""
-    base, extra = divmod(int(n), int(size))
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)
-
-
-def block_sizes(n: int, size: int) -> np.ndarray:
-    """Sizes of the ``size`` blocks of :func:`block_range`."""
-    base, extra = divmod(int(n), int(size))
-    return np.array([base + (1 if r < extra else 0) for r in range(size)], dtype=np.int64)
 
 
 @dataclass(frozen=True)
