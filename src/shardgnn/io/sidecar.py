@@ -33,7 +33,7 @@ def read_sidecar(path: str | os.PathLike, fmt: str | None = None,
     fmt, version
         When given, the file's ``format`` key must equal ``fmt`` and its ``version`` equal
         ``version`` (or be one of them, for a tuple of readable versions); otherwise the error
-        reads ``expected format X version N, got format Y version M``.
+        reads ``expected format 'X', format version N, got format 'Y', format version M``.
     required
         Keys that must be present.
     missing_hint
@@ -63,9 +63,9 @@ def read_sidecar(path: str | os.PathLike, fmt: str | None = None,
     got_version = raw.get("version", version_default)
     if fmt is not None and (raw.get("format") != fmt
                             or (versions is not None and got_version not in versions)):
-        want = f"format {fmt!r}" + (" version " + " or ".join(map(str, versions))
+        want = f"format {fmt!r}" + (", format version " + " or ".join(map(str, versions))
                                     if versions is not None else "")
-        got = f"format {raw.get('format')!r}" + (f" version {got_version!r}"
+        got = f"format {raw.get('format')!r}" + (f", format version {got_version!r}"
                                                   if version is not None else "")
         raise input_error(p, f"expected {want}, got {got}")
     need = list(required)

@@ -249,7 +249,7 @@ def read_records(fh: Any, view: memoryview, item: int) -> int:
 
 # ---------------------------------------------------------------------- reader API
 #: Keys every ``meta.json`` of this format holds.
-REQUIRED_META = ("parts", "num_nodes", "num_features", "num_classes")
+REQUIRED_META = ("parts",)
 #: Arrays a partition file may hold besides the CSR: per vertex, aligned with ``gid`` (masks
 #: false on replicas; ``node_type`` on typed datasets), and per edge, aligned with ``indices``.
 NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask", "node_type", "edge_weight",
@@ -259,8 +259,8 @@ NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask", "node_type", "edge
 def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
     """Read and check ``OUT/meta.json`` of an edge-cut partition store. Rank-local.
 
-    Checks the format and version (``expected format 'shardgnn-partitions' version 1 or 2 or 3,
-    got ...``; a meta.json without a version is version 1), the required keys, ``parts >= 1`` and that every partition file exists.
+    Checks the format and version (``expected format 'shardgnn-partitions', format version 1 or 2
+    or 3, got ...``; a meta.json without a version is version 1), the required keys, ``parts >= 1`` and that every partition file exists.
     """
     d = Path(directory)
     if not d.is_dir():
@@ -288,9 +288,10 @@ class EdgeCutStore:
         self.path = Path(directory)
         self.meta: dict[str, Any] = read_meta(self.path)
         self.parts = int(self.meta["parts"])
-        self.num_nodes = int(self.meta["num_nodes"])
-        self.num_features = int(self.meta["num_features"])
-        self.num_classes = int(self.meta["num_classes"])
+        #: Counts from meta.json (None where a hand-made store leaves them out).
+        self.num_nodes: int | None = _opt_int(self.meta, "num_nodes")
+        self.num_features: int | None = _opt_int(self.meta, "num_features")
+        self.num_classes: int | None = _opt_int(self.meta, "num_classes")
 
     def part_path(self, i: int) -> Path:
         """The HDF5 file of partition ``i``."""
@@ -324,7 +325,7 @@ class EdgeCutStore:
                 raise input_error(self.part_path(i), "expected dataset x, missing")
             x = np.asarray(f["x"][()], dtype=np.float32)
         n = self.num_features
-        if x.ndim != 2 or x.shape[1] != n:
+        if x.ndim != 2 or (n is not None and x.shape[1] != n):
             raise input_error(self.part_path(i), f"expected x of shape (*, {n}), got {x.shape}")
         return x
 
@@ -350,7 +351,11 @@ class EdgeCutStore:
         return part
 
 
-def _check_partition(path: Path, g: Partition, num_features: int) -> None:
+def _opt_int(meta: dict[str, Any], key: str) -> int | None:
+    return None if meta.get(key) is None else int(meta[key])
+
+
+def _check_partition(path: Path, g: Partition, num_features: int | None) -> None:
     """Raise when the arrays of a partition disagree with each other or with ``meta``."""
     n = g.num_vertices
     checks = [(g.indptr.shape == (n + 1,), f"indptr of length {n + 1}", g.indptr.shape),
@@ -358,8 +363,8 @@ def _check_partition(path: Path, g: Partition, num_features: int) -> None:
               (n == 0 or int(g.indptr[-1]) == g.indices.shape[0],
                f"indptr[-1] == len(indices) = {g.indices.shape[0]}", int(g.indptr[-1]) if n else 0)]
     if g.x is not None:
-        checks.append((g.x.shape == (n, num_features), f"x of shape ({n}, {num_features})",
-                       g.x.shape))
+        f = g.x.shape[1] if num_features is None and g.x.ndim == 2 else num_features
+        checks.append((g.x.shape == (n, f), f"x of shape ({n}, {f})", g.x.shape))
     if g.y is not None:
         checks.append((g.y.shape[0] == n, f"{n} labels", g.y.shape))
     for m in ("train_mask", "val_mask", "test_mask"):

@@ -27,10 +27,10 @@ import torch.nn.functional as F
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
-from shardgnn.partition.store import read_meta as read_store_meta
 from shardgnn.sampling.neighbor import UniformNeighborSampler
 from shardgnn.train import averaging, guards, models, subgraphs
-from shardgnn.train.partitions import LocalGraph, check_no_hole, global_degrees, load_partition
+from shardgnn.train.partitions import (LocalGraph, check_no_hole, global_degrees, load_partition,
+                                       read_store_meta)
 
 #: Config fields a resumed run must share with the checkpoint.
 RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",

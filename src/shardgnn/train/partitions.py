@@ -17,9 +17,21 @@ import numpy as np
 from shardgnn.errors import ShardError, input_error
 from shardgnn.partition import store
 
-#: Re-exported for callers of the training API; the store module owns them.
-read_store_meta = store.read_meta
+#: Re-exported for callers of the training API; the store module owns it.
 write_store = store.write_owner_store
+#: ``meta.json`` keys training needs beyond the store's own.
+TRAIN_META = ("parts", "num_nodes", "num_features", "num_classes")
+
+
+def read_store_meta(directory: str | os.PathLike) -> dict[str, Any]:
+    """The store's checked ``meta.json`` (:func:`shardgnn.partition.store.read_meta`) with the
+    keys training needs. Rank-local."""
+    meta = store.read_meta(directory)
+    missing = [k for k in TRAIN_META if k not in meta]
+    if missing:
+        raise input_error(Path(directory) / store.META, f"expected keys {', '.join(TRAIN_META)}, "
+                          f"missing {', '.join(missing)}")
+    return meta
 
 
 def part_path(directory: str | os.PathLike, i: int) -> Path:
@@ -88,14 +100,15 @@ def load_partition(directory: str | os.PathLike, i: int, num_features: int) -> L
     """Load partition ``i`` through the store's reader and check it holds every node array.
     Rank-local."""
     st = store.open_store(directory)
-    if num_features != st.num_features:
-        raise input_error(Path(directory) / store.META, f"expected num_features {num_features}, "
-                          f"got {st.num_features}")
     part = st.partition(i)
     missing = [k for k in REQUIRED_SETS if getattr(part, k) is None]
     if missing:
         raise input_error(st.part_path(i), f"expected datasets {', '.join(REQUIRED_SETS)}, "
                           f"missing {', '.join(missing)}")
+    n = part.num_vertices
+    if part.x is None or part.x.shape != (n, num_features):
+        raise input_error(st.part_path(i), f"expected x of shape ({n}, {num_features}), got "
+                          f"{None if part.x is None else part.x.shape}")
     return LocalGraph(index=i, gid=part.gid, num_owned=part.num_owned,
                       indptr=np.asarray(part.indptr, dtype=np.int64),
                       indices=np.asarray(part.indices, dtype=np.int64),
