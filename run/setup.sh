@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 stamp=".venv/.shardgnn-installed-$extras"
-if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "== installing shardgnn[$extras] (+ torch==2.13.0 CPU wheel when available)"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   .venv/bin/python -m pip install -q torch==2.13.0 -e ".[$extras]" 2>&1 \
