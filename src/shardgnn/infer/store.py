@@ -63,7 +63,7 @@ def checksum(*arrays: np.ndarray) -> int:
     """adler32 over the bytes of ``arrays`` in order."""
     c = 1
     for a in arrays:
-        c = zlib.adler32(np.ascontiguousarray(a).view(np.uint8).reshape(-1), c)
+        c = zlib.adler32(np.ascontiguousarray(a).view(np.uint8).reshape(-1).tobytes(), c)
     return int(c)
 
 
@@ -219,19 +219,20 @@ class LayerSource:
         """(source id, row in source) of global ids."""
         if self.layer == 0:
             return np.zeros(gids.size, np.int64), gids.astype(np.int64)
-        return self.owner[gids].astype(np.int64), self.row[gids]
+        return self.owner[gids].astype(np.int64), self.row[gids]  # type: ignore[index]
 
     def _load(self, key: tuple[int, int]) -> np.ndarray:
         src, c = key
         lo, hi = c * self.C, (c + 1) * self.C
         if self.layer == 0:
-            return np.asarray(self.features[lo:hi], dtype=np.float32)
+            return np.asarray(self.features[lo:hi], dtype=np.float32)  # type: ignore[index]
         f = self.files.get(src)
         if f is None:
             import h5py
 
             # no HDF5 chunk cache of its own: the dynamic cache is the only one measured
-            f = h5py.File(rank_file(self.root, self.layer, src), "r", rdcc_nbytes=0)
+            f = h5py.File(rank_file(self.root, self.layer, src), "r",  # type: ignore[arg-type]
+                          rdcc_nbytes=0)
             self.files[src] = f
         return np.asarray(f["emb"][lo:hi], dtype=np.float32)
 

@@ -235,14 +235,14 @@ def _fill_runs(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.ndarra
         for e, m, byte, bit in sink.blocks(index, chunk):
             _bucket_entries(e, _NO_MASK if m is None else m, m is not None, byte, bit, lid,
                             bounds, directed, counts, pairs)
-            for b in np.flatnonzero(counts[1:] - counts[:-1]):
-                pairs[counts[b]:counts[b + 1]].tofile(fhs[b])
+            for nz in np.flatnonzero(counts[1:] - counts[:-1]):
+                pairs[counts[nz]:counts[nz + 1]].tofile(fhs[nz])
         for fh in fhs:
             fh.close()
         del pairs
         buf = np.empty((RUN_BLOCK, 2), w)
         grouped = np.empty_like(buf)
-        view = memoryview(buf.reshape(-1).view(np.uint8))
+        view = memoryview(buf.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         for b in range(nb):
             lo, hi = int(bounds[b]), int(bounds[b + 1])
             rel = indptr[lo:hi + 1] - indptr[lo]
@@ -250,8 +250,8 @@ def _fill_runs(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.ndarra
             wc = np.zeros(((hi - lo) >> shift) + 2, np.int64)
             out = np.empty(int(rel[-1]), w)
             cur = rel[:-1].copy()
-            with open(runs[b], "rb", buffering=0) as fh:
-                while k := read_records(fh, view, 2 * w.itemsize):
+            with open(runs[b], "rb", buffering=0) as rf:
+                while k := read_records(rf, view, 2 * w.itemsize):
                     _group_pairs(buf[:k], shift, wc, grouped)
                     _place_pairs(grouped[:k], cur, out)
             runs[b].unlink()

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from shardgnn import log
-from shardgnn.comm import peak_rss_bytes
+from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
 from shardgnn.sampling.blocks import MiniBatch
@@ -88,7 +88,7 @@ class SampledConfig:
 class _Run:
     """One rank's training state: sampler, owned vertex data, model, optimiser, seeds."""
 
-    def __init__(self, comm: Any, cfg: SampledConfig) -> None:
+    def __init__(self, comm: Communicator, cfg: SampledConfig) -> None:
         store, ds = comm.run_agreed(open_store, cfg.data, cfg.dataset)
         weights = comm.run_agreed(store_weights, store, ds) if cfg.sampler == "weighted" else None
         self.sampler = GatherApplySampler(comm, store, direction=cfg.direction, mode=cfg.sampler,
@@ -105,7 +105,7 @@ class _Run:
         classes = int(gm.num_classes or (int(self.y.rows.max(initial=-1)) + 1))
         classes = int(comm.allreduce_scalar(classes, "max"))
         own = self.x.owned
-        guards.check_features(comm, ds / "x.npy", self.x.rows, what="")
+        guards.check_features(comm, ds / "x.npy", self.x.rows)
         inmask = {k: np.isin(own, v) for k, v in self.masks.items()}
         guards.check_labels(comm, ds / "y.npy", self.y.rows, classes, inmask, row_ids=own)
         self.model = comm.run_agreed(_build_model, cfg, int(self.x.rows.shape[1]), classes)
@@ -130,7 +130,7 @@ def _build_model(cfg: SampledConfig, features: int, classes: int) -> torch.nn.Mo
     return model
 
 
-def _share(ids: np.ndarray, seed: int, epoch: int, comm: Any, shuffle: bool) -> np.ndarray:
+def _share(ids: np.ndarray, seed: int, epoch: int, comm: Communicator, shuffle: bool) -> np.ndarray:
     """This rank's seeds of an epoch: a permutation (same on every rank), every P-th entry."""
     if shuffle:
         ids = np.random.default_rng([seed, epoch, 7]).permutation(ids)
@@ -146,7 +146,7 @@ def _forward(run: _Run, mb: MiniBatch, st: dict[str, float]) -> torch.Tensor:
     return run.model.forward_blocks(x, blocks)
 
 
-def _train_epoch(comm: Any, cfg: SampledConfig, run: _Run, epoch: int,
+def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
                  prog: log.Progress) -> dict[str, float]:
     """One epoch of synchronous data-parallel steps. Collective over comm."""
     st = {k: 0.0 for k in SERIES}
@@ -185,7 +185,7 @@ def _train_epoch(comm: Any, cfg: SampledConfig, run: _Run, epoch: int,
     return st
 
 
-def _evaluate(comm: Any, cfg: SampledConfig, run: _Run, epoch: int) -> dict[str, float]:
+def _evaluate(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int) -> dict[str, float]:
     """Accuracy on val/test over sampled blocks (fanouts as in training). Collective over comm."""
     run.model.eval()
     out: dict[str, float] = {}
@@ -207,7 +207,7 @@ def _evaluate(comm: Any, cfg: SampledConfig, run: _Run, epoch: int) -> dict[str,
     return out
 
 
-def _save(comm: Any, cfg: SampledConfig, path: str, epoch: int, run: _Run,
+def _save(comm: Communicator, cfg: SampledConfig, path: str, epoch: int, run: _Run,
           history: dict[str, Any]) -> None:
     """Every rank's RNG states (model and optimiser are identical) to rank 0's checkpoint."""
     st = checkpoint.partition_state(run.model, run.opt, run.torch_rng, run.np_rng)
@@ -217,7 +217,7 @@ def _save(comm: Any, cfg: SampledConfig, path: str, epoch: int, run: _Run,
     comm.barrier()
 
 
-def _resume(comm: Any, cfg: SampledConfig, run: _Run) -> tuple[int, dict[str, Any]]:
+def _resume(comm: Communicator, cfg: SampledConfig, run: _Run) -> tuple[int, dict[str, Any]]:
     ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, [comm.rank])
     mine = json.loads(json.dumps(asdict(cfg), default=str))
     bad = [k for k in RESUME_KEYS + ("ranks",) if ck["config"].get(k) != mine.get(k)]
@@ -231,7 +231,7 @@ def _resume(comm: Any, cfg: SampledConfig, run: _Run) -> tuple[int, dict[str, An
     return ck["epoch"] + 1, hist
 
 
-def main(comm: Any, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
+def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
     """Train on the vertex-cut store ``cfg.data``; write ``cfg.out``. Collective over comm."""
     cfg.ranks = comm.size
     comm.run_agreed(cfg.validate)
@@ -289,7 +289,7 @@ def main(comm: Any, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
     return summary
 
 
-def _write(comm: Any, cfg: SampledConfig, run: _Run, hist: dict[str, Any], command: str
+def _write(comm: Communicator, cfg: SampledConfig, run: _Run, hist: dict[str, Any], command: str
            ) -> dict[str, Any]:
     """Per-epoch series, bytes per collective, per-rank server load and memory. Collective."""
     val = np.asarray(hist["val_acc"], dtype=np.float64)

@@ -5,6 +5,7 @@ import argparse
 import sys
 from typing import Any
 
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 
 ENGINES: tuple[str, ...] = ("sampled",)
@@ -43,7 +44,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     """The validated :class:`~shardgnn.train.sampled.SampledConfig`."""
     from shardgnn.train.sampled import SampledConfig
 
-    given = getattr(args, "given_options", set())
+    given: set[str] = getattr(args, "given_options", set())
     layers = args.layers
     fanouts = args.fanouts
     if fanouts is not None and "layers" not in given:
@@ -69,7 +70,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return cfg
 
 
-def run(comm: Any, args: argparse.Namespace) -> int:
+def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run sampled training. Collective over comm."""
     from shardgnn.train.sampled import main
 

@@ -206,7 +206,7 @@ def _record_weights(attrs: EdgeAttrs, src: np.ndarray, dst: np.ndarray,
     pos = attrs.rows(src, dst, etype if attrs.types is not None else None)
     order = np.argsort(pos, kind="stable")   # sorted reads of the memory map
     w = np.empty(pos.shape[0], np.float32)
-    w[order] = attrs.weights[pos[order]]
+    w[order] = np.asarray(attrs.weights)[pos[order]]
     return w
 
 
