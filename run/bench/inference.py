@@ -88,6 +88,10 @@ def infer(ckp: Path, store: Path, out: Path, P: int, *extra) -> dict:
             "model_s_per_layer": per["model_time"].max(0).round(4).tolist(),
             "chunk_requests": int(per["requests"].sum()), "chunk_reads": int(per["reads"].sum()),
             "chunk_hits": int(per["hits"].sum()),
+            "reads_per_layer": per["reads"].sum(0).astype(int).tolist(),
+            "requests_per_layer": per["requests"].sum(0).astype(int).tolist(),
+            "hit_ratio_per_layer": (per["hits"].sum(0) / np.maximum(per["requests"].sum(0), 1)
+                                    ).round(4).tolist(),
             "hit_ratio": round(float(per["hits"].sum() / max(per["requests"].sum(), 1)), 4),
             "static_rows_per_rank_layer": per["static_rows"].tolist(),
             "remote_rows_per_rank_layer": per["remote_rows"].tolist(),
@@ -132,6 +136,9 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "work" / "bench-inference"))
     ap.add_argument("--out", default=str(ROOT / "run" / "bench" / "results" / "inference.json"))
     ap.add_argument("--skip-samplewise", action="store_true")
+    ap.add_argument("--sections", default="wise,orders,compression,2n",
+                    help="comma list of wise (layerwise vs samplewise), orders, compression, 2n; "
+                    "the others are kept from an existing --out file")
     ap.add_argument("--no-lock-note", default="",
                     help="recorded in the JSON when the run could not take the heavy lock")
     a = ap.parse_args()
@@ -140,22 +147,33 @@ def main() -> int:
     P, n = a.ranks, a.nodes
     res: dict = {"nodes": n, "ranks": P, "features": a.features, "model": "sage 2 layers hidden 64",
                  "load_before": os.getloadavg(), "note": a.no_lock_note}
+    secs = set(a.sections.split(","))
+    if Path(a.out).exists():
+        res = {**json.loads(Path(a.out).read_text()), **res}
     t0 = time.perf_counter()
     store, ckp = prepare(work, n, P, a.features)
-    res["layerwise"] = infer(ckp, store, work / "lw.h5", P)
-    if not a.skip_samplewise:
+    if "wise" in secs or "2n" in secs:
+        res["layerwise"] = infer(ckp, store, work / "lw.h5", P)
+    if "wise" in secs and not a.skip_samplewise:
         res["samplewise"] = infer(ckp, store, work / "sw.h5", P, "--samplewise")
         res["speedup_engine"] = round(res["samplewise"]["engine_s"] / res["layerwise"]["engine_s"], 2)
         res["speedup_wall"] = round(res["samplewise"]["wall_s"] / res["layerwise"]["wall_s"], 2)
-    res["orders_chunk1024"] = {o: infer(ckp, store, work / f"o-{o}.h5", P, "--order", o,
-                                        "--chunk-rows", 1024) for o in ("pds", "ns", "ds", "ps")}
-    o = res["orders_chunk1024"]
-    res["pds_reads_vs_ns"] = round(o["pds"]["chunk_reads"] / max(o["ns"]["chunk_reads"], 1), 4)
-    res["compression"] = compression(work / "lw.h5.layers" / "layer-01" / "rank-00000.h5", work)
-    store2, ck2 = prepare(work, 2 * n, P, a.features)
-    res["layerwise_2n"] = infer(ck2, store2, work / "lw2.h5", P)
-    res["rss_2n_over_n"] = round(max(res["layerwise_2n"]["peak_rss_mib_per_rank"])
-                                 / max(res["layerwise"]["peak_rss_mib_per_rank"]), 3)
+    if "orders" in secs:
+        res["orders_chunk1024"] = {o: infer(ckp, store, work / f"o-{o}.h5", P, "--order", o,
+                                            "--chunk-rows", 1024)
+                                   for o in ("pds", "ns", "ds", "ps")}
+        o = res["orders_chunk1024"]
+        res["pds_reads_vs_ns"] = round(o["pds"]["chunk_reads"] / max(o["ns"]["chunk_reads"], 1), 4)
+        res["layer2_reads"] = {k: v["reads_per_layer"][1] for k, v in o.items()}
+        res["layer2_hit_ratio"] = {k: v["hit_ratio_per_layer"][1] for k, v in o.items()}
+    if "compression" in secs:
+        res["compression"] = compression(work / "lw.h5.layers" / "layer-01" / "rank-00000.h5",
+                                         work)
+    if "2n" in secs:
+        store2, ck2 = prepare(work, 2 * n, P, a.features)
+        res["layerwise_2n"] = infer(ck2, store2, work / "lw2.h5", P)
+        res["rss_2n_over_n"] = round(max(res["layerwise_2n"]["peak_rss_mib_per_rank"])
+                                     / max(res["layerwise"]["peak_rss_mib_per_rank"]), 3)
     res["bench_seconds"] = round(time.perf_counter() - t0, 1)
     res["load_after"] = os.getloadavg()
     res["machine"] = {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}

@@ -186,18 +186,19 @@ def test_kill_during_layer_2_resumes(work):
     w, refs, _ = work
     out = w / "killed.h5"
     proc = run_mpi(2, [SCRIPTS / "infer_kill.py", w / "ck-sage3.h5", w / "store", out],
-                   check=False)
+                   check=False, timeout=300)
     assert proc.returncode != 0 and not out.exists()
     layers = w / "killed.h5.layers"
     assert (layers / "layer-01.h5").exists() and not (layers / "layer-02.h5").exists()
     proc = run_cli(2, ["infer", w / "ck-sage3.h5", w / "store", "--out", out,
-                       "--chunk-rows", "64"])
+                       "--chunk-rows", "64"], timeout=300)
     assert "resuming at layer 2" in proc.stderr
     assert np.array_equal(emb(out), emb(w / "p2a-sage3.h5"))
     with h5py.File(out) as f:
         assert f["infer"].attrs["resumed_layers"] == 1
     # an unwritable output: one line per rank, exit 2, nothing under the final name
     bad = w / "pairs.txt" / "emb.h5"
-    proc = run_cli(2, ["infer", w / "ck-sage2.h5", w / "store", "--out", bad], check=False)
+    proc = run_cli(2, ["infer", w / "ck-sage2.h5", w / "store", "--out", bad], check=False,
+                   timeout=300)
     assert proc.returncode == 2 and proc.stderr.count("shardgnn: error:") == 2
     assert not bad.exists() and not (w / "pairs.txt.layers").exists()

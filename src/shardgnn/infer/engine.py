@@ -220,7 +220,10 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
     t = plan.targets
     t0 = time.perf_counter()
     need = np.unique(np.concatenate([t, nbr]))
-    cached = need[ordering.order(cfg.order, need, plan.part[need], plan.deg[need])]
+    # fill in the order of the source's layout: the features are in global-id order (layer 0),
+    # the embedding files in --order
+    cached = need if i == 0 else need[ordering.order(cfg.order, need, plan.part[need],
+                                                     plan.deg[need])]
     width = lm.in_channels if i == 0 else _out_width(lm, i - 1)
     static = np.empty((cached.size, width), np.float32)
     dyn = src.cache(capacity, cfg.cache_policy)
