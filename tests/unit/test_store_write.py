@@ -24,8 +24,9 @@ def _spill(tmp_path, rng, n, p):
             e = rng.integers(0, n, (int(rng.integers(0, 400)), 2))
             sink(i, e)
             held[i].append(e)
-        e = rng.integers(0, n, (300, 2))
-        bits = rng.random((300, p)) < 0.6
+        e = rng.integers(0, n, (600, 2))
+        e[:400, 1] = 7   # a hub: rows longer than store_write.RADIX_MIN (radix-sorted)
+        bits = rng.random((600, p)) < 0.6
         masks = np.packbits(bits, axis=1, bitorder="little")
         sink.shared(e, masks, bits.sum(0))
         for i in range(p):
@@ -58,6 +59,7 @@ def test_write_partition_equals_key_sort(tmp_path, directed):
     for i in range(p):
         owned = np.sort(rng.choice(n, 40, replace=False))
         gid, indptr, indices = _reference(held[i], owned, directed)
+        assert np.diff(indptr).max() > store_write.RADIX_MIN
         # 1 bucket; buckets of 16 entries (many run files, rows larger than a bucket); int64
         for k, (budget, width) in enumerate([(1 << 20, None), (64, None), (64, np.int64)]):
             out = tmp_path / f"part-{i}-{k}.h5"

@@ -33,6 +33,8 @@ COMPRESSIONS = ("none", "lzf", "gzip")
 CHUNK_ENTRIES = 1 << 18
 #: Run entries read back per block.
 RUN_BLOCK = 1 << 20
+#: Rows longer than this are radix-sorted (shorter ones by comparison sorts).
+RADIX_MIN = 256
 #: CSR entries per cache-sized window of rows (on average: windows are 2^k rows): entries are
 #: grouped by window before they are placed, so the placement writes stay within a few MB
 #: instead of the whole bucket.
@@ -209,11 +211,12 @@ def _fill_direct(ind: Any, sink: SpillSink, index: int, chunk: int, lid: np.ndar
     shift = window_shift(indptr)
     counts = np.zeros((n >> shift) + 2, np.int64)
     pairs = np.empty((2 * max(1, int(chunk)), 2), lid.dtype)
+    ab = np.empty((max(1, int(chunk)), 2), lid.dtype)
     for e, m, byte, bit in sink.blocks(index, chunk):
         k = _window_entries(e, _NO_MASK if m is None else m, m is not None, byte, bit, lid,
-                            shift, directed, counts, pairs)
+                            shift, directed, counts, ab, pairs)
         _place_pairs(pairs[:k], cur, out)
-    del pairs
+    del pairs, ab
     _sort_rows(indptr, out)
     if out.shape[0]:
         ind[:] = out
@@ -306,24 +309,29 @@ def _bucket_entries(e, masks, use_mask, byte, bit, lid, bounds, directed, counts
 
 
 @njit(cache=True, nogil=True)
-def _window_entries(e, masks, use_mask, byte, bit, lid, shift, directed, counts, pairs):
+def _window_entries(e, masks, use_mask, byte, bit, lid, shift, directed, counts, ab, pairs):
     """Group the CSR entries (row, column) of edges ``e`` (those with mask bit 8 * byte + bit
     when ``use_mask``) by window of rows ``row >> shift`` into ``pairs`` (a counting sort;
-    ``counts`` holds (rows >> shift) + 2 slots); returns how many."""
+    ``counts`` holds (rows >> shift) + 2 slots; ``ab`` (len(e), 2) scratch keeps the local
+    ids looked up once); returns how many."""
     counts[:] = 0
-    for j in range(e.shape[0]):
-        if use_mask and not (masks[j, byte] >> bit) & 1:
-            continue
-        counts[(lid[e[j, 1]] >> shift) + 1] += 1
-        if not directed:
-            counts[(lid[e[j, 0]] >> shift) + 1] += 1
-    for k in range(counts.shape[0] - 1):
-        counts[k + 1] += counts[k]
+    m = 0
     for j in range(e.shape[0]):
         if use_mask and not (masks[j, byte] >> bit) & 1:
             continue
         a = lid[e[j, 0]]
         b = lid[e[j, 1]]
+        ab[m, 0] = a
+        ab[m, 1] = b
+        m += 1
+        counts[(b >> shift) + 1] += 1
+        if not directed:
+            counts[(a >> shift) + 1] += 1
+    for k in range(counts.shape[0] - 1):
+        counts[k + 1] += counts[k]
+    for j in range(m):
+        a = ab[j, 0]
+        b = ab[j, 1]
         k = b >> shift
         pairs[counts[k], 0] = b
         pairs[counts[k], 1] = a
@@ -363,8 +371,22 @@ def _place_pairs(pairs, cur, out):
 
 @njit(cache=True, nogil=True)
 def _sort_rows(indptr, out):
-    """Sort every row out[indptr[r] - indptr[0]:indptr[r + 1] - indptr[0]] ascending."""
+    """Sort every row out[indptr[r] - indptr[0]:indptr[r + 1] - indptr[0]] ascending: rows
+    already in order are skipped, short rows insertion-sorted, long rows radix-sorted
+    (least significant byte first, one pass per byte of the largest local id)."""
     base = indptr[0]
+    longest = 0
+    for r in range(indptr.shape[0] - 1):
+        longest = max(longest, indptr[r + 1] - indptr[r])
+    top = 0
+    for i in range(out.shape[0]):
+        top = max(top, out[i])
+    passes = 0
+    while top > 0:
+        top >>= 8
+        passes += 1
+    tmp = np.empty(longest if longest > RADIX_MIN else 0, out.dtype)
+    cnt = np.zeros(257, np.int64)
     for r in range(indptr.shape[0] - 1):
         s = indptr[r] - base
         t = indptr[r + 1] - base
@@ -383,8 +405,30 @@ def _sort_rows(indptr, out):
                     out[k + 1] = out[k]
                     k -= 1
                 out[k + 1] = v
-        else:
+        elif t - s <= RADIX_MIN:
             out[s:t].sort()
+        else:
+            _radix(out[s:t], tmp[:t - s], passes, cnt)
+
+
+@njit(cache=True, nogil=True)
+def _radix(a, tmp, passes, cnt):
+    """LSD radix sort of the non-negative ``a`` in ``passes`` byte passes (``tmp`` scratch)."""
+    src, dst = a, tmp
+    for p in range(passes):
+        shift = 8 * p
+        cnt[:] = 0
+        for i in range(src.shape[0]):
+            cnt[((src[i] >> shift) & 255) + 1] += 1
+        for k in range(256):
+            cnt[k + 1] += cnt[k]
+        for i in range(src.shape[0]):
+            d = (src[i] >> shift) & 255
+            dst[cnt[d]] = src[i]
+            cnt[d] += 1
+        src, dst = dst, src
+    if passes % 2:
+        a[:] = tmp
 
 
 @njit(cache=True, inline="always")
