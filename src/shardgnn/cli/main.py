@@ -57,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from shardgnn.comm import world
+    from shardgnn.io import outputs, provenance
+
+    provenance.set_command(["shardgnn", *(sys.argv[1:] if argv is None else argv)])
+    if argv is None:         # a real process (not a test calling main): clean up on signals
+        outputs.install_signal_cleanup()
 
     comm = world()
     log.setup(comm.rank, getattr(args, "verbose", False))
@@ -72,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if comm.size > 1:
             comm.abort(130)
         return 130
+    except BrokenPipeError:  # `shardgnn inspect FILE | head`: the reader left; stop quietly
+        _quiet_stdout()
+        return 141
     except Exception:  # noqa: BLE001 - any crash must end every rank, not hang them
         traceback.print_exc()
         print(f"shardgnn: internal error on rank {comm.rank}; aborting the job", file=sys.stderr,
@@ -80,6 +88,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             comm.abort(1)
         return 1
     return code
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

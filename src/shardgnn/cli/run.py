@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from shardgnn import __version__, log
 from shardgnn.comm import Communicator
+from shardgnn.io import outputs, provenance
 from shardgnn.job import STAGES, Job, read_job, run_job
 
 DESCRIPTION = """\
@@ -64,22 +64,18 @@ def write_job_results(job: Job, records: list[dict[str, Any]], path: Path) -> No
     copied under it; a dataset's graph.json counts for convert). Rank-local, atomic."""
     import h5py
 
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs.update({"shardgnn_version": __version__, "command": f"shardgnn run {job.file}",
-                            "job": job.name, "job_file": str(job.file),
-                            "stages": json.dumps([r["stage"] for r in records])})
-            for rec in records:
-                g = f.create_group(rec["stage"])
-                g.attrs.update({"status": rec["status"], "seconds": rec["seconds"],
-                                "index": rec["index"], "out": rec["out"],
-                                "argv": json.dumps(rec["argv"])})
-                _copy_stage_results(g, rec)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with outputs.atomic_file(path) as tmp, h5py.File(tmp, "w") as f:
+        prov = provenance.provenance()
+        f.attrs.update({"shardgnn_version": __version__, "git_commit": prov["git_commit"],
+                        "command": prov["command"], "argv": json.dumps(provenance.command_argv()),
+                        "job": job.name, "job_file": str(job.file),
+                        "stages": json.dumps([r["stage"] for r in records])})
+        for rec in records:
+            g = f.create_group(rec["stage"])
+            g.attrs.update({"status": rec["status"], "seconds": rec["seconds"],
+                            "index": rec["index"], "out": rec["out"],
+                            "argv": json.dumps(rec["argv"])})
+            _copy_stage_results(g, rec)
 
 
 def _copy_stage_results(g: Any, rec: dict[str, Any]) -> None:

@@ -5,7 +5,6 @@ Rank-local: nothing here communicates. Every generator is deterministic for a gi
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io import outputs
 from shardgnn.io.extsort import sorted_unique, union_sorted
 
 #: Graph500 R-MAT quadrant probabilities (a, b, c); d = 1 - a - b - c.
@@ -43,8 +43,22 @@ def _rmat_block(rng: np.random.Generator, n: int, scale: int,
 
 def rmat_permutation(scale: int, seed: int) -> np.ndarray:
     """The random vertex relabelling applied by :func:`rmat_edges` (Graph500 style)."""
+    need = 16 * (1 << scale)      # the permutation (int64) and numpy's int64 index copy
+    have = _physical_memory()
+    if have and need > have:
+        raise ShardError(f"--scale {scale}: the vertex relabelling needs {need / 2**30:.1f} GiB, "
+                         f"this machine has {have / 2**30:.1f} GiB; expected --scale <= "
+                         f"{max(1, int(np.log2(have / 16)))} or --no-permute")
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), 0x5EED])))
     return rng.permutation(1 << scale).astype(np.int64)
+
+
+def _physical_memory() -> int:
+    """Bytes of physical memory (0 when unknown)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def rmat_edges(scale: int, num_edges: int, seed: int = 0, lo: int = 0, hi: int | None = None,
@@ -95,21 +109,30 @@ def write_rmat_npy(path: str | os.PathLike, scale: int, num_edges: int, seed: in
     if p.is_dir():
         raise input_error(p, "expected an output .npy file path, got a directory")
     dt = np.dtype("<i4") if scale < 31 else np.dtype("<i8")
-    tmp = p.with_name(p.name + f".tmp-{os.getpid()}.npy")
+    _check_free_space(p, int(num_edges) * 2 * dt.itemsize)
     perm = rmat_permutation(scale, seed) if permute else None
     header = {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False,
               "shape": (int(num_edges), 2)}
-    try:
-        with open(tmp, "wb") as fh:
-            np.lib.format.write_array_header_1_0(fh, header)
-            for lo in range(0, int(num_edges), int(chunk)):
-                hi = min(int(num_edges), lo + int(chunk))
-                rmat_edges(scale, num_edges, seed, lo, hi, abc, perm, permute).astype(dt).tofile(fh)
-        os.replace(tmp, p)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with outputs.atomic_file(p, suffix=".npy") as tmp, open(tmp, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, header)
+        for lo in range(0, int(num_edges), int(chunk)):
+            hi = min(int(num_edges), lo + int(chunk))
+            rmat_edges(scale, num_edges, seed, lo, hi, abc, perm, permute).astype(dt).tofile(fh)
     return p
+
+
+def _check_free_space(p: Path, need: int) -> None:
+    """Refuse an output that cannot fit on its file system."""
+    import shutil
+
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        free = shutil.disk_usage(parent if parent.exists() else Path(".")).free
+    except OSError:
+        return
+    if need > free:
+        raise input_error(p, f"the edge array needs {need / 2**30:.1f} GiB, the file system has "
+                          f"{free / 2**30:.1f} GiB free; expected a smaller --scale/--edges")
 
 
 def _check_rmat(scale: int, num_edges: int, abc: tuple[float, float, float]) -> None:
@@ -297,23 +320,14 @@ def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
                     force: bool = False) -> Path:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io.canonical import write_dataset
-    from shardgnn.io.canonical import finish_output
+    from shardgnn.io.convert import check_replaceable
 
     d = Path(out)
-    if d.exists() and not d.is_dir():
-        raise input_error(d, "output path is an existing file, expected a directory name")
-    if d.exists() and not force:
-        raise input_error(d, "output directory exists (use --force to replace it)")
-    tmp = d.with_name(d.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    check_replaceable(d, force)
+    with outputs.atomic_dir(d) as tmp:
         meta = write_dataset(tmp, g.edges, g.num_nodes, directed=False, x=g.x, y=g.y,
                              masks=g.masks, name=name, source=g.params.get("generator", ""))
         meta.extra = {"generator": g.params}
         (tmp / "graph.json").write_text(meta.to_json())
-        finish_output(tmp, d)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        check_replaceable(d, force)    # an output that appeared while we ran
     return d

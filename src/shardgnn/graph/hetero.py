@@ -12,7 +12,6 @@ uses the right metapath beats one that does not. Deterministic per seed.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,18 +138,13 @@ def _split(T: int, n: int, fractions: tuple[float, float, float],
 
 def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
+    from shardgnn.io import outputs
     from shardgnn.io.canonical import SIDECAR, write_dataset
-    from shardgnn.io.canonical import finish_output
+    from shardgnn.io.convert import check_replaceable
 
     d = Path(out)
-    if d.exists() and not d.is_dir():
-        raise input_error(d, "output path is an existing file, expected a directory name")
-    if d.exists() and not force:
-        raise input_error(d, "output directory exists (use --force to replace it)")
-    tmp = d.with_name(d.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
+    check_replaceable(d, force)
+    with outputs.atomic_dir(d) as tmp:
         meta = write_dataset(tmp, g.edges, g.num_nodes, x=g.x, y=g.y, masks=g.masks,
                              edge_types=g.edge_type, name="hetero-metapath",
                              source="shardgnn generate hetero", node_types=g.node_type,
@@ -159,7 +153,4 @@ def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
         meta.extra.update(generator=g.params, metapath_homophily={
             EDGE_TYPES[t]: round(g.metapath_homophily(t), 4) for t in (0, 1)})
         (tmp / SIDECAR).write_text(meta.to_json())
-        finish_output(tmp, d)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        check_replaceable(d, force)    # an output that appeared while we ran

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,6 +27,7 @@ import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io import outputs
 from shardgnn.io.sidecar import read_sidecar
 
 FORMAT = "shardgnn-edges"
@@ -104,18 +104,6 @@ def read_meta(directory: str | os.PathLike) -> GraphMeta:
         raise input_error(edges, f"expected {meta.num_edges} edges from {SIDECAR}, "
                           f"file holds {size // item}")
     return meta
-
-
-def finish_output(tmp: Path, out: Path) -> None:
-    """Move a finished dataset folder ``tmp`` to its final name (replacing an old one).
-    Rank-local."""
-    if out.exists():
-        old = out.parent / f"{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
 
 
 def edge_memmap(directory: str | os.PathLike, meta: GraphMeta | None = None) -> np.ndarray:
@@ -288,9 +276,8 @@ def write_dataset(directory: str | os.PathLike, edges: np.ndarray, num_nodes: in
         raise ShardError(f"expected edge ids in [0, {num_nodes}), got range "
                          f"[{edges.min()}, {edges.max()}]")
     dt = edge_dtype(num_nodes)
-    tmp = d / (EDGES + ".tmp")
-    edges.astype(dt).tofile(tmp)
-    os.replace(tmp, d / EDGES)
+    with outputs.atomic_file(d / EDGES, lock=False) as tmp:
+        edges.astype(dt).tofile(tmp)
     unsorted = False
     if (edge_types is not None or edge_weights is not None) and edges.shape[0] > 1:
         key = edges[:, 0].astype(np.int64) * int(num_nodes) + edges[:, 1]

@@ -13,7 +13,6 @@ Output is built in ``DIR.tmp-PID`` and renamed to ``DIR`` at the end.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import canonical as cn
+from shardgnn.io import outputs
 from shardgnn.io.extsort import (RunWriter, first_of_records, merge_runs,
                                  record_order, reduce_runs, sorted_unique, union_sorted)
 from shardgnn.io.readers import EdgeSource
@@ -74,21 +74,31 @@ class NodeData:
     split_seed: int = 0
 
 
-def prepare_output(out: Path, force: bool) -> Path:
-    """Check the output path and make a fresh ``OUT.tmp-PID`` folder next to it."""
+def check_replaceable(out: Path, force: bool, inputs: tuple[Path, ...] = ()) -> None:
+    """Refuse an output path that would destroy something the user made.
+
+    ``out`` may be new; with ``force`` it may also be an earlier shardgnn output (a dataset
+    with its ``graph.json``, a partition store with its ``meta.json``) or an empty folder, but
+    never a file, a folder of other files, or a folder holding one of ``inputs``. Rank-local.
+    """
     if out.exists() and not out.is_dir():
         raise input_error(out, "output path is an existing file (expected a directory name)")
-    if out.exists() and not force:
+    if not out.exists():
+        if out.parent.exists() and not out.parent.is_dir():
+            raise input_error(out.parent, "expected a directory for the output, got a file")
+        return
+    if not force:
         raise input_error(out, "output directory exists (use --force to replace it)")
-    parent = out.parent
-    if parent.exists() and not parent.is_dir():
-        raise input_error(parent, "expected a directory for the output, got a file")
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f"{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    return tmp
+    real = out.resolve()
+    for src in inputs:
+        s = Path(src).resolve()
+        if s == real or real in s.parents:
+            raise input_error(out, f"--force would delete the input {src} (expected an output "
+                              "directory that does not hold the input)")
+    if any(out.iterdir()) and outputs.shardgnn_output_kind(out) is None:
+        raise input_error(out, "--force replaces only a shardgnn output (a folder with "
+                          "graph.json or meta.json), got a folder of other files; choose a new "
+                          "--out or remove it yourself")
 
 
 class IdSet:
@@ -229,16 +239,15 @@ def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
     (``merge_memory_edges`` keys).
     """
     out = Path(out)
-    tmp = prepare_output(out, opt.force)
+    extra_inputs = (nodes.features_path, nodes.labels_path) if nodes else ()
+    inputs = (Path(src.path),) + tuple(Path(p) for p in extra_inputs if p is not None)
+    check_replaceable(out, opt.force, inputs)
     t0 = time.perf_counter()
-    try:
+    with outputs.atomic_dir(out) as tmp:
         meta = _convert_into(src, tmp, opt, nodes or NodeData())
         meta.extra.setdefault("convert_seconds", round(time.perf_counter() - t0, 3))
         (tmp / cn.SIDECAR).write_text(meta.to_json())
-        cn.finish_output(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        check_replaceable(out, opt.force, inputs)   # an output that appeared while we ran
     return meta
 
 
@@ -266,7 +275,7 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
     runs_dir = Path(opt.tmp_dir) / f"shardgnn-runs-{os.getpid()}" if opt.tmp_dir else tmp / "_runs"
     writer = RunWriter(runs_dir, types=src.has_types, weights=src.has_weights)
     symmetric_both = src.symmetric and opt.directed
-    try:
+    with outputs.scratch(runs_dir):
         with log.Progress(m_in, "convert pass 2 (sort runs)", enabled=m_in >= 1 << 22) as bar:
             for ch in src.chunks():
                 e, t, w = ch.edges, ch.types, ch.weights
@@ -280,8 +289,6 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
                     w = None if w is None else np.concatenate([w, w[off]])
                 writer.add(*_chunk_keys(e, t, w, n, opt, stats))
         m, dups, selfk = _merge_to_edges(writer, tmp, n, opt)
-    finally:
-        shutil.rmtree(runs_dir, ignore_errors=True)
     dup_input = stats["kept_before_dedupe"] - m if not opt.keep_duplicates else dups
     meta = cn.GraphMeta(num_nodes=n, num_edges=m, dtype=cn.edge_dtype(n).str,
                         directed=opt.directed, name=opt.name or src.name, source=str(src.path),

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io import outputs
 
 
 def plot_training(results: str | os.PathLike, png: str | os.PathLike) -> None:
@@ -37,7 +38,8 @@ def plot_training(results: str | os.PathLike, png: str | os.PathLike) -> None:
     ax2.set_ylabel("loss")
     ax2.legend()
     fig.tight_layout()
-    tmp = Path(png).with_name(Path(png).name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, png)
+    try:
+        with outputs.atomic_file(png, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=100)
+    finally:
+        plt.close(fig)

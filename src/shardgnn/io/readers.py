@@ -7,6 +7,7 @@ line (text) or byte offset (binary). Rank-local: nothing here communicates.
 from __future__ import annotations
 
 import gzip
+import zlib
 import io
 import os
 import zipfile
@@ -321,7 +322,17 @@ class TextSource(EdgeSource):
 
     # -- chunks
     def _raw_blocks(self) -> Iterator[tuple[bytes, int]]:
-        """Yield (bytes of whole lines, number of lines before them)."""
+        """Yield (bytes of whole lines, number of lines before them); a truncated or corrupt
+        gzip stream is a ShardError naming the file and the line reached."""
+        line0 = 0
+        try:
+            for block, line0 in self._read_blocks():
+                yield block, line0
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise input_error(self.path, f"truncated or corrupt gzip data ({exc}); expected a "
+                              "complete .gz file", f"after line {line0}") from None
+
+    def _read_blocks(self) -> Iterator[tuple[bytes, int]]:
         with _open_bytes(self.path) as fh:
             line0 = 0
             if self._skip_lines:

@@ -2,9 +2,11 @@
 
 Schema (``docs/results.md``): ``/config`` (resolved config as attributes), ``/partition``,
 ``/train``, ``/perfmodel``, ``/embeddings``; the root carries ``shardgnn_version``,
-``world_size``, ``created`` and ``command``. h5py here has no parallel driver, so ranks send
+``git_commit``, ``world_size``, ``created``, ``command`` (the full command line) and ``argv``
+(the same as a JSON list). h5py here has no parallel driver, so ranks send
 their slabs to rank 0, which alone writes. The file is written as ``NAME.tmp-PID`` and renamed
-to ``NAME`` only when the ``with`` block ends without an exception.
+to ``NAME`` only when the ``with`` block ends without an exception; ``NAME.lock`` is held
+meanwhile (:mod:`shardgnn.io.outputs`).
 
 :class:`ResultWriter` methods that take data from every rank are collective over comm and say so.
 """
@@ -21,6 +23,7 @@ import numpy as np
 from shardgnn import __version__
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io import outputs, provenance
 
 GROUPS = ("config", "partition", "train", "perfmodel", "embeddings")
 
@@ -64,27 +67,51 @@ class ResultWriter:
         self.rank = comm.rank
         self.path = Path(path)
         err = ""
+        self.lock = outputs.OutputLock(self.path)
+        self.tmp = outputs.temp_path(self.path)
+        self.h5: Any = None
         try:
             check_output_path(self.path)
             if self.rank == 0:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-        except (ShardError, OSError) as exc:
+                self.lock.acquire()
+                outputs.remove_stale_temps(self.path)
+                outputs.register_temp(self.tmp)
+                self._open(comm, config, command)
+        except ShardError as exc:
             err = str(exc)
+        except OSError as exc:
+            err = str(outputs.write_error(self.path, exc))
+        if err:
+            self._discard()
         comm.agree(not err, err)
-        self.tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
-        self.h5: Any = None
-        if self.rank == 0:
-            import h5py
 
-            self.h5 = h5py.File(self.tmp, "w")
-            self.h5.attrs["shardgnn_version"] = __version__
-            self.h5.attrs["world_size"] = comm.size
-            self.h5.attrs["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            self.h5.attrs["command"] = command
-            for g in GROUPS:
-                self.h5.require_group(g)
-            if config:
-                self.attrs("config", config)
+    def _open(self, comm: Communicator, config: Mapping[str, Any] | None, command: str) -> None:
+        import h5py
+
+        self.h5 = h5py.File(self.tmp, "w")
+        prov = provenance.provenance()
+        self.h5.attrs["shardgnn_version"] = __version__
+        self.h5.attrs["git_commit"] = prov["git_commit"]
+        self.h5.attrs["world_size"] = comm.size
+        self.h5.attrs["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.h5.attrs["command"] = command or prov["command"]
+        self.h5.attrs["argv"] = json.dumps(provenance.command_argv())
+        for g in GROUPS:
+            self.h5.require_group(g)
+        if config:
+            self.attrs("config", config)
+
+    def _discard(self) -> None:
+        """Rank 0: close and remove the temp file, release the lock."""
+        if self.h5 is not None:
+            try:
+                self.h5.close()
+            except (OSError, RuntimeError, ValueError):
+                pass
+            self.h5 = None
+        outputs.remove_path(self.tmp)
+        outputs.forget_temp(self.tmp)
+        self.lock.release()
 
     # -------------------------------------------------------------- rank-0 writes
     def attrs(self, group: str, values: Mapping[str, Any]) -> None:
@@ -152,15 +179,19 @@ class ResultWriter:
 
         Collective over comm (a barrier so no rank reads the file before it exists).
         """
-        if self.h5 is not None:
-            self.h5.close()
-            self.h5 = None
-            if ok:
-                os.replace(self.tmp, self.path)
-            elif self.tmp.exists():
-                self.tmp.unlink()
+        err = ""
+        if self.rank == 0:
+            try:
+                if ok and self.h5 is not None:
+                    self.h5.close()
+                    self.h5 = None
+                    outputs.commit_file(self.tmp, self.path)
+            except OSError as exc:
+                err = str(outputs.write_error(self.path, exc))
+            finally:
+                self._discard()
         if ok:
-            self.comm.barrier()
+            self.comm.agree(not err, err)   # also the barrier: no rank reads the file before
 
     def __enter__(self) -> "ResultWriter":
         return self

@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn.errors import input_error
+from shardgnn.io import outputs
 from shardgnn.io.sidecar import read_sidecar
 
 META = "meta.json"
@@ -429,8 +430,8 @@ def write_owner_store(directory: str | os.PathLike, dataset: str | os.PathLike,
         gid = np.concatenate([own, rep]).astype(np.int64)
         sub = adj[gid][:, gid].tocsr()
         sub.sort_indices()
-        tmp = out / f"{part_name(i)}.tmp"
-        with h5py.File(tmp, "w") as f:
+        with outputs.atomic_file(out / part_name(i), lock=False) as tmp, \
+                h5py.File(tmp, "w") as f:
             f.attrs["num_owned"] = len(own)
             f["gid"] = gid
             f["indptr"] = sub.indptr.astype(np.int64)
@@ -441,12 +442,10 @@ def write_owner_store(directory: str | os.PathLike, dataset: str | os.PathLike,
                 mask = arrays[m][gid].copy()
                 mask[len(own):] = False
                 f[m] = mask
-        os.replace(tmp, out / part_name(i))
     info = {"format": FORMAT, "version": VERSION, "hops": max(int(hops), 1),
             "algorithm": algorithm, "parts": int(parts), "num_nodes": int(n),
             "num_edges": int(meta.num_edges), "dataset": str(Path(dataset).resolve()),
             "num_features": int(meta.num_features), "num_classes": int(meta.num_classes)}
-    tmp = out / (META + ".tmp")
-    tmp.write_text(json.dumps(info, indent=2))
-    os.replace(tmp, out / META)
+    with outputs.atomic_file(out / META, lock=False) as tmp:
+        tmp.write_text(json.dumps(info, indent=2))
     return info

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from shardgnn.io import outputs
 from shardgnn.partition.store import SpillSink, read_records
 
 #: Compression filters of the indices dataset accepted by :func:`write_partition`.
@@ -117,8 +118,7 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
     lid = np.full(num_nodes, -1, w)
     lid[gid] = np.arange(n_loc, dtype=w)
     bounds = buckets(indptr, max(1, int(budget) // w.itemsize))
-    tmp = Path(f"{path}.tmp")
-    with h5py.File(tmp, "w") as f:
+    with outputs.atomic_file(path, lock=False) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["num_owned"] = int(owned.shape[0])
         f.attrs["partition"] = int(index)
         f.attrs["parts"] = int(parts)
@@ -140,7 +140,6 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
             write_edge_attrs(f, edge_attrs, gid, indptr, max(1, int(budget) // ATTR_BYTES))
         for name, arr in node_data.items():
             _write_rows(f, name, arr, gid, owned.shape[0], chunk)
-    os.replace(tmp, path)
     return {"owned": int(owned.shape[0]), "vertices": n_loc, "edges": int(sink.totals[index]),
             "entries": int(indptr[-1]), "buckets": int(bounds.shape[0] - 1),
             "index_dtype": w.name}

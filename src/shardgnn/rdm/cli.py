@@ -33,6 +33,9 @@ def add_arguments(parser: Any) -> None:
     """Add the RDM engine's own options (the shared ones live in cli/train.py)."""
     g = parser.add_argument_group("rdm / cagnet1d engines (DATA = converted dataset)")
     g.add_argument("--order", default="alt", metavar="ORDER", help=ORDER_HELP)
+    g.add_argument("--order-from", default=None, metavar="RESULTS.h5",
+                   help="reuse the order a previous run chose (its /train order attribute, e.g. "
+                   "from --order auto), so a rerun with the same seed repeats it exactly")
     g.add_argument("--memo", action=argparse.BooleanOptionalAction, default=True,
                    help="keep A^T H from an SpMM-first forward layer to form that layer's weight "
                    "gradient without another SpMM (default: on)")

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardgnn import log
 from shardgnn.comm import Communicator
-from shardgnn.errors import ShardError
+from shardgnn.errors import ShardError, input_error
 from shardgnn.io.canonical import read_meta
 from shardgnn.io.results import ResultWriter
 from shardgnn.rdm.backend import Backend
@@ -334,6 +335,27 @@ def write_train(comm: Communicator, w: ResultWriter, cfg: RDMConfig, built: Buil
                                           "buffer on every rank"})
 
 
+def order_from_results(path: str, layers: int) -> str:
+    """The order recorded under ``/train`` of a previous results file (``--order-from``).
+
+    Every rank reads the same file, so the verdict is the same everywhere. Rank-local.
+    """
+    import h5py
+
+    p = Path(path)
+    try:
+        with h5py.File(p, "r") as f:
+            order = f["train"].attrs.get("order") if "train" in f else None
+    except (OSError, KeyError) as exc:
+        raise input_error(p, f"cannot read a results file ({exc})") from None
+    if order is None:
+        raise input_error(p, "expected a training run's results with a /train order "
+                          "attribute (--order-from), got none")
+    order = order.decode() if isinstance(order, bytes) else str(order)
+    parse_order(order, layers)          # the same letters check as --order
+    return order
+
+
 def config_from_args(args: Any) -> RDMConfig:
     """Build an RDMConfig from parsed ``shardgnn train`` arguments."""
     eval_every = int(getattr(args, "eval_every", 1))
@@ -342,10 +364,15 @@ def config_from_args(args: Any) -> RDMConfig:
                          f"{args.engine} (it evaluates the whole graph exactly), got {args.eval}")
     if getattr(args, "eval", None) == "none":
         eval_every = 0
+    order = args.order
+    if getattr(args, "order_from", None):
+        if str(order).lower() != "alt":
+            raise ShardError(f"--order {order} and --order-from: expected one of them, got both")
+        order = order_from_results(args.order_from, args.layers)
     return RDMConfig(data=str(args.data), engine=args.engine.lower(), epochs=args.epochs,
                      hidden=args.hidden, layers=args.layers, dropout=args.dropout, lr=args.lr,
                      weight_decay=args.weight_decay, seed=args.seed, out=args.out,
-                     order=args.order, memo=args.memo, replicas=args.replicas or 0, bias=args.bias,
+                     order=order, memo=args.memo, replicas=args.replicas or 0, bias=args.bias,
                      dtype=args.dtype, backend=args.backend, partition=args.partition,
                      chunk=args.chunk, eval_every=eval_every, saint=args.saint,
                      saint_budget=args.saint_budget, saint_walk_length=args.saint_walk_length,

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import input_error
+from shardgnn.io import outputs
 
 FORMAT = "shardgnn-checkpoint"
 
@@ -81,9 +82,7 @@ def write_checkpoint(path: str | os.PathLike, epoch: int, config: dict[str, Any]
     import h5py
 
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
-    with h5py.File(tmp, "w") as f:
+    with outputs.atomic_file(p) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["epoch"] = int(epoch)
         f.attrs["parts"] = len(parts)
@@ -105,7 +104,6 @@ def write_checkpoint(path: str | os.PathLike, epoch: int, config: dict[str, Any]
                 h.create_dataset(k, data=np.asarray(v, dtype=np.float64))
             else:
                 h.attrs[k] = v
-    os.replace(tmp, p)
 
 
 def read_checkpoint(path: str | os.PathLike, parts: list[int]) -> dict[str, Any]:

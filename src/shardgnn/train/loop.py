@@ -69,12 +69,16 @@ def _save(comm: Communicator, cfg: AveragingConfig, path: str, epoch: int, worke
     states = {w.graph.index: checkpoint.partition_state(w.model, w.opt, w.torch_rng, w.np_rng)
               for w in workers}
     gathered = comm.gather_obj(states)
+    err = ""
     if comm.rank == 0:
         allp: dict[int, Any] = {}
         for d in gathered:
             allp.update(d)
-        checkpoint.write_checkpoint(path, epoch, asdict(cfg), allp, history)
-    comm.barrier()
+        try:
+            checkpoint.write_checkpoint(path, epoch, asdict(cfg), allp, history)
+        except ShardError as exc:   # e.g. a full disk: every rank stops with the same line
+            err = str(exc)
+    comm.agree(not err, err)
 
 
 def _record(history: dict[str, Any], epoch: int, metrics: dict[str, float],

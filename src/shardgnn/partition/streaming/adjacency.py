@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn.comm import Communicator
+from shardgnn.io import outputs
 from shardgnn.io.canonical import EdgeStream
 from shardgnn.partition.streaming import kernels as K
 from shardgnn.partition.streaming import passes
@@ -103,6 +104,7 @@ class AdjacencyShard:
 
     def remove(self) -> None:
         shutil.rmtree(self.path.parent, ignore_errors=True)
+        outputs.forget_temp(self.path.parent)
 
 
 def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str | os.PathLike | None,
@@ -119,6 +121,7 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
     if scratch is not None:
         Path(scratch).mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"shardgnn-adj-{r}-", dir=scratch))
+    outputs.register_temp(folder)
     path = folder / "targets.bin"
     total = int(indptr[-1])
     out = np.memmap(path, dtype=dt, mode="w+", shape=(max(total, 1),))

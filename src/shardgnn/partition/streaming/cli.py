@@ -7,7 +7,6 @@ options (the shared ones live in ``shardgnn.cli.partition``); ``run`` builds a
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from shardgnn.comm import Communicator
@@ -183,7 +182,7 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
 def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the streaming partitioner named by ``--algo``. Collective over comm."""
     cfg = config_from_args(args)
-    m = main(comm, cfg, command=" ".join(sys.argv))
+    m = main(comm, cfg)
     if comm.rank == 0:
         print(f"{cfg.algo}: parts={len(m['owned_per_partition'])} rf={m['rf']:.4f} "
               f"owned_balance={m['vertex_balance_owned']:.4f} "

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import socket
 import sys
 import time
@@ -18,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from shardgnn import log
+from shardgnn import jit, log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
-from shardgnn.io.edgeattrs import EdgeAttrs
+from shardgnn.io import outputs
 from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_meta
+from shardgnn.io.edgeattrs import EdgeAttrs
 from shardgnn.io.results import ResultWriter
 from shardgnn.partition import metrics, store, store_write
 from shardgnn.partition.streaming import adjacency, kernels, passes
@@ -164,23 +164,6 @@ def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
     return vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user)
 
 
-def _tmp_dir(comm: Communicator, out: Path) -> Path:
-    name = f"{out.name}.tmp-{os.getpid()}" if comm.rank == 0 else None
-    name = comm.bcast_obj(name)
-    tmp = out.with_name(name)
-    err = ""
-    if comm.rank == 0:
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir()
-        except OSError as exc:
-            err = f"{out}: cannot create the output directory ({exc})"
-    comm.agree(not err, err)
-    return tmp
-
-
 def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
     """Run one streaming partitioning job and write the store. Collective over comm.
 
@@ -188,12 +171,29 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
     """
     t_start = time.perf_counter()
     meta, p = comm.run_agreed(_validate, cfg)
+    out = Path(cfg.out).absolute()
+    with outputs.output_dir(comm, out) as tmp:   # lock OUT for the job; OUT.tmp-PID -> OUT
+        m = _partition(comm, cfg, meta, p, tmp, t_start)
+        _finish(comm, cfg, meta, p, tmp, m, command)
+    if comm.rank == 0:
+        log.get().info("partitioned %s into %d parts with %s: RF %.3f, owned balance %.3f, "
+                       "edge balance %.3f, %.1f s", cfg.dataset, p, cfg.algo, m["rf"],
+                       m["vertex_balance_owned"], m["edge_balance"], m["seconds_total"])
+        sys.stdout.flush()
+    return m
+
+
+def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
+               t_start: float) -> dict[str, Any]:
+    """Owners, refinement, hops, routing and the partition files into ``tmp``. Collective."""
     stream = passes.open_stream(cfg.dataset, comm, cfg.chunk)
     timer = passes.PassTimer()
     t0 = time.perf_counter()
-    kernels.warmup()
+    with jit.compiling("the streaming partition kernels"):
+        kernels.warmup()
+        if cfg.algo == "spring" and cfg.spring.stream_order == "adjacency":
+            adjacency.warmup()
     if cfg.algo == "spring" and cfg.spring.stream_order == "adjacency":
-        adjacency.warmup()
         if cfg.spring.scratch is None:  # the targets file goes beside the output
             cfg = replace(cfg, spring=replace(cfg.spring, scratch=str(Path(cfg.out).absolute().parent)))
     timer.add("jit", time.perf_counter() - t0, 0)
@@ -214,8 +214,6 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
             info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, rounds, cap,
                                                       cfg.seed, timer, cfg.refine_frac)
     del labels
-    out = Path(cfg.out).absolute()
-    tmp = _tmp_dir(comm, out)
     sink: store.SpillSink | None = None
     try:
         pres = None
@@ -240,8 +238,6 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
     except BaseException:
         if sink is not None:
             sink.close()
-        if comm.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
         raise
     m = metrics.summarize([stats[i]["owned"] for i in range(p)],
                           [stats[i]["vertices"] for i in range(p)],
@@ -262,7 +258,6 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
     m["cpu_seconds_total"] = comm.allgather_obj(time.process_time())
     rss = comm.allgather_obj(peak_rss_bytes())
     m["peak_rss_bytes"] = rss
-    _finish(comm, cfg, meta, p, tmp, out, m, command)
     return m
 
 
@@ -296,9 +291,9 @@ def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp:
     return merged
 
 
-def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path, out: Path,
+def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
             m: dict[str, Any], command: str) -> None:
-    """Write meta.json and the results file, then move the store into place. Collective."""
+    """Write meta.json and the results file into ``tmp``. Collective over comm."""
     params = {"spring": asdict(cfg.spring), "baselines": asdict(cfg.base), "hops": cfg.hops,
               "refine": cfg.refine, "refine_frac": cfg.refine_frac,
               "refine_balance": cfg.refine_balance,
@@ -325,20 +320,3 @@ def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, t
         w.dataset("partition/pass_names", np.asarray(names))
         w.dataset("partition/pass_seconds", np.asarray([m["seconds_per_pass"][k] for k in names]))
         w.per_rank("partition/peak_rss_bytes", peak_rss_bytes())
-    err = ""
-    if comm.rank == 0:
-        try:
-            old = out.with_name(f"{out.name}.old-{os.getpid()}")
-            if out.exists():
-                os.replace(out, old)
-            os.replace(tmp, out)
-            if old.exists():
-                shutil.rmtree(old)
-        except OSError as exc:
-            err = f"{out}: cannot move the partition store into place ({exc})"
-    comm.agree(not err, err)
-    if comm.rank == 0:
-        log.get().info("partitioned %s into %d parts with %s: RF %.3f, owned balance %.3f, "
-                       "edge balance %.3f, %.1f s", cfg.dataset, p, cfg.algo, m["rf"],
-                       m["vertex_balance_owned"], m["edge_balance"], m["seconds_total"])
-        sys.stdout.flush()

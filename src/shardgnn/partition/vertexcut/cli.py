@@ -83,6 +83,9 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--dne-seed-samples", type=int, default=_D.seed_samples,
                    help="random candidates drawn when a partition needs a seed vertex; the "
                    "one with fewest free edges is taken (default: %(default)s)")
+    g.add_argument("--max-iterations", type=int, default=_D.max_iterations,
+                   help="DNE/AdaDNE: stop with an error when the expansion has not allocated "
+                   "every edge after this many iterations (default: %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
@@ -115,13 +118,16 @@ def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
         raise ShardError(f"--dne-seed-growth: expected a value >= 1, got {args.dne_seed_growth}")
     if args.dne_seed_samples < 1:
         raise ShardError(f"--dne-seed-samples: expected >= 1, got {args.dne_seed_samples}")
+    if args.max_iterations < 1:
+        raise ShardError(f"--max-iterations: expected >= 1, got {args.max_iterations}")
     return ExpansionConfig(algo=args.algo.lower(), parts=p, lam=args.dne_lambda,
                            balance=args.dne_balance, w_v=args.ada_wv, w_e=args.ada_we,
                            lam_min=args.ada_lambda_min, response=args.ada_response,
                            beta=args.ada_beta, seed=int(args.seed),
                            seed_samples=args.dne_seed_samples, seed_growth=args.dne_seed_growth,
                            tail=args.ada_tail, ada_cap=args.ada_cap,
-                           hub_defer=args.ada_hub_defer, refine=args.ada_refine)
+                           hub_defer=args.ada_hub_defer, refine=args.ada_refine,
+                           max_iterations=args.max_iterations)
 
 
 def _mem(tag: str) -> None:
@@ -164,6 +170,11 @@ def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
     shard = load_shard(cfg.dataset, comm, chunk=cfg.chunk)
     t_load = time.perf_counter() - t_start
     _mem("after load")
+    if ex.parts > shard.num_nodes or (ex.parts > shard.num_edges and ex.parts != comm.size):
+        raise ShardError(f"{cfg.dataset}: --parts {ex.parts}: expected p <= |V| = "
+                         f"{shard.num_nodes} and p <= |E| = {shard.num_edges} (every partition "
+                         f"needs a vertex and an edge; p = {comm.size}, one per rank, is always "
+                         "allowed)")
     if shard.num_nodes >= 2**62 // max(ex.parts, 1):
         raise ShardError(f"{cfg.dataset}: expected fewer than 2**62/p vertices, got {shard.num_nodes}")
     log.get().info("%s: %d edges, %d vertices, %d partitions on %d ranks", ex.algo,
@@ -209,7 +220,7 @@ def _results(comm: Communicator, cfg: VertexCutConfig, summary: dict[str, Any],
     results = cfg.results or str(Path(cfg.out) / "results.h5")
     config = {"command": "partition", "dataset": str(cfg.dataset), "out": str(cfg.out),
               **{k: v for k, v in vars(ex).items()}}
-    with ResultWriter(comm, results, config, command="shardgnn partition") as w:
+    with ResultWriter(comm, results, config) as w:
         w.attrs("partition", summary)
         w.dataset("partition/edges_per_part", q["edges_per_part"])
         w.dataset("partition/vertices_per_part", q["vertices_per_part"])

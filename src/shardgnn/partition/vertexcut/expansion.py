@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from shardgnn import log
+from shardgnn import jit, log
 from shardgnn.comm import Communicator
+from shardgnn.errors import ShardError
 from shardgnn.partition.vertexcut import adaptive, kernels, refine
 from shardgnn.partition.vertexcut.shard import EdgeShard, audience, hash2d, mix64
 
@@ -60,6 +61,7 @@ class ExpansionConfig:
     refine_kmax: int = 8
     seed_keep: bool = True
     salt: int = 0
+    max_iterations: int = 100_000
 
 
 @dataclass
@@ -292,8 +294,9 @@ def expand(comm: Communicator, shard: EdgeShard, cfg: ExpansionConfig) -> Expans
 
     ``seconds`` of the result excludes loading the numba kernels (done first, untimed).
     """
-    kernels.warmup()
-    refine.warmup()
+    with jit.compiling("the vertex-cut kernels"):
+        kernels.warmup()
+        refine.warmup()
     t0 = time.perf_counter()
     ph = _Phases()
     p, n = cfg.parts, shard.num_nodes
@@ -345,6 +348,11 @@ def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionC
     logger = log.get()
     ph.lap("loop_setup")
     while int(st.esize2.sum()) < 2 * total_pairs:
+        if it >= cfg.max_iterations:   # same verdict on every rank: esize2 is replicated
+            raise ShardError(f"--algo {cfg.algo}: {100.0 * st.esize2.sum() / 2 / total_pairs:.1f}% "
+                             f"of the {total_pairs} edges allocated after {it} iterations; "
+                             f"expected the expansion to finish within --max-iterations "
+                             f"{cfg.max_iterations} (fewer partitions, or a larger cap)")
         open_ = st.esize2 < cap2
         if stalled >= 3:
             target = int(np.argmin(np.where(open_, st.esize2, np.iinfo(np.int64).max)))

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io import outputs
 from shardgnn.io.canonical import NODE_TYPES, load_node_array
 from shardgnn.io.edgeattrs import EdgeAttrs
 from shardgnn.io.sidecar import read_sidecar
@@ -238,7 +238,6 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
     comm.agree(not err, err)
     p, n, P = int(info["num_parts"]), int(info["num_nodes"]), comm.size
     directed = bool(info["directed"])
-    tmp = Path(comm.bcast_obj(f"{out}.tmp-{os.getpid()}" if comm.rank == 0 else None))
     odeg = np.bincount(cols["src"], minlength=n).astype(np.int64)
     ideg = np.bincount(cols["dst"], minlength=n).astype(np.int64)
     comm.allreduce(odeg, "sum")
@@ -260,19 +259,38 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
         got[name] = comm.alltoallv(send, counts, op_name="store")
         del send
     del order
+    with outputs.output_dir(comm, out) as tmp:   # OUT locked; OUT.tmp-PID renamed at the end
+        parts_meta = _write_parts(comm, tmp, got, p, n, directed, odeg, ideg, member, attrs,
+                                  ntype)
+        gathered = comm.gather_obj(parts_meta, root=0)
+        meta: dict[str, Any] = {}
+        err = ""
+        if comm.rank == 0:
+            allparts = sorted((m for lst in gathered for m in lst), key=lambda m: m["id"])
+            meta = {"format": FORMAT, "version": VERSION, **info, "parts": allparts,
+                    "files": list(PART_FILES) + (["out_weight", "in_weight"] if attrs else [])
+                    + (["node_type"] if ntype is not None else []),
+                    "edge_weights": attrs is not None, "node_types": ntype is not None,
+                    "partition_set_bytes": (p + 7) // 8,
+                    "local_id_dtype": "int64"}
+            try:
+                (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True,
+                                                          default=str))
+            except OSError as exc:
+                err = str(outputs.write_error(out, exc))
+        comm.agree(not err, err)
+    return comm.bcast_obj(meta)
+
+
+def _write_parts(comm: Communicator, tmp: Path, got: dict[str, np.ndarray], p: int, n: int,
+                 directed: bool, odeg: np.ndarray, ideg: np.ndarray, member: np.ndarray,
+                 attrs: EdgeAttrs | None, ntype: np.ndarray | None) -> list[dict[str, Any]]:
+    """Write this rank's partitions (``i % P == rank``) into ``tmp``. Collective (agree)."""
     err = ""
     parts_meta: list[dict[str, Any]] = []
     try:
-        if comm.rank == 0:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir(parents=True)
-    except OSError as exc:
-        err = f"{tmp}: cannot create the output directory ({exc})"
-    comm.agree(not err, err)
-    try:
-        mine = list(range(comm.rank, p, P))
-        for k, i in enumerate(mine):
+        mine = list(range(comm.rank, p, comm.size))
+        for i in mine:
             if len(mine) == 1:
                 sel = None
                 ps, pd, pt = got.pop("src"), got.pop("dst"), got.pop("etype")
@@ -303,31 +321,9 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
                                "num_edges": ne, "num_out_edges": nout})
         got.clear()
     except OSError as exc:
-        err = f"{tmp}: cannot write a partition ({exc})"
+        err = f"{tmp}: cannot write a partition: {outputs.describe_os_error(exc)}"
     comm.agree(not err, err)
-    gathered = comm.gather_obj(parts_meta, root=0)
-    meta: dict[str, Any] = {}
-    if comm.rank == 0:
-        allparts = sorted((m for lst in gathered for m in lst), key=lambda m: m["id"])
-        meta = {"format": FORMAT, "version": VERSION, **info, "parts": allparts,
-                "files": list(PART_FILES) + (["out_weight", "in_weight"] if attrs else [])
-                + (["node_type"] if ntype is not None else []),
-                "edge_weights": attrs is not None, "node_types": ntype is not None,
-                "partition_set_bytes": (p + 7) // 8,
-                "local_id_dtype": "int64"}
-        try:
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
-            if out.exists():
-                old = out.with_name(f"{out.name}.old-{os.getpid()}")
-                os.replace(out, old)
-                os.replace(tmp, out)
-                shutil.rmtree(old)
-            else:
-                os.replace(tmp, out)
-        except OSError as exc:
-            err = f"{out}: cannot finish the store ({exc})"
-    comm.agree(not err, err)
-    return comm.bcast_obj(meta)
+    return parts_meta
 
 
 @dataclass

@@ -1,0 +1,521 @@
+"""Atomic outputs: temp name beside the target, fsync, rename; one lock per output name; stale temps.
+
+Every file or directory shardgnn writes for the user goes through this module:
+
+* :func:`atomic_file` / :func:`atomic_dir` yield ``TARGET.tmp-PID`` beside the target; when the
+  ``with`` block ends without an exception the temp is fsynced and renamed to ``TARGET`` (a
+  directory that already exists is moved aside first and removed after the rename); on any
+  exception the temp is removed. ``OSError`` raised inside the block (a full disk, a read-only
+  folder) becomes one :class:`ShardError` line naming the target.
+* :class:`OutputLock` holds ``TARGET.lock`` (created with ``O_EXCL``; it records pid, host and
+  start time) for the duration of a job: a second job writing the same name fails with a clear
+  message; the lock of a dead process on this host is taken over with a log line.
+* Holding the lock, :func:`remove_stale_temps` removes ``TARGET.tmp-PID*`` left by jobs whose
+  process is gone (SIGKILL, a node crash) and logs each removal.
+* :func:`install_signal_cleanup` makes SIGTERM and SIGINT remove this process's temps and locks
+  before it exits with ``128 + signal`` (also while the main thread is blocked inside MPI).
+
+Rank-local, except :func:`output_dir`, which is collective over comm (rank 0 does the file work
+and every rank gets the same verdict).
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from shardgnn import log
+from shardgnn.comm import Communicator
+from shardgnn.errors import ShardError, input_error
+
+TMP_TAG = ".tmp-"
+LOCK_SUFFIX = ".lock"
+
+_ACTIVE: dict[str, str] = {}        # path -> "tmp" | "lock": what a signal must clean up
+_ACTIVE_MUTEX = threading.RLock()
+_SIGNALS_INSTALLED = False
+_CLEANING = threading.Event()
+_COMMIT_DEPTH = 0                   # > 0 while a rename into place is under way
+_PENDING: list[int] = []            # a signal that arrived during such a rename
+
+
+# ---------------------------------------------------------------------------- small helpers
+def temp_path(target: str | os.PathLike, suffix: str = "") -> Path:
+    """``TARGET.tmp-PID[suffix]`` beside ``target`` (this process's temp name)."""
+    t = Path(target)
+    return t.with_name(f"{t.name}{TMP_TAG}{os.getpid()}{suffix}")
+
+
+def lock_path(target: str | os.PathLike) -> Path:
+    """``TARGET.lock`` beside ``target``."""
+    t = Path(target)
+    return t.with_name(t.name + LOCK_SUFFIX)
+
+
+def pid_alive(pid: int) -> bool:
+    """True when process ``pid`` exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def describe_os_error(exc: OSError) -> str:
+    """A short reason for an OSError: 'no space left on device', 'permission denied', …"""
+    if exc.errno == errno.ENOSPC:
+        return "no space left on device"
+    if exc.errno == errno.EDQUOT:
+        return "disk quota exceeded"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if exc.errno == errno.EROFS:
+        return "read-only file system"
+    return exc.strerror or str(exc)
+
+
+def write_error(target: str | os.PathLike, exc: OSError) -> ShardError:
+    """The one-line error for an output that could not be written."""
+    return input_error(target, f"cannot write the output: {describe_os_error(exc)} "
+                               f"(expected a writable location with free space)")
+
+
+def remove_path(p: Path) -> None:
+    """Remove a file or directory tree; missing paths and errors are ignored."""
+    try:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+    except OSError:
+        pass
+
+
+def fsync_path(p: Path) -> None:
+    """fsync a file, or every file and folder of a directory tree (the folder entries too)."""
+    if p.is_dir():
+        for root, _dirs, files in os.walk(p):
+            for f in files:
+                _fsync_one(Path(root) / f, os.O_RDONLY)
+            _fsync_one(Path(root), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    else:
+        _fsync_one(p, os.O_RDONLY)
+
+
+def _fsync_one(p: Path, flags: int) -> None:
+    try:
+        fd = os.open(p, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EBADF):  # folders on some file systems
+            raise
+    finally:
+        os.close(fd)
+
+
+def register_temp(p: str | os.PathLike, kind: str = "tmp") -> None:
+    """Remember a temp (or lock) of this job: SIGTERM / SIGINT remove it before exiting."""
+    with _ACTIVE_MUTEX:
+        _ACTIVE[str(p)] = kind
+
+
+def forget_temp(p: str | os.PathLike) -> None:
+    """The temp is gone or renamed into place: a signal no longer removes it."""
+    with _ACTIVE_MUTEX:
+        _ACTIVE.pop(str(p), None)
+
+
+@contextmanager
+def scratch(path: str | os.PathLike) -> Iterator[Path]:
+    """A scratch file or folder of this job: removed when the block ends and on SIGTERM/SIGINT."""
+    p = Path(path)
+    register_temp(p, "tmp")
+    try:
+        yield p
+    finally:
+        remove_path(p)
+        forget_temp(p)
+
+
+#: Sidecar file -> format markers of the shardgnn outputs that ``--force`` may replace.
+OUTPUT_MARKERS = {"graph.json": ("shardgnn-edges",),
+                  "meta.json": ("shardgnn-partitions", "shardgnn-vertexcut-store")}
+
+
+def shardgnn_output_kind(d: str | os.PathLike) -> str | None:
+    """The format marker when folder ``d`` is a shardgnn output, else None."""
+    for side, formats in OUTPUT_MARKERS.items():
+        try:
+            raw = json.loads((Path(d) / side).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and raw.get("format") in formats:
+            return str(raw["format"])
+    return None
+
+
+# ---------------------------------------------------------------------------- locks
+def _read_lock(p: Path) -> dict[str, str]:
+    try:
+        text = p.read_text()
+    except OSError:
+        return {}
+    out = {}
+    for item in text.split():
+        k, _, v = item.partition("=")
+        out[k] = v
+    return out
+
+
+class OutputLock:
+    """An exclusive lock on an output name: ``TARGET.lock`` created with ``O_EXCL``.
+
+    Use as a context manager or call :meth:`acquire` / :meth:`release`. Rank-local (in a
+    multi-rank job rank 0 holds it; see :func:`output_dir`).
+    """
+
+    def __init__(self, target: str | os.PathLike) -> None:
+        self.target = Path(target)
+        self.path = lock_path(self.target)
+        self.held = False
+
+    def _create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"pid={os.getpid()} host={socket.gethostname()} "
+                     f"started={time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+        return True
+
+    def acquire(self) -> "OutputLock":
+        """Take the lock or raise ShardError naming the job that holds it."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            for _ in range(3):
+                if self._create():
+                    self.held = True
+                    register_temp(self.path, "lock")
+                    return self
+                if not self._take_over_stale():
+                    break
+        except OSError as exc:
+            raise write_error(self.target, exc) from None
+        info = _read_lock(self.path)
+        raise input_error(self.target, f"another job is writing this output (lock {self.path}: "
+                          f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started "
+                          f"{info.get('started', '?')}); expected no other writer. If that job is "
+                          f"gone, remove the lock file")
+
+    def _take_over_stale(self) -> bool:
+        """Remove the lock of a dead process on this host; True when it was removed."""
+        info = _read_lock(self.path)
+        if not info and self.path.exists():
+            time.sleep(0.05)            # a lock being written right now
+            info = _read_lock(self.path)
+        try:
+            pid = int(info.get("pid", "0"))
+        except ValueError:
+            pid = 0
+        if info.get("host") != socket.gethostname() or pid_alive(pid):
+            return False
+        aside = self.path.with_name(f"{self.path.name}.stale-{os.getpid()}")
+        try:
+            os.replace(self.path, aside)
+        except FileNotFoundError:
+            return True                 # someone else removed it: try again
+        if _read_lock(aside) != info:   # raced with another job taking over: give it back
+            try:
+                os.link(aside, self.path)
+            except OSError:
+                pass
+            remove_path(aside)
+            return False
+        remove_path(aside)
+        log.get().warning("%s: took over the stale lock of pid %d (no longer running)",
+                          self.target, pid)
+        return True
+
+    def release(self) -> None:
+        """Remove the lock file (only when this object holds it)."""
+        if self.held:
+            remove_path(self.path)
+            forget_temp(self.path)
+            self.held = False
+
+    def __enter__(self) -> "OutputLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# ---------------------------------------------------------------------------- stale temps
+def stale_temps(target: str | os.PathLike) -> list[Path]:
+    """``TARGET.tmp-PID*`` beside ``target`` whose process is not running on this host."""
+    t = Path(target)
+    pat = re.compile(re.escape(t.name) + re.escape(TMP_TAG) + r"(\d+)(?:\b.*)?$")
+    found = []
+    try:
+        siblings = list(t.parent.iterdir()) if t.parent.is_dir() else []
+    except OSError:
+        return []
+    for p in siblings:
+        m = pat.match(p.name)
+        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
+            found.append(p)
+    return sorted(found)
+
+
+def remove_stale_temps(target: str | os.PathLike) -> list[Path]:
+    """Remove (and log) the temps of dead jobs beside ``target``; call while holding its lock."""
+    gone = stale_temps(target)
+    for p in gone:
+        remove_path(p)
+        log.get().warning("%s: removed %s left by an earlier job that did not finish", target, p)
+    return gone
+
+
+# ---------------------------------------------------------------------------- atomic writes
+@contextmanager
+def _renaming() -> Iterator[None]:
+    """Hold off signal cleanup while an output is renamed into place: a signal in between
+    would otherwise remove the new output after the old one was moved aside."""
+    global _COMMIT_DEPTH
+    with _ACTIVE_MUTEX:
+        _COMMIT_DEPTH += 1
+        try:
+            yield
+        finally:
+            _COMMIT_DEPTH -= 1
+    if _PENDING and _COMMIT_DEPTH == 0:
+        _exit_on_signal(_PENDING[0])
+
+
+def commit_file(tmp: Path, target: Path) -> None:
+    """fsync ``tmp`` and rename it to ``target``, then fsync the folder."""
+    fsync_path(tmp)
+    with _renaming():
+        os.replace(tmp, target)
+        forget_temp(tmp)
+    _fsync_one(target.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
+def commit_dir(tmp: Path, target: Path) -> None:
+    """fsync the tree ``tmp`` and rename it to ``target`` (an existing one is moved aside)."""
+    fsync_path(tmp)
+    old = temp_path(target, "-old")
+    with _renaming():
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+        forget_temp(tmp)
+    remove_path(old)
+    _fsync_one(target.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
+@contextmanager
+def atomic_file(target: str | os.PathLike, lock: bool = True,
+                suffix: str = "") -> Iterator[Path]:
+    """Yield ``TARGET.tmp-PID[suffix]``; rename it to ``target`` when the block succeeds.
+
+    With ``lock`` the output name is locked for the block and stale temps of dead jobs are
+    removed first. Rank-local.
+    """
+    t = Path(target)
+    with _locked(t, lock):
+        tmp = temp_path(t, suffix)
+        register_temp(tmp, "tmp")
+        try:
+            yield tmp
+            commit_file(tmp, t)
+        except OSError as exc:
+            raise write_error(t, exc) from None
+        finally:
+            remove_path(tmp)
+            forget_temp(tmp)
+
+
+@contextmanager
+def atomic_dir(target: str | os.PathLike, lock: bool = True) -> Iterator[Path]:
+    """Yield a fresh folder ``TARGET.tmp-PID``; rename it to ``target`` when the block succeeds.
+
+    An existing ``target`` is replaced (callers decide beforehand whether that is allowed).
+    Rank-local.
+    """
+    t = Path(target)
+    with _locked(t, lock):
+        tmp = temp_path(t)
+        register_temp(tmp, "tmp")
+        try:
+            remove_path(tmp)
+            tmp.mkdir()
+            yield tmp
+            commit_dir(tmp, t)
+        except OSError as exc:
+            raise write_error(t, exc) from None
+        finally:
+            remove_path(tmp)
+            forget_temp(tmp)
+
+
+@contextmanager
+def _locked(target: Path, lock: bool) -> Iterator[None]:
+    if not lock:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(target, exc) from None
+        yield
+        return
+    with OutputLock(target):
+        remove_stale_temps(target)
+        yield
+
+
+@contextmanager
+def output_dir(comm: Communicator, target: str | os.PathLike, lock: bool = True) -> Iterator[Path]:
+    """The collective :func:`atomic_dir`: every rank gets the same ``TARGET.tmp-PID`` path.
+
+    Rank 0 takes the lock, removes stale temps and creates the folder; all ranks agree on the
+    verdict. When the block succeeds on every rank, rank 0 renames the folder to ``target``;
+    otherwise rank 0 removes it. Collective over comm.
+    """
+    t = Path(target).absolute()
+    holder = OutputLock(t) if lock else None
+    tmp_name, err = None, ""
+    if comm.rank == 0:
+        try:
+            if holder is not None:
+                holder.acquire()
+                remove_stale_temps(t)
+            tmp = temp_path(t)
+            register_temp(tmp, "tmp")
+            remove_path(tmp)
+            tmp.mkdir(parents=True)
+            tmp_name = str(tmp)
+        except ShardError as exc:
+            err = str(exc)
+        except OSError as exc:
+            err = str(write_error(t, exc))
+    try:
+        comm.agree(not err, err)
+        tmp = Path(comm.bcast_obj(tmp_name))
+        ok = False
+        try:
+            yield tmp
+            ok = True
+        finally:
+            _finish_output_dir(comm, tmp, t, ok)
+    finally:
+        if comm.rank == 0:
+            forget_temp(temp_path(t))
+            if holder is not None:
+                holder.release()
+
+
+def _finish_output_dir(comm: Communicator, tmp: Path, target: Path, ok: bool) -> None:
+    """Rename (all ranks succeeded) or remove the temp folder on rank 0. Collective when ok."""
+    if not ok:
+        if comm.rank == 0:
+            remove_path(tmp)
+        return
+    err = ""
+    comm.agree(True)                   # a barrier: every rank has closed its files
+    if comm.rank == 0:
+        try:
+            commit_dir(tmp, target)
+        except OSError as exc:
+            err = str(write_error(target, exc))
+            remove_path(tmp)
+    comm.agree(not err, err)
+
+
+# ---------------------------------------------------------------------------- signals
+def cleanup_now() -> None:
+    """Remove every temp and lock this process registered (what a signal does before exit)."""
+    with _ACTIVE_MUTEX:
+        items = list(_ACTIVE.items())
+        _ACTIVE.clear()
+    for p, _kind in sorted(items, key=lambda kv: kv[1] == "lock"):   # temps first, locks last
+        remove_path(Path(p))
+
+
+def _exit_on_signal(signum: int) -> None:
+    if _CLEANING.is_set():
+        return
+    _CLEANING.set()
+    cleanup_now()
+    name = signal.Signals(signum).name
+    try:
+        sys.stderr.write(f"shardgnn: stopped by {name}; removed this job's temporary outputs\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(128 + signum)
+
+
+def _handler(signum: int, frame: Any) -> None:
+    if _COMMIT_DEPTH:                 # this thread is renaming an output: finish that first
+        _PENDING.append(signum)
+        return
+    _exit_on_signal(signum)
+
+
+def _watch(fd: int) -> None:
+    """Wake on the signal byte Python's C handler writes, even while the main thread sits in
+    a blocking MPI call (mpi4py releases the GIL there), and clean up from this thread."""
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        for b in data:
+            if b in (signal.SIGTERM, signal.SIGINT):
+                _exit_on_signal(int(b))
+
+
+def install_signal_cleanup() -> bool:
+    """On SIGTERM / SIGINT remove this process's temps and locks, then exit 128 + signal.
+
+    Idempotent; only from the main thread (returns False elsewhere). Rank-local.
+    """
+    global _SIGNALS_INSTALLED
+    if _SIGNALS_INSTALLED:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _handler)
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        threading.Thread(target=_watch, args=(r,), name="shardgnn-signal-cleanup",
+                         daemon=True).start()
+    except ValueError:
+        os.close(r)
+        os.close(w)
+    _SIGNALS_INSTALLED = True
+    return True

@@ -1,0 +1,61 @@
+"""What produced an output: the command line, the shardgnn version and the git commit. Rank-local."""
+from __future__ import annotations
+
+import functools
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from shardgnn import __version__
+
+_COMMAND: list[str] | None = None
+
+
+def set_command(argv: Sequence[str]) -> None:
+    """Record the command line of this process (the CLI calls it with ``shardgnn ARGS``)."""
+    global _COMMAND
+    _COMMAND = [str(a) for a in argv]
+
+
+def command_argv() -> list[str]:
+    """The recorded command line, else this process's ``sys.argv`` (``shardgnn`` first when
+    run as ``python -m shardgnn`` or under ``python -m mpi4py -m shardgnn``)."""
+    if _COMMAND is not None:
+        return list(_COMMAND)
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name in ("shardgnn", "__main__.py"):
+        return ["shardgnn", *argv[1:]]
+    return [sys.executable, *argv]
+
+
+def command_line() -> str:
+    """:func:`command_argv` as one shell-quoted line."""
+    return shlex.join(command_argv())
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str:
+    """The commit of the source tree shardgnn runs from (``+dirty`` with local changes), or
+    ``unknown`` for an installed copy without git."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        return "unknown"
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    commit = head.stdout.strip()
+    return commit + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+
+
+def provenance() -> dict[str, str]:
+    """Root attributes every results file carries."""
+    return {"command": command_line(), "shardgnn_version": __version__, "git_commit": git_commit()}
