@@ -151,16 +151,12 @@ def write_state(path: str | os.PathLike, engine: str, epoch: int, config: dict[s
     """
     import h5py
 
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
-    with h5py.File(tmp, "w") as f:
+    with outputs.atomic_file(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["format"] = FORMAT
         f.attrs["engine"] = engine
         f.attrs["epoch"] = int(epoch)
         f.attrs["config"] = json.dumps(config, sort_keys=True, default=str)
         _write_dict(f.create_group("state"), state)
-    os.replace(tmp, p)
 
 
 def read_state(path: str | os.PathLike, engine: str) -> dict[str, Any]:
