@@ -52,7 +52,9 @@ id up to the largest id, at most 128 MiB, or 8 bytes per node for larger ids; no
 node count is declared), the id map and relabelling table (up to ~16 bytes per node), one chunk
 of --chunk-edges edges with its sort keys (about 60 bytes per edge) and the merge buffers
 (--merge-memory keys, 8 bytes each); never the whole edge list. Sorted runs go to a temp folder inside the output (or --tmp-dir)
-and are removed at the end. Output is written to DIR.tmp-PID and renamed to DIR when complete.
+and are removed at the end. Output is written to DIR.tmp-PID and renamed to DIR when complete;
+DIR.lock beside it keeps a second job off the same DIR meanwhile, and temp folders of earlier
+jobs that were killed are removed (and logged). SIGTERM / Ctrl-C remove this job's temps.
 """
 
 
@@ -111,7 +113,9 @@ def add_parser(sub: Any) -> None:
                    help="keys held by the k-way merge buffers (default: 8388608 = 64 MiB)")
     p.add_argument("--tmp-dir", default=None,
                    help="folder for sorted runs (default: inside the output's temp folder)")
-    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.add_argument("--force", action="store_true", help="replace an existing output directory "
+                   "when it is an earlier shardgnn output (graph.json or meta.json) or empty; "
+                   "never one that holds the input or other files")
     p.set_defaults(func=run)
 
 

@@ -97,7 +97,8 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--test", type=float, default=0.2, help="test fraction (default: 0.2)")
     c.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     c.add_argument("--out", required=True, help="output dataset directory")
-    c.add_argument("--force", action="store_true", help="replace an existing output directory")
+    c.add_argument("--force", action="store_true", help="replace an existing output directory "
+                   "(an earlier shardgnn dataset or an empty folder only)")
     c.set_defaults(func=run)
 
     h = gs.add_parser("hetero", help="heterogeneous dataset with a planted metapath signal",
@@ -119,7 +120,8 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--test", type=float, default=0.2, help="test fraction (default: 0.2)")
     h.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     h.add_argument("--out", required=True, help="output dataset directory")
-    h.add_argument("--force", action="store_true", help="replace an existing output directory")
+    h.add_argument("--force", action="store_true", help="replace an existing output directory "
+                   "(an earlier shardgnn dataset or an empty folder only)")
     h.set_defaults(func=run)
 
 
