@@ -25,6 +25,7 @@ from typing import Any, Callable
 from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io import outputs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -256,8 +257,9 @@ def run_job(comm: Communicator, job: Job, parser: argparse.ArgumentParser,
         comm.agree(not problem, f"{where}: stage finished but its output {out} is not complete "
                    f"({problem})")
         if comm.rank == 0:
-            _state_path(job, kind).write_text(json.dumps({"argv": argv, "out": str(out),
-                                                          "finished": time.time()}))
+            with outputs.atomic_file(_state_path(job, kind), lock=False) as tmp:
+                tmp.write_text(json.dumps({"argv": argv, "out": str(out),
+                                           "finished": time.time()}))
         rec.update(status="ran", seconds=round(time.perf_counter() - t0, 3))
         upstream = upstream or kind
         logger.info("stage %d/%d %s: done in %.2f s, output %s validated", k + 1, len(plan),
