@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from shardgnn.io import outputs
+
 FORMAT = "shardgnn-embeddings"
 #: Compression filters ``--compression`` accepts (blosc only when hdf5plugin is installed).
 COMPRESSIONS = ("lzf", "gzip", "blosc", "none")
@@ -80,24 +82,17 @@ def write_rank_file(path: Path, emb: np.ndarray, gid: np.ndarray, by_gid: np.nda
     """Write one rank's layer file atomically (temp name beside it, rename when complete)."""
     import h5py
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            _chunked(f, "emb", emb, chunk_rows, compression)
-            f.create_dataset("gid", data=gid)
-            _chunked(f, "by_gid", by_gid, chunk_rows, compression)
-            for k, v in attrs.items():
-                f.attrs[k] = v
-            f.attrs["format"] = FORMAT
-            f.attrs["chunk_rows"] = int(chunk_rows)
-            f.attrs["compression"] = compression
-            f.attrs["adler32"] = checksum(emb, by_gid)
-            f.attrs["complete"] = True
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with outputs.atomic_file(path, lock=False) as tmp, h5py.File(tmp, "w") as f:
+        _chunked(f, "emb", emb, chunk_rows, compression)
+        f.create_dataset("gid", data=gid)
+        _chunked(f, "by_gid", by_gid, chunk_rows, compression)
+        for k, v in attrs.items():
+            f.attrs[k] = v
+        f.attrs["format"] = FORMAT
+        f.attrs["chunk_rows"] = int(chunk_rows)
+        f.attrs["compression"] = compression
+        f.attrs["adler32"] = checksum(emb, by_gid)
+        f.attrs["complete"] = True
 
 
 def check_rank_file(path: Path, want: dict[str, Any], verify: bool = True) -> str:
@@ -142,16 +137,10 @@ def write_vds(path: Path, sources: list[tuple[Path, int, int]], num_nodes: int,
     import h5py
 
     layout = vds_layout(sources, num_nodes, width, path.parent)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.create_virtual_dataset("emb", layout, fillvalue=np.nan)
-            for k, v in attrs.items():
-                f.attrs[k] = v
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with outputs.atomic_file(path, lock=False) as tmp, h5py.File(tmp, "w") as f:
+        f.create_virtual_dataset("emb", layout, fillvalue=np.nan)
+        for k, v in attrs.items():
+            f.attrs[k] = v
 
 
 class ChunkCache:
