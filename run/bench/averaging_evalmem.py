@@ -44,7 +44,7 @@ def _run(store: Path, out: Path, mode: str, args: argparse.Namespace) -> dict:
         raise SystemExit(f"--eval {mode} failed:\n{p.stderr[-3000:]}")
     with h5py.File(out, "r") as f:
         g = f["train"]
-        rss = np.asarray(g["peak_rss"][()], dtype=np.int64).tolist()
+        rss = np.asarray(g["peak_rss"][()], dtype=np.int64).reshape(-1).tolist()
         et = np.asarray(g["eval_time"][()], dtype=np.float64) if "eval_time" in g else None
         attrs = {k: (v.item() if hasattr(v, "item") and np.ndim(v) == 0 else v)
                  for k, v in g.attrs.items()}
@@ -106,7 +106,8 @@ def main() -> None:
            "rank0_peak_rss_ratio_full_over_dist": ratio,
            "commit": commit, "version": __version__, "machine": platform.node(),
            "cpus": os.cpu_count(), "loadavg": loads,
-           "note": "timings are noisy: 2 cores shared by several agents"}
+           "note": "timings are noisy: 2 cores shared by several agents; "
+                   + os.environ.get("SHARDGNN_BENCH_NOTE", "")}
     args.results.mkdir(parents=True, exist_ok=True)
     tmp = args.results / "averaging_evalmem.json.tmp"
     tmp.write_text(json.dumps(out, indent=1, default=float))
