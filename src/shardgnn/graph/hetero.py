@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from shardgnn.errors import ShardError, input_error
+from shardgnn.errors import ShardError
 
 NODE_TYPES = ["target", "hub", "noise"]
 EDGE_TYPES = ["target-hub", "target-noise"]
