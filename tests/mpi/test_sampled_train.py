@@ -53,7 +53,14 @@ def test_sampled_training_resume_and_models(work):
     for r in runs:
         argv += r + ["::"]
     run_mpi(2, [SCRIPTS / "sampled_runs.py"] + argv[:-1], timeout=400)
+    # one rank, same store, same global batch: the same samples and dropout masks, so the
+    # curve is the P = 2 curve up to float summation order
+    run_mpi(1, [SCRIPTS / "sampled_runs.py", "train", "--engine", "sampled", s, "--model", "sage",
+                "--epochs", "4", "--lr", "0.05", "--out", str(o / "one.h5")] + common,
+            timeout=200)
     a, b = o / "a.h5", o / "b.h5"
+    np.testing.assert_allclose(_series(o / "one.h5", "loss"), _series(a, "loss"), rtol=1e-4)
+    assert np.abs(_series(o / "one.h5", "val_acc") - _series(a, "val_acc")).max() <= 0.02
     assert np.array_equal(_series(a, "loss"), _series(b, "loss"))
     assert np.array_equal(_series(a, "val_acc"), _series(b, "val_acc"))
     assert _series(a, "val_acc")[-1] > 0.6  # 3 classes: chance is ~0.33

@@ -355,3 +355,21 @@ def relabel_kernel(nodes: np.ndarray, dst: np.ndarray, nbr: np.ndarray, etype: n
     for i in range(nxt):
         mapping[out[i]] = -1
     return out[:nxt].copy(), indptr, src, st
+
+
+#: Salt of the dropout streams (kept apart from the sampling streams of the same step).
+_DROP_SALT = 0x5D0F
+
+
+@numba.njit(cache=True)
+def keyed_dropout_mask(gids: np.ndarray, cols: int, seed: int, step: int, layer: int,
+                       p: float) -> np.ndarray:
+    """(len(gids), cols) float32 dropout mask (``0`` or ``1 / (1 - p)``) whose row of vertex v is
+    a function of (seed, step, layer, v) alone: the same on every rank and at every P."""
+    out = np.empty((gids.shape[0], cols), np.float32)
+    scale = np.float32(1.0 / (1.0 - p))
+    for i in range(gids.shape[0]):
+        key = vertex_key(seed, step, layer, gids[i], _DROP_SALT)
+        for c in range(cols):
+            out[i, c] = scale if draw01(key, c) >= p else np.float32(0.0)
+    return out

@@ -13,7 +13,7 @@ import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from shardgnn import log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
+from shardgnn.sampling import kernels
 from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_data, open_store,
                                         owner_ranks, read_mask)
@@ -116,6 +117,7 @@ class _Run:
         self.torch_rng = g.get_state()
         self.np_rng = np.random.default_rng([cfg.seed, comm.rank])
         self.classes = classes
+        self.seed = cfg.seed
 
 
 def _build_model(cfg: SampledConfig, features: int, classes: int) -> torch.nn.Module:
@@ -130,42 +132,68 @@ def _build_model(cfg: SampledConfig, features: int, classes: int) -> torch.nn.Mo
     return model
 
 
-def _share(ids: np.ndarray, seed: int, epoch: int, comm: Communicator, shuffle: bool) -> np.ndarray:
-    """This rank's seeds of an epoch: a permutation (same on every rank), every P-th entry."""
-    if shuffle:
-        ids = np.random.default_rng([seed, epoch, 7]).permutation(ids)
-    return ids[comm.rank::comm.size]
+def _share(ids: np.ndarray, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """An epoch's order of ``ids``: a permutation keyed by (seed, epoch), the same on every rank
+    and at every P (or ``ids`` as given)."""
+    return np.random.default_rng([seed, epoch, 7]).permutation(ids) if shuffle else ids
 
 
-def _forward(run: _Run, mb: MiniBatch, st: dict[str, float]) -> torch.Tensor:
-    """Fetch the input rows (collective) and run the model over the blocks."""
+def _slice(order: np.ndarray, s: int, batch: int, comm: Communicator) -> np.ndarray:
+    """This rank's part of global batch ``s`` (``order[s*batch:(s+1)*batch]`` cut into P
+    contiguous pieces): the global batch, hence each step's gradient, is the same at every P."""
+    glob = order[s * batch:(s + 1) * batch]
+    cut = np.linspace(0, glob.size, comm.size + 1).astype(np.int64)
+    return glob[cut[comm.rank]:cut[comm.rank + 1]]
+
+
+def _forward(run: _Run, mb: MiniBatch, st: dict[str, float], step: int = -1) -> torch.Tensor:
+    """Fetch the input rows (collective) and run the model over the blocks.
+
+    In training (``step >= 0``) the dropout before layer l is keyed by (seed, step, l, global id
+    of the row) (:func:`kernels.keyed_dropout_mask`) instead of drawn from torch's generator, so a
+    vertex gets the same mask whichever rank and batch position holds it.
+    """
     t0 = time.perf_counter()
     x = torch.from_numpy(run.x.fetch(mb.input_nodes, op_name="fetch"))
     st["fetch_time"] += time.perf_counter() - t0
     blocks = [models.TorchBlock.of(b) for b in mb.blocks()]
-    return run.model.forward_blocks(x, blocks)
+    p = float(getattr(run.model, "dropout", 0.0))
+    if step < 0 or not run.model.training or p <= 0 or not hasattr(run.model, "layer"):
+        return run.model.forward_blocks(x, blocks)
+    L = len(blocks)
+    model = cast(Any, run.model)
+    model.dropout = 0.0
+    try:
+        for i, b in enumerate(blocks):
+            mask = kernels.keyed_dropout_mask(mb.nodes[L - i], int(x.shape[1]), run.seed, step,
+                                              i, p)
+            x = model.layer(i, x * torch.from_numpy(mask), b)
+    finally:
+        model.dropout = p
+    return x
 
 
 def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
                  prog: log.Progress) -> dict[str, float]:
     """One epoch of synchronous data-parallel steps. Collective over comm."""
     st = {k: 0.0 for k in SERIES}
-    mine = _share(run.masks["train"], cfg.seed, epoch, comm, True)
-    steps = int(comm.allreduce_scalar(-(-mine.size // cfg.batch_size), "max"))
+    order = _share(run.masks["train"], cfg.seed, epoch, True)
+    steps = -(-order.size // cfg.batch_size)
     torch.set_rng_state(run.torch_rng)
     run.model.train()
     loss_sum, correct, count = 0.0, 0, 0
     for s in range(steps):
-        seeds = mine[s * cfg.batch_size:(s + 1) * cfg.batch_size]
+        seeds = _slice(order, s, cfg.batch_size, comm)
+        step = (epoch - 1) * steps + s
         t0 = time.perf_counter()
-        mb = run.sampler.sample(seeds, cfg.fanouts, step=(epoch - 1) * steps + s)
+        mb = run.sampler.sample(seeds, cfg.fanouts, step=step)
         st["sample_time"] += time.perf_counter() - t0
         st["sampled_edges"] += sum(b.num_edges for b in mb.hops)
         t1, f0 = time.perf_counter(), st["fetch_time"]
         labels = torch.from_numpy(run.y.fetch(seeds, op_name="fetch"))
         st["fetch_time"] += time.perf_counter() - t1
         run.opt.zero_grad()
-        out = _forward(run, mb, st)
+        out = _forward(run, mb, st, step)
         loss = F.cross_entropy(out, labels, reduction="sum") if seeds.size else out.sum() * 0.0
         loss.backward()
         st["compute_time"] += time.perf_counter() - t1 - (st["fetch_time"] - f0)
@@ -189,16 +217,14 @@ def _evaluate(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int) -> 
     """Accuracy on val/test over sampled blocks (fanouts as in training). Collective over comm."""
     run.model.eval()
     out: dict[str, float] = {}
-    step = EVAL_STEP0 + epoch * 1000
-    with torch.no_grad():
+    step = EVAL_STEP0 + epoch  # one step for the whole evaluation: a vertex's sample does not
+    with torch.no_grad():       # depend on the batch (or rank) that holds it
         for name in ("val", "test"):
-            mine = _share(run.masks[name], cfg.seed, epoch, comm, False)
-            steps = int(comm.allreduce_scalar(-(-mine.size // cfg.eval_batch_size), "max"))
+            order = _share(run.masks[name], cfg.seed, epoch, False)
             correct = 0
-            for s in range(steps):
-                seeds = mine[s * cfg.eval_batch_size:(s + 1) * cfg.eval_batch_size]
+            for s in range(-(-order.size // cfg.eval_batch_size)):
+                seeds = _slice(order, s, cfg.eval_batch_size, comm)
                 mb = run.sampler.sample(seeds, cfg.fanouts, step=step)
-                step += 1
                 labels = run.y.fetch(seeds, op_name="fetch")
                 pred = _forward(run, mb, {"fetch_time": 0.0}).argmax(1).numpy()
                 correct += int((pred == labels).sum()) if seeds.size else 0
@@ -243,10 +269,10 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
         start, hist = _resume(comm, cfg, run)
     ckpt = cfg.checkpoint or (cfg.out + ".ckpt.h5")
     logger = log.get()
-    steps_per_epoch = -(-(-(-run.masks["train"].size // comm.size)) // cfg.batch_size)
+    steps_per_epoch = -(-run.masks["train"].size // cfg.batch_size)
     prog = log.Progress(max(cfg.epochs - start + 1, 0) * steps_per_epoch, "train sampled",
                         unit="step", enabled=comm.rank == 0)
-    logger.info("sampled: %d ranks serve %d partitions, model %s, fanouts %s, batch %d/rank, "
+    logger.info("sampled: %d ranks serve %d partitions, model %s, fanouts %s, global batch %d, "
                 "%d training seeds", comm.size, run.sampler.num_parts, cfg.model, cfg.fanouts,
                 cfg.batch_size, run.masks["train"].size)
     stop = ""

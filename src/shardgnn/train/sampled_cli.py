@@ -27,14 +27,16 @@ def add_arguments(parser: Any) -> None:
         "its share of the seeds; per step one lock-step round of Alltoallv per hop (requests, "
         "counts, neighbour ids), one feature fetch (Alltoallv) and one gradient all-reduce. "
         "Also takes --model (gcn, sage, gat), --heads, --fanouts (one per layer; default 15,10,5 "
-        "cut to --layers; --fanouts alone sets --layers), --batch-size (seeds per rank and "
-        "step). --eval full evaluates val/test on the sampled path. See docs/sampling.md.")
+        "cut to --layers; --fanouts alone sets --layers), --batch-size (seeds per step over all "
+        "ranks, split evenly: the global batch, the samples and the dropout masks are the same "
+        "at every P, so P ranks reproduce one rank up to float summation order). --eval full "
+        "evaluates val/test on the sampled path. See docs/sampling.md.")
     g.add_argument("--sample-replace", action="store_true",
                    help="sample neighbours with replacement (uniform, weighted)")
     g.add_argument("--direction", choices=("out", "in"), default="out",
                    help="directed graphs: aggregate over out- or in-neighbours (default: out)")
     g.add_argument("--eval-batch-size", type=int, default=4096,
-                   help="seeds per rank and step when evaluating (default: 4096)")
+                   help="seeds per evaluation step over all ranks (default: 4096)")
     g.add_argument("--dataset", default=None, metavar="DIR",
                    help="the converted dataset the store was cut from (features, labels, masks; "
                    "default: the path in the store's meta.json)")
