@@ -71,13 +71,14 @@ def graphs(name: str, ml100k: Path | None) -> Any:
         return from_edges(d.num_nodes, d.edges[:, 0], d.edges[:, 1], x=d.x, y=d.y,
                           masks={k.replace("_mask", ""): v for k, v in d.masks.items()},
                           name="cora")
-    if name == "csbm":
+    if name.startswith("csbm"):  # csbm<N>k: N thousand vertices, average degree 40, 64 features
         from shardgnn.graph.generators import csbm
 
-        s = csbm(30000, num_classes=4, avg_degree=40, num_features=64, seed=0)
+        n = int(name[4:-1]) * 1000 if name.endswith("k") else 30000
+        s = csbm(n, num_classes=4, avg_degree=40, num_features=64, seed=0)
         return from_edges(s.num_nodes, s.edges[:, 0], s.edges[:, 1], x=s.x, y=s.y,
                           masks={k.replace("_mask", ""): v for k, v in s.masks.items()},
-                          name="csbm30k-d40")
+                          name=name)
     if name == "ml100k":
         if ml100k is None:
             raise SystemExit("--ml100k DIR (converted inputs/ml-100k.toml) is needed")
@@ -119,50 +120,58 @@ def ab(steps: dict[str, Callable[[int], Any]], epochs: int) -> dict[str, Any]:
 
 
 def sec_fused(a: argparse.Namespace) -> dict[str, Any]:
-    import numba
+    """The bottom-level kernel choice, forward + backward (``A x`` then ``Aᵀ g``), per kernel."""
     import torch
 
     from shardgnn.nau.aggregation import Executor, LeafPlan
+    from shardgnn.nau.models.pinsage import PinSage
 
-    @numba.njit(cache=True)
-    def seg(ptr, idx, w, x, out):  # noqa: ANN001 - compiled kernel
-        for r in range(ptr.shape[0] - 1):
-            for j in range(ptr[r], ptr[r + 1]):
-                c, wj = idx[j], w[j]
-                for k in range(x.shape[1]):
-                    out[r, k] += wj * x[c, k]
+    res: dict[str, Any] = {}
+    g = graphs(a.graph, None)
+    ptr, src, sym = g.csc()
+    ps = PinSage(8, 8, 2).select(g, Executor("hybrid"), 0).hdg
+    hdgs = {"gcn": (ptr, src, None, sym), "pinsage": (ps.slot_ptr, ps.leaf, ps.weight, False)}
+    for hname, d in (("gcn", 64), ("gcn", 256), ("pinsage", 64)):
+        hp, hs, hw, hsym = hdgs[hname]
+        plans = {k: LeafPlan(hp, hs, hw, g.num_nodes, symmetric=hsym, kernel=k)
+                 for k in ("numba", "csr")}
+        for p in plans.values():
+            p.prepare(True)
+        plans["scatter"] = plans["numba"]
+        x = torch.randn(g.num_nodes, d, requires_grad=True)
+        gout = torch.randn(int(hp.shape[0]) - 1, d)
 
-    res = {}
-    for gname, d in (("cora", 16), ("cora", 1433), ("csbm", 64)):
-        g = graphs(gname, None)
-        from shardgnn.nau.selection import gcn_neighbours
+        def run(k: str) -> None:
+            out = Executor("scatter" if k == "scatter" else "hybrid").leaf_reduce(x, plans[k])
+            out.backward(gout)
+            x.grad = None
 
-        rec = gcn_neighbours(g, np.arange(g.num_nodes))
-        order = np.argsort(rec.root, kind="stable")
-        ptr = np.concatenate([[0], np.cumsum(np.bincount(rec.root, minlength=g.num_nodes))])
-        plan = LeafPlan(ptr, rec.leaf[order], rec.weight[order], g.num_nodes)
-        x = torch.randn(g.num_nodes, d)
-        xn = x.numpy()
-        runs = {"csr_spmm": lambda: Executor("hybrid").leaf_reduce(x, plan),
-                "numba_segment": lambda: seg(ptr, plan.src.numpy(), plan.w.numpy(), xn,
-                                             np.zeros((g.num_nodes, d), np.float32)),
-                "scatter": lambda: Executor("scatter").leaf_reduce(x, plan)}
-        out = ab({k: (lambda ep, f=f: f()) for k, f in runs.items()}, a.reps)
-        res[f"{gname}_d{d}"] = {"nnz": int(plan.src.numel()), **out,
-                                "scatter_over_csr": out["scatter"]["median_s"] /
-                                out["csr_spmm"]["median_s"],
-                                "numba_over_csr": out["numba_segment"]["median_s"] /
-                                out["csr_spmm"]["median_s"]}
+        out = ab({k: (lambda ep, k=k: run(k)) for k in plans}, a.reps)
+        best = min(("numba", "csr"), key=lambda k: out[k]["median_s"])
+        res[f"{hname}_{a.graph}_d{d}"] = {
+            "nnz": plans["numba"].nnz, "weighted": hw is not None, **out, "faster": best,
+            "numba_over_csr": out["numba"]["median_s"] / out["csr"]["median_s"],
+            "scatter_over_best": out["scatter"]["median_s"] / out[best]["median_s"]}
+        print("fused", hname, d, {k: round(v["median_s"], 4) for k, v in out.items()}, flush=True)
     return res
 
 
 def sec_hybrid(a: argparse.Namespace) -> dict[str, Any]:
-    cases = [("gcn", "cora", dict(hidden=16)), ("gcn", "csbm", dict(hidden=64)),
-             ("pinsage", "cora", dict(hidden=16)), ("pinsage", "csbm", dict(hidden=64)),
-             ("magnn", "ml100k", dict(hidden=16, layers=1, max_instances=32)),
-             ("magnn", f"hetero{a.hetero_small}", dict(hidden=16, layers=1, max_instances=32))]
+    """Hybrid vs scatter-only, same model and data, epochs alternating in one process.
+
+    ``train_step``: forward + backward + Adam (no NeighborSelection, identical in both modes);
+    ``epoch``: the whole epoch, PinSage's per-epoch NeighborSelection included; ``aggregation``:
+    the Aggregation stage's forward time.
+    """
+    cases = {"gcn": (a.graph, dict(hidden=a.hidden)), "pinsage": (a.graph, dict(hidden=a.hidden)),
+             "gcn_cora": ("cora", dict(hidden=16)), "pinsage_cora": ("cora", dict(hidden=16)),
+             "magnn_ml100k": ("ml100k", dict(hidden=16, layers=1, max_instances=32)),
+             "magnn_hetero": (f"hetero{a.hetero_small}",
+                              dict(hidden=16, layers=1, max_instances=32))}
     res = {}
-    for model, gname, kw in cases:
+    for case in a.hybrid_cases.split(","):
+        gname, kw = cases[case]
+        model = case.split("_")[0]
         g = graphs(gname, a.ml100k)
         trs = {mode: trainer(g, model, mode, **kw) for mode in ("hybrid", "scatter")}
         stages: dict[str, list[dict[str, float]]] = {k: [] for k in trs}
@@ -176,27 +185,29 @@ def sec_hybrid(a: argparse.Namespace) -> dict[str, Any]:
 
         out = ab({k: stepper(k) for k in trs}, a.epochs)
         for k in trs:
-            out[k]["stage_median_s"] = {s: float(np.median([d[s] for d in stages[k][1:]]))
-                                        for s in stages[k][0]}
-            out[k]["median_s_without_selection"] = float(np.median(
-                [t - d["neighbor_selection"] for t, d in zip(out[k]["times_s"], stages[k][1:])]))
-        res[f"{model}_{gname}"] = {"config": kw, "hdg_bytes": trs["hybrid"].hdgs.hdg.nbytes(),
-                                   "graph_bytes": g.nbytes(), **out,
-                                   "speedup": out["scatter"]["median_s"] / out["hybrid"]["median_s"],
-                                   "speedup_without_selection":
-                                   out["scatter"]["median_s_without_selection"] /
-                                   out["hybrid"]["median_s_without_selection"],
-                                   "aggregation_speedup":
-                                   out["scatter"]["stage_median_s"]["aggregation"] /
-                                   max(1e-9, out["hybrid"]["stage_median_s"]["aggregation"]),
-                                   "memory_ratio": out["scatter"]["peak_mem_bytes"] /
-                                   max(1, out["hybrid"]["peak_mem_bytes"])}
-        print(model, gname, f"x{res[f'{model}_{gname}']['speedup']:.2f}", flush=True)
+            st = stages[k][1:]
+            out[k]["epoch_s"] = out[k]["median_s"]
+            out[k]["train_step_s"] = float(np.median(
+                [t - d["neighbor_selection"] for t, d in zip(out[k]["times_s"], st)]))
+            out[k]["stage_median_s"] = {s: float(np.median([d[s] for d in st])) for s in st[0]}
+        h, sc = out["hybrid"], out["scatter"]
+        res[f"{model}_{gname}"] = {
+            "config": kw, "num_nodes": g.num_nodes, "graph_entries": g.num_edges,
+            "hdg_leaf_entries": int(trs["hybrid"].hdgs.hdg.leaf.size),
+            "hdg_bytes": trs["hybrid"].hdgs.hdg.nbytes(), "graph_bytes": g.nbytes(), **out,
+            "train_step_speedup": sc["train_step_s"] / h["train_step_s"],
+            "epoch_speedup": sc["epoch_s"] / h["epoch_s"],
+            "aggregation_speedup": sc["stage_median_s"]["aggregation"] /
+            max(1e-9, h["stage_median_s"]["aggregation"]),
+            "memory_ratio": sc["peak_mem_bytes"] / max(1, h["peak_mem_bytes"])}
+        r = res[f"{model}_{gname}"]
+        print(model, gname, f"step x{r['train_step_speedup']:.2f} epoch x{r['epoch_speedup']:.2f}"
+              f" mem x{r['memory_ratio']:.2f}", flush=True)
+        trs.clear()
     return res
 
 
 def sec_magnn_ref(a: argparse.Namespace) -> dict[str, Any]:
-    import torch
     import torch.nn.functional as F
 
     from shardgnn.nau.reference import MAGNNReference
@@ -222,8 +233,6 @@ def sec_magnn_ref(a: argparse.Namespace) -> dict[str, Any]:
                       "memory_ratio": out["reference"]["peak_mem_bytes"] /
                       max(1, out["nau"]["peak_mem_bytes"])}
         print("magnn_ref", gname, f"x{res[gname]['speedup']:.2f}", flush=True)
-        del tr, ref
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return res
 
 
@@ -233,7 +242,7 @@ def sec_pyg(a: argparse.Namespace) -> dict[str, Any]:
     from torch_geometric.nn import GCNConv
 
     res = {}
-    for gname, hidden in (("cora", 16), ("csbm", 64)):
+    for gname, hidden in (("cora", 16), (a.graph, a.hidden)):
         g = graphs(gname, None)
         tr = trainer(g, "gcn", "hybrid", hidden=hidden)
         src, dst = g.edge_pairs()
@@ -262,7 +271,8 @@ def sec_accuracy(a: argparse.Namespace) -> dict[str, Any]:
     from shardgnn.nau.engine import NAUConfig, train
 
     res: dict[str, Any] = {}
-    cases = [("gcn_cora", "cora", dict(model="gcn", hidden=16, epochs=a.cora_epochs), a.cora_seeds),
+    cases = [("gcn_cora", "cora", dict(model="gcn", hidden=16, epochs=a.cora_epochs,
+                                       normalize_features=True), a.cora_seeds),
              ("magnn_ml100k", "ml100k", dict(model="magnn", hidden=32, layers=1,
                                              epochs=a.acc_epochs, max_instances=32), a.seeds),
              ("gcn_ml100k_homogeneous", "ml100k", dict(model="gcn", hidden=32,
@@ -272,14 +282,18 @@ def sec_accuracy(a: argparse.Namespace) -> dict[str, Any]:
         if key not in wanted:
             continue
         g = graphs(gname, a.ml100k)
-        accs = []
+        accs, final = [], []
         for seed in range(seeds):
             cfg = NAUConfig(data=gname, out="", seed=seed, **kw)  # type: ignore[arg-type]
             _, s = train(cfg, g)
             accs.append(s["test_acc"])
-            print(key, seed, f"{s['test_acc']:.4f}", flush=True)
+            final.append(s["final"]["test_acc"])
+            print(key, seed, f"{s['test_acc']:.4f} final {final[-1]:.4f}", flush=True)
         res[key] = {"config": kw, "test_acc": accs, "mean": float(np.mean(accs)),
-                    "std": float(np.std(accs))}
+                    "std": float(np.std(accs)), "test_acc_final_epoch": final,
+                    "mean_final_epoch": float(np.mean(final)),
+                    "reported": "test accuracy at the best validation epoch (test_acc) and at "
+                                "the last epoch (test_acc_final_epoch)"}
     if "magnn_ml100k" in res and "gcn_ml100k_homogeneous" in res:
         res["magnn_minus_gcn"] = (res["magnn_ml100k"]["mean"] -
                                   res["gcn_ml100k_homogeneous"]["mean"])
@@ -301,6 +315,14 @@ def main() -> None:
     ap.add_argument("--ml100k", type=Path, default=None,
                     help="converted ml-100k directory (shardgnn convert inputs/ml-100k.toml)")
     ap.add_argument("--epochs", type=int, default=5, help="timed epochs per variant (default 5)")
+    ap.add_argument("--graph", default="csbm50k",
+                    help="graph of fused/hybrid/pyg: csbm<N>k = CSBM with N thousand vertices, "
+                    "average degree 40, 64 features (default csbm50k: 2.0 M CSR entries)")
+    ap.add_argument("--hidden", type=int, default=64,
+                    help="hidden width of GCN/PinSage on --graph (default 64)")
+    ap.add_argument("--hybrid-cases", default="gcn,pinsage,magnn_ml100k,magnn_hetero",
+                    help="hybrid cases: gcn, pinsage (on --graph), gcn_cora, pinsage_cora, "
+                    "magnn_ml100k, magnn_hetero (default: gcn,pinsage,magnn_ml100k,magnn_hetero)")
     ap.add_argument("--ref-epochs", type=int, default=3,
                     help="timed epochs per variant in magnn_ref (default 3)")
     ap.add_argument("--reps", type=int, default=5, help="kernel repetitions in fused (default 5)")
@@ -314,8 +336,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5, help="seeds in accuracy (default 5)")
     ap.add_argument("--acc-epochs", type=int, default=60,
                     help="epochs of the ml-100k accuracy runs (default 60)")
-    ap.add_argument("--cora-epochs", type=int, default=100,
-                    help="epochs of the Cora GCN accuracy runs (default 100)")
+    ap.add_argument("--cora-epochs", type=int, default=200,
+                    help="epochs of the Cora GCN accuracy runs (default 200)")
     ap.add_argument("--cora-seeds", type=int, default=5, help="seeds of Cora GCN (default 5)")
     ap.add_argument("--acc-cases", default="",
                     help="accuracy cases to run: gcn_cora, magnn_ml100k, gcn_ml100k_homogeneous "

@@ -11,8 +11,8 @@ import torch
 
 from shardgnn.nau.aggregation import Executor
 from shardgnn.nau.graph import TypedGraph, from_edges
-from shardgnn.nau.hdg import HDG, SchemaTree, from_records, memory_report, records
-from shardgnn.nau.layer import HDGSet, neighbor_selection, per_vertex
+from shardgnn.nau.hdg import SchemaTree, from_records, memory_report, records
+from shardgnn.nau.layer import neighbor_selection, per_vertex
 from shardgnn.nau.models import resolve
 from shardgnn.nau.selection import topk_visits
 
@@ -78,6 +78,41 @@ def test_hdg_storage_round_trip() -> None:
     assert h.nbytes() < h.plain_csc_nbytes()
     rep = memory_report(h, 1000)
     assert rep["hdg_bytes"] == h.nbytes() and rep["num_instances"] == m
+
+
+def test_hdg_compact_forms() -> None:
+    """Fixed-arity instances store no Offset_3; GCN's HDG is the graph's own CSC (0 bytes);
+    indices are int32; both fused kernels equal the scatter baseline, forward and backward."""
+    from shardgnn.nau.aggregation import LeafPlan
+
+    rng = np.random.default_rng(3)
+    schema = SchemaTree(("ab", "abc"), (2, 3))
+    rr, tt = rng.integers(0, 5, 30), rng.integers(0, 2, 30)
+    sizes = np.where(tt == 0, 2, 3)
+    ptr = np.concatenate([[0], np.cumsum(sizes)])
+    leaf = rng.integers(0, 40, ptr[-1])
+    h = from_records(schema, np.arange(5), rr, tt, ptr, leaf)
+    assert h.fixed_arity and h.inst_ptr is None and not h.flat and h.leaf.dtype == np.int32
+    assert Counter((r, ty, lv) for r, ty, lv, _ in records(h)) == Counter(
+        (int(rr[i]), int(tt[i]), tuple(leaf[ptr[i]:ptr[i + 1]].tolist())) for i in range(30))
+    g = typed_graph()
+    m = resolve("gcn")(g.x.shape[1], 8, 3)
+    hs = m.select(g, Executor("hybrid"), 0)
+    assert hs.hdg.leaf is g.indices and hs.hdg.nbytes() == hs.hdg.roots.nbytes + 16
+    assert memory_report(hs.hdg, g.nbytes())["hdg_bytes_leaf"] == 0
+    src, dst = rng.integers(0, 40, 300), rng.integers(0, 25, 300)
+    order = np.argsort(dst, kind="stable")
+    cptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=25))])
+    w = rng.random(300).astype(np.float32)
+    x = torch.randn(40, 6, requires_grad=True)
+    res = []
+    for kernel, mode in (("numba", "hybrid"), ("csr", "hybrid"), ("numba", "scatter")):
+        plan = LeafPlan(cptr, src[order], w[order], 40, kernel=kernel)
+        out = Executor(mode).leaf_reduce(x, plan)
+        res.append((out.detach(), torch.autograd.grad((out * out).sum(), x)[0]))
+    for out, grad in res[1:]:
+        torch.testing.assert_close(out, res[0][0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(grad, res[0][1], rtol=1e-5, atol=1e-5)
 
 
 def test_per_vertex_udf_matches_vectorised() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import numba
 import numpy as np
 import torch
 
@@ -27,13 +28,63 @@ from shardgnn.errors import ShardError
 from shardgnn.nau.hdg import HDG
 
 MODES = ("hybrid", "scatter")
+#: Fused bottom-level kernels: ``"numba"`` (compiled segment reduction over the HDG's CSC, rows
+#: in parallel) and ``"csr"`` (torch sparse CSR x dense product).
+KERNELS = ("numba", "csr")
+#: The kernel hybrid mode uses, chosen by measurement (``run/bench/nau.py`` section ``fused``,
+#: forward + backward; ``docs/nau.md``).
+FUSED_KERNEL = "numba"
+
+
+def index_dtype(bound: int) -> type:
+    """int32 when every index and offset fits (``bound`` < 2**31), else int64."""
+    return np.int32 if bound < 2**31 else np.int64
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _rows_weighted(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray, x: np.ndarray,
+                   out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[r] = Σ_j w[j] · x[idx[j]]`` over ``j`` in row ``r`` of the CSR (rows in parallel)."""
+    d = x.shape[1]
+    for r in numba.prange(ptr.shape[0] - 1):
+        for j in range(ptr[r], ptr[r + 1]):
+            c, wj = idx[j], w[j]
+            for k in range(d):
+                out[r, k] += wj * x[c, k]
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _rows_sum(ptr: np.ndarray, idx: np.ndarray, x: np.ndarray,
+              out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[r] = Σ_j x[idx[j]]`` over ``j`` in row ``r`` of the CSR (rows in parallel)."""
+    d = x.shape[1]
+    for r in numba.prange(ptr.shape[0] - 1):
+        for j in range(ptr[r], ptr[r + 1]):
+            c = idx[j]
+            for k in range(d):
+                out[r, k] += x[c, k]
+
+
+def segment_reduce(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray | None,
+                   x: np.ndarray, rows: int) -> np.ndarray:
+    """The compiled fused kernel: rows of a CSR reduce the rows of ``x`` they name, in place.
+
+    Runs on as many threads as torch uses (``torch.get_num_threads()``, capped by numba's).
+    """
+    cap = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), cap)))
+    out = np.zeros((rows, x.shape[1]), dtype=np.float32)
+    if w is None:
+        _rows_sum(ptr, idx, x, out)
+    else:
+        _rows_weighted(ptr, idx, w, x, out)
+    return out
 
 
 def _csr(ptr: np.ndarray, idx: np.ndarray, val: np.ndarray, shape: tuple[int, int]) -> torch.Tensor:
     with warnings.catch_warnings():  # "sparse CSR support is in beta": used as documented
         warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(torch.from_numpy(np.ascontiguousarray(ptr, np.int64)),
-                                       torch.from_numpy(np.ascontiguousarray(idx, np.int64)),
+        return torch.sparse_csr_tensor(torch.from_numpy(ptr), torch.from_numpy(idx),
                                        torch.from_numpy(np.ascontiguousarray(val, np.float32)),
                                        shape, check_invariants=False)
 
@@ -41,56 +92,129 @@ def _csr(ptr: np.ndarray, idx: np.ndarray, val: np.ndarray, shape: tuple[int, in
 class LeafPlan:
     """A bottom-level reduction ``out[dst] = Σ w · x[src]`` prepared once per HDG set.
 
-    Holds the COO triplet (for the scatter baseline) and the CSR matrix plus its transpose
-    (for the fused product and its backward).
+    ``ptr``/``src`` are the HDG's CSC (rows = destinations), ``weight`` one value per entry or
+    None (all 1: no multiply, no array). ``symmetric`` says the matrix equals its transpose
+    (GCN on an undirected graph), so the backward reuses it. The hybrid kernels read the HDG
+    arrays in place; the transpose (for the backward) and, for the scatter baseline, the COO
+    destination index are built on first use.
     """
 
-    def __init__(self, ptr: np.ndarray, src: np.ndarray, weight: np.ndarray, num_src: int) -> None:
-        import scipy.sparse as sp
-
+    def __init__(self, ptr: np.ndarray, src: np.ndarray, weight: np.ndarray | None,
+                 num_src: int, symmetric: bool = False, kernel: str | None = None) -> None:
         self.num_dst = int(ptr.shape[0] - 1)
         self.num_src = int(num_src)
-        dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(ptr))
-        self.dst = torch.from_numpy(dst)
-        self.src = torch.from_numpy(np.ascontiguousarray(src, np.int64))
-        self.w = torch.from_numpy(np.ascontiguousarray(weight, np.float32))
-        self.a = _csr(ptr, src, weight, (self.num_dst, self.num_src))
-        at = sp.csr_matrix((weight.astype(np.float32), src, ptr),
-                           shape=(self.num_dst, self.num_src)).T.tocsr()
-        at.sort_indices()
-        self.at = _csr(at.indptr, at.indices, at.data, (self.num_src, self.num_dst))
+        it = index_dtype(max(int(ptr[-1]), self.num_src, self.num_dst) + 1)
+        self.ptr: np.ndarray = np.ascontiguousarray(ptr, it)
+        self.src: np.ndarray = np.ascontiguousarray(src, it)
+        self.w = None if weight is None else np.ascontiguousarray(weight, np.float32)
+        self.symmetric = bool(symmetric) and self.num_dst == self.num_src
+        self.kernel = kernel or FUSED_KERNEL
+        self._t: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+        self._coo: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+        self._torch: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def nnz(self) -> int:
+        return int(self.src.shape[0])
+
+    def transpose(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """CSR of the transpose (sources as rows), for the backward."""
+        if self.symmetric:
+            return self.ptr, self.src, self.w
+        if self._t is None:
+            import scipy.sparse as sp
+
+            val = np.ones(self.nnz, np.float32) if self.w is None else self.w
+            at = sp.csr_matrix((val, self.src, self.ptr),
+                               shape=(self.num_dst, self.num_src)).T.tocsr()
+            at.sort_indices()
+            it = self.ptr.dtype
+            self._t = (at.indptr.astype(it), at.indices.astype(it),
+                       None if self.w is None else at.data)
+        return self._t
+
+    def coo(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(src, dst, w)`` index tensors of the scatter baseline."""
+        if self._coo is None:
+            dst = np.repeat(np.arange(self.num_dst, dtype=self.ptr.dtype), np.diff(self.ptr))
+            self._coo = (torch.from_numpy(self.src), torch.from_numpy(dst),
+                         None if self.w is None else torch.from_numpy(self.w))
+        return self._coo
+
+    def torch_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The matrix and its transpose as torch sparse CSR tensors (the ``"csr"`` kernel)."""
+        if self._torch is None:
+            ones = np.ones(self.nnz, np.float32)
+            a = _csr(self.ptr, self.src, ones if self.w is None else self.w,
+                     (self.num_dst, self.num_src))
+            tp, ti, tw = self.transpose()
+            at = a if self.symmetric else _csr(tp, ti, ones if tw is None else tw,
+                                               (self.num_src, self.num_dst))
+            self._torch = (a, at)
+        return self._torch
+
+    def prepare(self, hybrid: bool) -> None:
+        """Build what the mode needs now (so its cost is counted with NeighborSelection)."""
+        if not hybrid:
+            self.coo()
+        elif self.kernel == "csr":
+            self.torch_csr()
+        else:
+            self.transpose()
 
     def nbytes(self) -> int:
-        return int(2 * (self.a.values().numel() * 12) + 8 * (self.num_dst + self.num_src + 2))
+        """Bytes of the prepared structures not shared with the HDG."""
+        n = 0
+        if self._t is not None and not self.symmetric:
+            n += sum(a.nbytes for a in self._t if a is not None)
+        if self._coo is not None:
+            n += self._coo[1].numel() * self._coo[1].element_size()
+        if self._torch is not None:
+            n += self._torch[0].values().numel() * 4 * (1 if self.symmetric else 2)
+        return int(n)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``A @ x`` with the chosen kernel."""
+        if self.kernel == "csr":
+            return torch.sparse.mm(self.torch_csr()[0], x)
+        return torch.from_numpy(segment_reduce(self.ptr, self.src, self.w,
+                                               x.detach().numpy(), self.num_dst))
+
+    def backward(self, g: torch.Tensor) -> torch.Tensor:
+        """``Aᵀ @ g`` with the chosen kernel."""
+        if self.kernel == "csr":
+            return torch.sparse.mm(self.torch_csr()[1], g)
+        tp, ti, tw = self.transpose()
+        return torch.from_numpy(segment_reduce(tp, ti, tw, g.detach().numpy(), self.num_src))
 
 
-class _FusedSpMM(torch.autograd.Function):
-    """``plan.a @ x`` with backward ``plan.at @ grad``."""
+class _Fused(torch.autograd.Function):
+    """``plan.forward(x)`` with backward ``plan.backward(grad)``: no E × d tensor either way."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, plan: LeafPlan) -> torch.Tensor:  # type: ignore[override]
         ctx.plan = plan
-        return torch.sparse.mm(plan.a, x)
+        return plan.forward(x)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        return torch.sparse.mm(ctx.plan.at, grad.contiguous()), None
+        return ctx.plan.backward(grad.contiguous()), None
 
 
 def leaf_plan(h: HDG, num_nodes: int, weight: str = "hdg") -> LeafPlan:
     """The bottom-level plan of ``h``: into slots (flat HDGs) or into instances.
 
-    ``weight``: ``"hdg"`` uses the HDG's instance weights (1 when none) on flat HDGs and
-    ``1 / size`` (the instance mean) otherwise; ``"one"`` uses 1 everywhere.
+    ``weight``: ``"hdg"`` uses the HDG's instance weights (none: 1, no multiply) on flat HDGs
+    and ``1 / size`` (the instance mean) otherwise; ``"one"`` uses 1 everywhere.
     """
     if h.flat:
-        w = (np.ones(h.num_instances, np.float32) if (h.weight is None or weight == "one")
-             else h.weight)
-        return LeafPlan(h.slot_ptr, h.leaf, w, num_nodes)
+        w = None if (h.weight is None or weight == "one") else h.weight
+        return LeafPlan(h.slot_ptr, h.leaf, w, num_nodes,
+                        symmetric=bool(h.info.get("symmetric", False)))
     sizes = h.instance_sizes()
-    w = (np.ones(h.leaf.size, np.float32) if weight == "one"
+    w = (None if weight == "one"
          else np.repeat(1.0 / np.maximum(sizes, 1), sizes).astype(np.float32))
-    return LeafPlan(h.inst_ptr, h.leaf, w, num_nodes)  # type: ignore[arg-type]
+    return LeafPlan(h.instance_ptr(), h.leaf, w, num_nodes)
 
 
 class SegmentPlan:
@@ -138,9 +262,12 @@ class Executor:
     def leaf_reduce(self, x: torch.Tensor, plan: LeafPlan) -> torch.Tensor:
         """``out[dst] = Σ w · x[src]`` over the plan's edges."""
         if self.hybrid:
-            return _FusedSpMM.apply(x.contiguous(), plan)
-        msg = x.index_select(0, plan.src) * plan.w[:, None]
-        return x.new_zeros((plan.num_dst, x.shape[1])).index_add_(0, plan.dst, msg)
+            return _Fused.apply(x.contiguous(), plan)
+        src, dst, w = plan.coo()
+        msg = x.index_select(0, src)
+        if w is not None:
+            msg = msg * w[:, None]
+        return x.new_zeros((plan.num_dst, x.shape[1])).index_add_(0, dst, msg)
 
     # ------------------------------------------------------------ intermediate level
     def seg_sum(self, v: torch.Tensor, plan: SegmentPlan) -> torch.Tensor:

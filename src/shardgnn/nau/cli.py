@@ -26,7 +26,8 @@ def add_arguments(parser: Any) -> None:
         "nau engine (FlexGraph NAU, one rank, DATA = converted dataset; --model gcn | pinsage | "
         "magnn | jknet | pgnn)")
     g.add_argument("--aggregation", choices=("hybrid", "scatter"), default="hybrid",
-                   help="hybrid: fused bottom level (CSR sparse x dense), sparse intermediate "
+                   help="hybrid: fused bottom level (compiled segment reduction, no E x d message "
+                   "tensor), sparse intermediate "
                    "level, dense schema level; scatter: every level as gather + scatter with "
                    "materialised messages, the baseline (default: hybrid)")
     g.add_argument("--walks", type=int, default=10,
@@ -55,6 +56,9 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--exclude-edge-types", default="", metavar="T1,T2",
                    help="nau: leave out the edges of these types (names or numbers), e.g. "
                    "relations that reveal the labels (default: none)")
+    g.add_argument("--normalize-features", action="store_true",
+                   help="nau: divide each feature row by its L1 norm before training (the GCN "
+                   "recipe on Planetoid data; default: features as stored)")
     g.add_argument("--anchor-sets", type=int, default=16,
                    help="pgnn: anchor sets, redrawn every epoch (default: 16)")
     g.add_argument("--anchor-hops", type=int, default=2,
@@ -72,7 +76,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         metapaths=args.metapaths, target_type=args.target_type, heads=args.nau_heads,
         max_instances=args.max_instances, anchor_sets=args.anchor_sets,
         anchor_hops=args.anchor_hops, eval_every=args.eval_every,
-        allow_nan_loss=args.allow_nan_loss,
+        allow_nan_loss=args.allow_nan_loss, normalize_features=args.normalize_features,
         exclude_edge_types=tuple(t.strip() for t in args.exclude_edge_types.split(",") if t.strip()))
     cfg.validate()
     return cfg

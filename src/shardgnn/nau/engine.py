@@ -59,6 +59,7 @@ class NAUConfig:
     eval_every: int = 1
     allow_nan_loss: bool = False
     exclude_edge_types: tuple[str, ...] = ()
+    normalize_features: bool = False
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
@@ -137,9 +138,11 @@ class Trainer:
         self.model = build_model(cfg, graph)
         self.exe = Executor(cfg.aggregation)
         self.timer = Timer()
-        self.x = torch.from_numpy(np.ascontiguousarray(graph.x, dtype=np.float32))
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
-                                    weight_decay=cfg.weight_decay)
+        x = np.ascontiguousarray(graph.x, dtype=np.float32)
+        if cfg.normalize_features:
+            x = x / np.maximum(np.abs(x).sum(axis=1, keepdims=True), 1e-12)
+        self.x = torch.from_numpy(x)
+        self.opt = torch.optim.Adam(self.model.param_groups(cfg.weight_decay), lr=cfg.lr)
         self.hdgs = self.select(0)
         roots = self.hdgs.hdg.roots
         if len(self.model.layers) > 1 and not self.hdgs.identity_roots:  # type: ignore[arg-type]

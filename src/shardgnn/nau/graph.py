@@ -22,7 +22,8 @@ class TypedGraph:
     """A graph with optional node/edge types, features, labels and split masks.
 
     ``indptr``/``indices`` hold the out-neighbours of each vertex (both directions for
-    undirected graphs); ``edge_type`` is aligned with ``indices``.
+    undirected graphs); ``edge_type`` is aligned with ``indices``. Both are int32 when the
+    counts fit (int64 otherwise).
     """
 
     num_nodes: int
@@ -60,6 +61,26 @@ class TypedGraph:
         raise ShardError(f"{self.name or 'graph'}: unknown node type {name!r}, expected one of "
                          f"{', '.join(self.node_type_names)}")
 
+    def csc(self) -> tuple[np.ndarray, np.ndarray, bool]:
+        """In-neighbour CSC ``(ptr, src, symmetric)``: ``src[ptr[v]:ptr[v+1]]`` are v's
+        in-neighbours. For a symmetric graph (every undirected dataset) these are the CSR arrays
+        themselves (no copy, ``symmetric`` True); otherwise a CSC built once and cached."""
+        cached = self.__dict__.get("_csc")
+        if cached is None:
+            src, dst = self.edge_pairs()
+            n = np.int64(self.num_nodes)
+            fwd = src * n + dst
+            rev = np.sort(dst * n + src)
+            if np.array_equal(np.sort(fwd) if np.any(np.diff(fwd) < 0) else fwd, rev):
+                cached = (self.indptr, self.indices, True)
+            else:
+                order = np.argsort(dst, kind="stable")
+                ptr = np.zeros(self.num_nodes + 1, dtype=self.indptr.dtype)
+                np.cumsum(np.bincount(dst, minlength=self.num_nodes), out=ptr[1:])
+                cached = (ptr, src[order].astype(self.indices.dtype), False)
+            self.__dict__["_csc"] = cached
+        return cached
+
     def edge_pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """(src, dst) of every stored directed edge."""
         src = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))
@@ -85,8 +106,10 @@ def from_edges(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, undirected: 
     key, first = np.unique(key, return_index=True)
     src, dst = key // num_nodes, key % num_nodes
     et = None if et is None else et[first]
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    it = np.int32 if max(src.size, num_nodes) < 2**31 - 1 else np.int64
+    indptr = np.zeros(num_nodes + 1, dtype=it)
     np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
+    dst = dst.astype(it)
     nt = np.zeros(num_nodes, np.int32) if node_type is None else np.asarray(node_type, np.int32)
     names = node_type_names or tuple(f"type{i}" for i in range(int(nt.max(initial=0)) + 1))
     if node_type is None and node_type_names is None:

@@ -15,7 +15,13 @@ the other end of each edge). The in-between level (instances → slots) keeps on
 ``slot_ptr``: instances are ordered by their slot, so the per-instance destination array is the
 ordered ``repeat(arange(S), diff(slot_ptr))`` and is not stored. Flat models (GCN, PinSage) have
 one vertex per instance: ``inst_ptr`` is then ``None`` (the identity) and ``leaf`` holds one id
-per instance. Optional per-instance ``weight`` (normalisation, visit counts) rides along.
+per instance. When every instance of a neighbour type has the type's fixed length (the schema's
+``arity``: a metapath's length), ``inst_ptr`` is not stored either (``fixed_arity``): the
+offsets follow from ``slot_ptr`` and the arities. Optional per-instance ``weight``
+(normalisation, visit counts) rides along. Index arrays are int32 when every id and offset fits,
+else int64. A model whose neighbours are exactly the input graph's in-edges (GCN) uses the
+graph's own CSC as its HDG: those arrays are shared, not copied (``shared``), as in FlexGraph,
+which builds no extra HDG for GCN.
 
 Roots and leaves are *global* vertex ids, so the HDGs of any subset of roots are self-contained
 (a later distributed engine can give each rank a disjoint root set and fetch remote leaves).
@@ -28,6 +34,11 @@ from typing import Sequence
 import numpy as np
 
 from shardgnn.errors import ShardError
+
+
+def index_dtype(bound: int) -> type:
+    """int32 when every index and offset is below ``bound`` < 2**31, else int64."""
+    return np.int32 if bound < 2**31 else np.int64
 
 
 @dataclass(frozen=True)
@@ -61,11 +72,14 @@ class HDG:
     Attributes
     ----------
     schema : SchemaTree
-    roots : int64 (n,)  global vertex id of each root
-    slot_ptr : int64 (n*T + 1,)  offsets of each (root, type) slot's instances
-    inst_ptr : int64 (I + 1,) or None  offsets of each instance's leaves (None: one leaf each)
-    leaf : int64 (L,)  global vertex id of each leaf
+    roots : int (n,)  global vertex id of each root
+    slot_ptr : int (n*T + 1,)  offsets of each (root, type) slot's instances
+    inst_ptr : int (I + 1,) or None  offsets of each instance's leaves (None: one leaf each,
+        or ``fixed_arity``)
+    leaf : int (L,)  global vertex id of each leaf
     weight : float32 (I,) or None  one weight per instance
+    fixed_arity : bool  instances of type ``t`` have ``schema.arity[t]`` leaves (no inst_ptr)
+    shared : names of the arrays that belong to the input graph (not counted as HDG memory)
     """
 
     schema: SchemaTree
@@ -75,6 +89,8 @@ class HDG:
     inst_ptr: np.ndarray | None = None
     weight: np.ndarray | None = None
     info: dict = field(default_factory=dict)
+    fixed_arity: bool = False
+    shared: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -96,21 +112,29 @@ class HDG:
     @property
     def flat(self) -> bool:
         """True when every instance is a single vertex (no instance level)."""
-        return self.inst_ptr is None
+        return self.inst_ptr is None and not self.fixed_arity
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The stored arrays by name."""
+        out = {"roots": self.roots, "slot_ptr": self.slot_ptr, "leaf": self.leaf}
+        if self.inst_ptr is not None:
+            out["inst_ptr"] = self.inst_ptr
+        if self.weight is not None:
+            out["weight"] = self.weight
+        return out
 
     def nbytes(self) -> int:
-        """Bytes of the stored arrays (schema tree counted once)."""
-        n = self.roots.nbytes + self.slot_ptr.nbytes + self.leaf.nbytes + self.schema.nbytes()
-        if self.inst_ptr is not None:
-            n += self.inst_ptr.nbytes
-        if self.weight is not None:
-            n += self.weight.nbytes
-        return int(n)
+        """Bytes of the HDG's own arrays (schema tree counted once; arrays shared with the
+        input graph not counted)."""
+        n = sum(a.nbytes for k, a in self.arrays().items() if k not in self.shared)
+        return int(n + self.schema.nbytes())
 
     def plain_csc_nbytes(self) -> int:
-        """Bytes the same HDGs take as plain per-level CSC (Dst_2 and per-root schema trees kept)."""
-        idx = self.leaf.itemsize
-        n = self.nbytes() + self.num_instances * idx  # Dst of the in-between level
+        """Bytes the same HDGs take as plain per-level CSC copies: Dst_2, Offset_3 and one schema
+        tree per root stored, int64 indices, nothing shared with the input graph."""
+        n = 8 * (self.num_roots + self.slot_ptr.size + self.leaf.size + self.num_instances)
+        n += 8 * (self.num_instances + 1) if not self.flat else 0  # Offset_3
+        n += 4 * self.num_instances if self.weight is not None else 0
         n += self.num_roots * (self.num_types + 1) * 8  # one schema tree copy per root
         return int(n)
 
@@ -121,15 +145,24 @@ class HDG:
 
     def instance_sizes(self) -> np.ndarray:
         """Leaves per instance."""
+        if self.fixed_arity:
+            arity = np.asarray(self.schema.arity, dtype=np.int64)
+            return np.repeat(np.tile(arity, self.num_roots), np.diff(self.slot_ptr))
         if self.inst_ptr is None:
             return np.ones(self.num_instances, dtype=np.int64)
-        return np.diff(self.inst_ptr)
+        return np.diff(self.inst_ptr).astype(np.int64)
+
+    def instance_ptr(self) -> np.ndarray:
+        """Offsets of each instance's leaves (Offset_3), derived when not stored."""
+        if self.inst_ptr is not None:
+            return self.inst_ptr
+        ptr = np.zeros(self.num_instances + 1, dtype=self.leaf.dtype)
+        np.cumsum(self.instance_sizes(), out=ptr[1:])
+        return ptr
 
     def instance_of_leaf(self) -> np.ndarray:
         """Instance id of every leaf entry (the column index of the instance-level CSC)."""
-        if self.inst_ptr is None:
-            return np.arange(self.num_instances, dtype=np.int64)
-        return np.repeat(np.arange(self.num_instances, dtype=np.int64), np.diff(self.inst_ptr))
+        return np.repeat(np.arange(self.num_instances, dtype=np.int64), self.instance_sizes())
 
     def level_csc(self, level: int) -> tuple[np.ndarray, np.ndarray]:
         """Plain CSC (Offset over destinations, source index array) of one HDG level.
@@ -138,11 +171,9 @@ class HDG:
         level 1: roots ← slots (the shared schema tree expanded per root).
         """
         if level == 3:
-            ptr = (np.arange(self.num_instances + 1, dtype=np.int64) if self.inst_ptr is None
-                   else self.inst_ptr)
-            return ptr, self.leaf
+            return self.instance_ptr().astype(np.int64), self.leaf.astype(np.int64)
         if level == 2:
-            return self.slot_ptr, np.arange(self.num_instances, dtype=np.int64)
+            return self.slot_ptr.astype(np.int64), np.arange(self.num_instances, dtype=np.int64)
         if level == 1:
             t = self.num_types
             return (np.arange(self.num_roots + 1, dtype=np.int64) * t,
@@ -155,7 +186,7 @@ class HDG:
         if self.slot_ptr.shape != (s + 1,) or self.slot_ptr[0] != 0 or np.any(np.diff(self.slot_ptr) < 0):
             raise ShardError(f"HDG: slot_ptr expected {s + 1} non-decreasing offsets from 0, "
                              f"got shape {self.slot_ptr.shape}")
-        nleaf = self.num_instances if self.inst_ptr is None else int(self.inst_ptr[-1])
+        nleaf = int(self.instance_sizes().sum())
         if self.leaf.shape != (nleaf,):
             raise ShardError(f"HDG: expected {nleaf} leaves, got {self.leaf.shape[0]}")
         if self.weight is not None and self.weight.shape != (self.num_instances,):
@@ -200,25 +231,33 @@ def from_records(schema: SchemaTree, roots: np.ndarray, rec_root: np.ndarray, re
     slot = rec_root * t + rec_type
     order = np.argsort(slot, kind="stable")
     counts = np.bincount(slot, minlength=roots.size * t)
-    slot_ptr = np.zeros(roots.size * t + 1, dtype=np.int64)
+    rec_leaf = np.asarray(rec_leaf)
+    bound = max(rec_leaf.size, int(roots.max(initial=0)) + 1,
+                int(rec_leaf.max(initial=0)) + 1 if rec_leaf.size else 0)
+    it = index_dtype(bound + 1)
+    slot_ptr: np.ndarray = np.zeros(roots.size * t + 1, dtype=it)
     np.cumsum(counts, out=slot_ptr[1:])
     weight = None if rec_weight is None else np.asarray(rec_weight, dtype=np.float32)[order]
+    roots = roots.astype(it)
     if rec_ptr is None:
-        leaf = np.asarray(rec_leaf, dtype=np.int64)[order]
-        return HDG(schema, roots, slot_ptr, leaf, None, weight)
+        return HDG(schema, roots, slot_ptr, rec_leaf.astype(it)[order], None, weight)
     rec_ptr = np.asarray(rec_ptr, dtype=np.int64)
     sizes = np.diff(rec_ptr)[order]
     inst_ptr = np.zeros(sizes.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=inst_ptr[1:])
     starts = np.repeat(rec_ptr[:-1][order] - inst_ptr[:-1], sizes)
-    leaf = np.asarray(rec_leaf, dtype=np.int64)[starts + np.arange(inst_ptr[-1], dtype=np.int64)]
-    return HDG(schema, roots, slot_ptr, leaf, inst_ptr, weight)
+    leaf: np.ndarray = rec_leaf.astype(it)[starts + np.arange(inst_ptr[-1], dtype=np.int64)]
+    arity = np.asarray(schema.arity, dtype=np.int64)
+    fixed = bool(arity.size == t and (arity > 0).all()
+                 and np.array_equal(sizes, arity[rec_type[order]]))
+    return HDG(schema, roots, slot_ptr, leaf, None if fixed else inst_ptr.astype(it), weight,
+               fixed_arity=fixed)
 
 
 def records(h: HDG) -> list[tuple[int, int, tuple[int, ...], float]]:
     """Every instance as ``(root id, type, leaves, weight)``, for tests and debugging."""
     slot = h.slot_of_instance()
-    ptr = np.arange(h.num_instances + 1) if h.inst_ptr is None else h.inst_ptr
+    ptr = h.instance_ptr()
     out = []
     for i in range(h.num_instances):
         w = 1.0 if h.weight is None else float(h.weight[i])
@@ -251,11 +290,15 @@ def concat_types(parts: Sequence[HDG], schema: SchemaTree) -> HDG:
                         np.concatenate(weights) if any_w else None)
 
 
-def memory_report(h: HDG, graph_nbytes: int) -> dict[str, float]:
+def memory_report(h: HDG, graph_nbytes: int) -> dict[str, float | str]:
     """HDG memory in bytes and relative to the input graph (FlexGraph Table 5)."""
     nb = h.nbytes()
+    parts = {f"hdg_bytes_{k}": (0 if k in h.shared else int(a.nbytes))
+             for k, a in h.arrays().items()}
     return {"hdg_bytes": nb, "hdg_plain_csc_bytes": h.plain_csc_nbytes(),
             "graph_bytes": int(graph_nbytes),
-            "hdg_vs_graph": nb / max(1, graph_nbytes),
+            "hdg_vs_graph": nb / max(1, graph_nbytes), **parts,
+            "hdg_shared_with_graph": ",".join(h.shared),
+            "hdg_fixed_arity": int(h.fixed_arity),
             "num_roots": h.num_roots, "num_types": h.num_types,
             "num_instances": h.num_instances, "num_leaf_entries": int(h.leaf.size)}

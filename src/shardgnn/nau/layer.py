@@ -150,7 +150,7 @@ class HDGSet:
         self._seg: SegmentPlan | None = None
         self.identity_roots = bool(hdg.num_roots == num_nodes and
                                    np.array_equal(hdg.roots, np.arange(num_nodes)))
-        self.roots_t = torch.from_numpy(hdg.roots)
+        self.roots_t = torch.from_numpy(hdg.roots.astype(np.int64))
 
     @property
     def leaf_plan(self) -> LeafPlan:
@@ -166,7 +166,7 @@ class HDGSet:
 
     def prepare(self) -> "HDGSet":
         """Build the plans now (so their cost is counted with NeighborSelection)."""
-        _ = self.leaf_plan
+        self.leaf_plan.prepare(self.exe.hybrid)
         if not self.hdg.flat:
             _ = self.seg_plan
         return self
@@ -269,6 +269,10 @@ class NAUModel(nn.Module):
             with timer.stage("update"):
                 h = layer.update(hdgs.root_feats(h), nbr)
         return h
+
+    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """Optimiser parameter groups: every parameter with ``weight_decay`` by default."""
+        return [{"params": list(self.parameters()), "weight_decay": weight_decay}]
 
     def extra_state(self) -> dict[str, Any]:
         """Model-specific figures for the results file."""

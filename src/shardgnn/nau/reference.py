@@ -26,13 +26,13 @@ class MAGNNReference:
         t = hdg.num_types
         slot = hdg.slot_of_instance()
         self.n = hdg.num_roots
-        self.roots = torch.from_numpy(hdg.roots)
+        self.roots = torch.from_numpy(hdg.roots.astype(np.int64))
         self.per_type = []
         sizes = hdg.instance_sizes()
+        ptr = hdg.instance_ptr().astype(np.int64)
         for p in range(t):
             sel = np.flatnonzero(slot % t == p)
             length = int(sizes[sel[0]]) if sel.size else len(model.metapaths[p])
-            ptr = hdg.inst_ptr if hdg.inst_ptr is not None else np.arange(hdg.num_instances + 1)
             paths = hdg.leaf[ptr[sel][:, None] + np.arange(length)[None, :]]
             self.per_type.append((torch.from_numpy(paths.astype(np.int64)),
                                   torch.from_numpy((slot[sel] // t).astype(np.int64))))

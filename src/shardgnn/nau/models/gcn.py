@@ -1,10 +1,15 @@
-"""GCN in NAU: direct in-neighbours plus self, symmetric normalisation, flat aggregation. Rank-local.
+"""GCN in NAU: direct in-neighbours, symmetric normalisation with self-loops, flat aggregation.
+Rank-local.
 
-NeighborSelection: every vertex is a root; its neighbour instances are its in-neighbours and
-itself, weighted ``1/sqrt((d_u+1)(d_v+1))`` (PyG ``GCNConv`` with self-loops). Aggregation: one
-level, the weighted sum (fused). Update: ``W · nbr + b``. Aggregation is linear, so when a
-layer narrows the width ``W`` is applied to the features before aggregating (what ``GCNConv``
-does); the result is the same.
+NeighborSelection: every vertex is a root and its neighbour instances are its in-neighbours. As in
+FlexGraph, no extra HDG is built for GCN: the HDG *is* the input graph's CSC (shared arrays, 0
+bytes of HDG memory; a CSC is built once for a directed graph). The normalisation
+``Â = D^-1/2 (A + I) D^-1/2`` (PyG ``GCNConv`` with self-loops, ``D`` the in-degree + 1) needs no
+per-edge weight either: ``Â h = d_v · (Σ_u d_u h_u + d_v h_v)`` with ``d = 1/sqrt(deg + 1)``, so
+the layer scales the rows before and after the unweighted fused sum. Update: ``W · nbr + b``.
+Aggregation is linear, so when a layer narrows the width ``W`` is applied before aggregating (what
+``GCNConv`` does); the result is the same. Optimiser: weight decay on the first layer only
+(Kipf & Welling's recipe).
 """
 from __future__ import annotations
 
@@ -15,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shardgnn.nau.aggregation import Executor
 from shardgnn.nau.graph import TypedGraph
-from shardgnn.nau.hdg import SchemaTree
+from shardgnn.nau.hdg import HDG, SchemaTree
 from shardgnn.nau.layer import HDGSet, LevelGraph, NAULayer, NAUModel, Records, aggregation
-from shardgnn.nau.selection import gcn_neighbours
+from shardgnn.nau.selection import gather_rows
 
 
 class GCNLayer(NAULayer):
@@ -30,12 +36,15 @@ class GCNLayer(NAULayer):
         self.bias = nn.Parameter(torch.zeros(out_dim))
         self.project_first = out_dim <= in_dim
         self.act, self.dropout = act, dropout
+        self.norm: tuple[torch.Tensor, torch.Tensor] | None = None  # (d of all, d of roots)
 
     def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
         h = F.dropout(feats, self.dropout, self.training)
         if self.project_first:
             h = self.lin(h)
-        return aggregation(h, hdgs, [self.sum_udf, None])
+        d_all, d_root = self.norm  # type: ignore[misc]
+        h = h * d_all
+        return d_root * (aggregation(h, hdgs, [self.sum_udf, None]) + hdgs.root_feats(h))
 
     @staticmethod
     def sum_udf(level: LevelGraph, feats: torch.Tensor) -> torch.Tensor:
@@ -47,7 +56,7 @@ class GCNLayer(NAULayer):
 
 
 class GCN(NAUModel):
-    """Kipf & Welling GCN as an NAU model (HDGs built once)."""
+    """Kipf & Welling GCN as an NAU model (HDGs built once: the graph's own CSC)."""
 
     schema = SchemaTree(("vertex",), (1,))
     hdg_reuse = "once"
@@ -61,4 +70,32 @@ class GCN(NAUModel):
 
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:
-        return gcn_neighbours(graph, roots)
+        """In-neighbours of a subset of roots (copied out of the graph's CSC)."""
+        ptr, src, _ = graph.csc()
+        pos, idx = gather_rows(ptr.astype(np.int64), roots)
+        return Records(pos, np.zeros(pos.size, np.int64), src[idx], None, None)
+
+    def select(self, graph: TypedGraph, exe: Executor, seed: int,
+               roots: np.ndarray | None = None) -> HDGSet:
+        """The graph's CSC as the HDG of every vertex (shared), else a copy for a root subset;
+        sets each layer's normalisation vectors."""
+        ptr, src, symmetric = graph.csc()
+        if roots is None or np.array_equal(roots, np.arange(graph.num_nodes)):
+            r = np.arange(graph.num_nodes, dtype=src.dtype)
+            hdg = HDG(self.schema, r, ptr, src, shared=("slot_ptr", "leaf"),
+                      info={"symmetric": symmetric})
+            hs = HDGSet(hdg, graph.num_nodes, exe).prepare()
+        else:
+            hs = super().select(graph, exe, seed, roots)
+        d = torch.from_numpy((1.0 / np.sqrt(np.diff(ptr).astype(np.float64) + 1.0))
+                             .astype(np.float32))[:, None]
+        for layer in self.layers:  # type: ignore[union-attr]
+            layer.norm = (d, d if hs.identity_roots else d[hs.roots_t])  # type: ignore[union-attr,assignment]
+        return hs
+
+    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """Weight decay on the first layer only (Kipf & Welling)."""
+        first = list(self.layers[0].parameters())  # type: ignore[index]
+        rest = [p for ly in list(self.layers)[1:] for p in ly.parameters()]  # type: ignore[arg-type]
+        return [{"params": first, "weight_decay": weight_decay},
+                {"params": rest, "weight_decay": 0.0}]
