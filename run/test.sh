@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 bash run/setup.sh mpich,test
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Lint and type-check the core packages first (configuration in pyproject.toml).
-echo "== ruff check src/shardgnn perfmodel"
-.venv/bin/python -m ruff check src/shardgnn perfmodel
+echo "== ruff check src perfmodel run tests"
+.venv/bin/python -m ruff check src perfmodel run tests
 echo "== mypy (src/shardgnn, perfmodel)"
 .venv/bin/python -m mypy
 set +e

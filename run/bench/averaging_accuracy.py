@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import averaging_common as ac  # noqa: E402
+import averaging_common as ac
+import harness
 
 #: Hyper-parameters per model: the paper's (2 layers, Adam lr 0.01, GAT 4 heads, SAGE sampled
 #: 25/10 with batch 512, GCN and GAT full-batch), width and epochs sized for 2 CPU cores.
@@ -198,7 +197,7 @@ def main() -> None:
 
     jobs = []
     t0 = time.perf_counter()
-    loads = [os.getloadavg()]
+    load0 = harness.loadavg()
     if not args.merge_only:
         models = [m for m in args.models.split(",") if m]
         for name in [d for d in args.datasets.split(",") if d]:
@@ -227,14 +226,13 @@ def main() -> None:
                 j["solo"] = True
         print(f"{len(jobs)} jobs to run", file=sys.stderr)
         new = ac.run_jobs(jobs, runs, args.ranks, timeout=args.time_limit) if jobs else []
-        new = [dict(r, ranks=1 if r.get("solo") else args.ranks, run_load=loads[0])
+        new = [dict(r, ranks=1 if r.get("solo") else args.ranks, run_load=load0)
                for r in new]
         with open(log_path, "a") as fh:
             for r in new:
                 fh.write(json.dumps(r, default=float) + "\n")
         latest = {key(r): r for r in old + new}
         old = list(latest.values())
-        loads.append(os.getloadavg())
     summary, md = table(old, partitioners)
     out = {"benchmark": "averaging_accuracy", "hyper_parameters": {"models": MODELS,
                                                                    "common": COMMON},
@@ -246,10 +244,8 @@ def main() -> None:
                               for o in sorted({s["optimizer"] for s in summary})},
            "partitioners": partitioners, "runs": old,
            "this_invocation": {"jobs": len(jobs), "wall_s": time.perf_counter() - t0,
-                               "loadavg": loads, "argv": sys.argv[1:]}}
-    tmp = res / "averaging_accuracy.json.tmp"
-    tmp.write_text(json.dumps(out, indent=1, default=float))
-    os.replace(tmp, res / "averaging_accuracy.json")
+}}
+    harness.write_result(res / "averaging_accuracy.json", out, load0)
     (res / "averaging_accuracy.md").write_text(md + "\n")
     print(md)
 

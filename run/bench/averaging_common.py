@@ -11,9 +11,7 @@ baselines are 1-partition stores trained on a size-1 sub-communicator of rank 0.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-VENV_BIN = Path(sys.executable).parent
+import harness
+from harness import sh
+
 
 def add_piece_args(ap, time_limit_note: str = "") -> None:
     """--time-limit / --rerun / --merge-only: the options that let a benchmark run in pieces,
@@ -42,33 +42,10 @@ def read_runs(log_path: Path) -> list[dict]:
     return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
 
 
-def mpiexec() -> str:
-    local = VENV_BIN / "mpiexec"
-    return str(local) if local.exists() else "mpiexec"
-
-
-def sh(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> subprocess.CompletedProcess:
-    e = dict(os.environ)
-    e.setdefault("OMP_NUM_THREADS", "1")
-    e["SHARDGNN_PROGRESS"] = "0"
-    e.update(env or {})
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=e, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)  # the launcher and the ranks it started
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 def convert_planetoid(name: str, out: Path) -> Path:
     """``shardgnn convert`` of a shared Planetoid dataset (standard 140/500/1000-style split)."""
     if not (out / "graph.json").exists():
-        default = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
-        src = Path(os.environ.get("SHARDGNN_DATASETS", default)) / name
-        p = sh([sys.executable, "-m", "shardgnn", "convert", src, "--out", out, "--force"])
+        p = sh(harness.shardgnn(["convert", harness.dataset(name), "--out", out, "--force"]))
         if p.returncode:
             raise SystemExit(f"convert {name} failed:\n{p.stderr[-2000:]}")
     return out
@@ -91,9 +68,8 @@ def partition(data: Path, parts: int, out: Path, ranks: int = 2, hops: int = 1) 
     fallback). Returns the partitioner."""
     if (out / "meta.json").exists():
         return json.loads((out / "meta.json").read_text()).get("algorithm", "?")
-    p = sh([mpiexec(), "-n", min(ranks, parts), sys.executable, "-m", "mpi4py", "-m", "shardgnn",
-            "partition", data, "--algo", "spring", "--parts", parts, "--out", out, "--seed", 0,
-            "--hops", hops])
+    p = sh(harness.shardgnn(["partition", data, "--algo", "spring", "--parts", parts, "--out", out, "--seed", 0,
+            "--hops", hops], ranks=min(ranks, parts)))
     if p.returncode == 0 and (out / "meta.json").exists():
         return "spring"
     print(f"spring partitioning failed ({p.stderr.strip().splitlines()[-1:]}); hash fallback",
@@ -124,7 +100,7 @@ def run_jobs(jobs: list[dict], workdir: Path, ranks: int, timeout: float = 7200)
     jf = workdir / f"jobs-{int(time.time() * 1000)}.json"
     jf.write_text(json.dumps(jobs))
     try:
-        p = sh([mpiexec(), "-n", ranks, sys.executable, "-m", "mpi4py", __file__, jf],
+        p = sh(harness.mpi(ranks, [__file__, jf]),
                timeout=timeout)
     except subprocess.TimeoutExpired:
         print(f"training jobs ran past {timeout}s; keeping the finished ones", file=sys.stderr)

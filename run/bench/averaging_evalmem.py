@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,19 +24,18 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import averaging_common as ac  # noqa: E402
+import averaging_common as ac
+import harness
 
 
 def _run(store: Path, out: Path, mode: str, args: argparse.Namespace) -> dict:
     """One training launch; its results' memory, evaluation time and accuracies."""
-    cmd = [ac.mpiexec(), "-n", args.ranks, sys.executable, "-m", "mpi4py", "-m", "shardgnn",
-           "train", "--engine", "averaging", store, "--out", out, "--epochs", args.epochs,
-           "--model", args.model, "--hidden", args.hidden, "--eval", mode, "--seed", 0]
+    cmd = harness.shardgnn(["train", "--engine", "averaging", store, "--out", out, "--epochs", args.epochs,
+           "--model", args.model, "--hidden", args.hidden, "--eval", mode, "--seed", 0], ranks=args.ranks)
     if out.exists():
         out.unlink()
     t0 = time.perf_counter()
-    p = ac.sh(cmd, timeout=args.time_limit)
+    p = harness.sh(cmd, timeout=args.time_limit)
     wall = time.perf_counter() - t0
     if p.returncode:
         raise SystemExit(f"--eval {mode} failed:\n{p.stderr[-3000:]}")
@@ -78,7 +75,7 @@ def main() -> None:
     args = ap.parse_args()
     work = args.work or args.results / "work"
     name = f"csbm{args.nodes // 1000}k"
-    loads = [os.getloadavg()]
+    load0 = harness.loadavg()
     t0 = time.perf_counter()
     data = ac.csbm(work / "data" / name, args.nodes)
     t_gen = time.perf_counter() - t0
@@ -87,31 +84,20 @@ def main() -> None:
     t_part = time.perf_counter() - t0 - t_gen
     runs = [_run(store, work / "runs" / f"evalmem-{name}-{m}.h5", m, args)
             for m in args.modes.split(",") if m]
-    loads.append(os.getloadavg())
     by = {r["eval"]: r for r in runs}
     same = (by["dist"]["val_acc"] == by["full"]["val_acc"]
             and by["dist"]["test_acc"] == by["full"]["test_acc"]) if {"dist", "full"} <= set(by) \
         else None
     ratio = (by["full"]["rank0_peak_rss_mb"] / by["dist"]["rank0_peak_rss_mb"]
              if {"dist", "full"} <= set(by) else None)
-    commit = os.environ.get("SHARDGNN_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-        cwd=Path(__file__).resolve().parent).stdout.strip()
-    from shardgnn import __version__
-
     out = {"benchmark": "averaging_evalmem", "graph": name, "nodes": args.nodes,
            "parts": args.parts, "ranks": args.ranks, "epochs": args.epochs, "model": args.model,
            "hidden": args.hidden, "partitioner": part, "generate_s": t_gen, "partition_s": t_part,
            "runs": runs, "same_accuracies_dist_full": same,
            "rank0_peak_rss_ratio_full_over_dist": ratio,
-           "commit": commit, "version": __version__, "machine": platform.node(),
-           "cpus": os.cpu_count(), "loadavg": loads,
-           "note": "timings are noisy: 2 cores shared by several agents; "
-                   + os.environ.get("SHARDGNN_BENCH_NOTE", "")}
-    args.results.mkdir(parents=True, exist_ok=True)
-    tmp = args.results / "averaging_evalmem.json.tmp"
-    tmp.write_text(json.dumps(out, indent=1, default=float))
-    os.replace(tmp, args.results / "averaging_evalmem.json")
+           }
+    harness.write_result(args.results / "averaging_evalmem.json", out, load0,
+                         note=harness.NOTE_SHARED + "; " + os.environ.get("SHARDGNN_BENCH_NOTE", ""))
     print(json.dumps({k: out[k] for k in ("graph", "same_accuracies_dist_full",
                                           "rank0_peak_rss_ratio_full_over_dist")}))
 

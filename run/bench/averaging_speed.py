@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
+
+import harness
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
     from shardgnn.train.partitions import load_partition
 
     torch.set_num_threads(1)
-    load0 = os.getloadavg()
+    load0 = harness.loadavg()
     meta = read_store_meta(args.store)
     g = load_partition(args.store, 0, int(meta["num_features"]))
     ei, x, y = torch.from_numpy(g.edge_index()), torch.from_numpy(g.x), torch.from_numpy(g.y)
@@ -109,11 +110,8 @@ def main() -> None:
                for k, v in res.items()}
     out = {"benchmark": "averaging_speed", "what": __doc__.split("\n\n")[1], "store": str(args.store),
            "gcn_prepare_s": prep_s, "raw": res, "summary": summary,
-           "loadavg_before": load0, "loadavg_after": os.getloadavg(), "torch_threads": 1}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    os.replace(tmp, args.out)
+           "torch_threads": 1}
+    harness.write_result(args.out, out, load0)
     print(json.dumps(summary, indent=1))
 
 

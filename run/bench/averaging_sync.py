@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import averaging_common as ac  # noqa: E402
+import averaging_common as ac
+import harness
 
 SETUPS = {
     "gcn": {"model": "gcn", "mode": "full", "hidden": 64},
@@ -142,7 +141,7 @@ def main() -> None:
     prev = json.loads(old_json.read_text()) if old_json.exists() else {}
     samp, partitioner = prev.get("sampler"), prev.get("partitioner", "?")
     t_start = time.perf_counter()
-    loads = [os.getloadavg()]
+    load0 = harness.loadavg()
 
     def key(r: dict) -> tuple:
         return r["tag"], r["nodes"], r["p"], r["epochs"], r["seed"], r["ranks"]
@@ -182,7 +181,7 @@ def main() -> None:
         for r in new:
             with h5py.File(r["h5"]) as f:
                 r["syncs"] = int((np.asarray(f["train/sync_bytes"]) > 0).sum())
-            r["run_load"] = loads[0]
+            r["run_load"] = load0
             r["partitioner"] = partitioner
         with open(log_path, "a") as fh:
             for r in new:
@@ -190,7 +189,6 @@ def main() -> None:
         rows = list({key(r): r for r in rows + new}.values())
         if not args.no_sampler:
             samp = sampler_bench(store)
-        loads.append(os.getloadavg())
     order = {"gcn": 0, "sage": 1}
     rows.sort(key=lambda r: (r["nodes"], r["p"], order.get(r["model"], 9), "grad" in r["variant"],
                              "avg-optimizer" in r["variant"], int(r["variant"].split()[0][2:])
@@ -208,12 +206,9 @@ def main() -> None:
                f"{samp['numba_edges_per_s'] / 1e6:.2f} M sampled edges/s; per-node numpy loop "
                f"{samp['numpy_loop_edges_per_s'] / 1e6:.3f} M edges/s (x{samp['speedup']:.1f}).\n")
     out = {"benchmark": "averaging_sync", "partitioner": partitioner, "runs": rows,
-           "sampler": samp, "this_invocation": {"jobs": len(jobs), "argv": sys.argv[1:],
-                                                "wall_s": time.perf_counter() - t_start,
-                                                "loadavg": loads}}
-    tmp = res / "averaging_sync.json.tmp"
-    tmp.write_text(json.dumps(out, indent=1, default=float))
-    os.replace(tmp, res / "averaging_sync.json")
+           "sampler": samp, "this_invocation": {"jobs": len(jobs),
+                                                "wall_s": time.perf_counter() - t_start}}
+    harness.write_result(res / "averaging_sync.json", out, load0)
     (res / "averaging_sync.md").write_text(md)
     print(md)
 

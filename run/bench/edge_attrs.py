@@ -20,30 +20,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import re
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+import harness
+
 
 
 def timed(cmd: list[str]) -> dict:
     """Wall seconds and peak RSS (MiB, max over the processes /usr/bin/time sees) of ``cmd``."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", SHARDGNN_PROGRESS="0")
-    t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
-    return {"wall_s": round(wall, 3), "peak_rss_mib": round(rss / 1024, 1)}
+    r = harness.timed(cmd)
+    return {"wall_s": r["wall_s"], "peak_rss_mib": round(r["max_child_rss_bytes"] / 1024 ** 2, 1),
+            "loadavg": r["loadavg"]}
 
 
 def dir_bytes(d: Path, pattern: str = "*") -> int:
@@ -70,14 +61,13 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--work", default=None, help="scratch folder (default RESULTS/work-edge-attrs)")
     a = ap.parse_args()
+    load0 = harness.loadavg()
     res = Path(a.results)
     work = Path(a.work) if a.work else res / "work-edge-attrs"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    py = sys.executable
-    sg = [py, "-m", "shardgnn"]
-    mpi = [str(Path(py).with_name("mpiexec")), "-n", str(a.ranks), py, "-m", "mpi4py", "-m",
-           "shardgnn"]
+    sg = harness.shardgnn([])
+    mpi = harness.shardgnn([], ranks=a.ranks)
     raw = work / "rmat.npy"
     subprocess.run(sg + ["generate", "rmat", "--scale", str(a.scale), "--edges", str(a.edges),
                          "--seed", "1", "--out", str(raw)], check=True, capture_output=True)
@@ -109,16 +99,8 @@ def main() -> None:
     if s["spring_plain"].get("write_pass_s"):
         out["ratios_weighted_over_plain"]["spring"]["write_pass_s"] = round(
             s["spring_weighted"]["write_pass_s"] / s["spring_plain"]["write_pass_s"], 3)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    import shardgnn
-
-    out.update(loadavg=os.getloadavg(), commit=commit, version=shardgnn.__version__,
-               machine=f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus",
-               note="timings on a shared 2-core machine with other jobs running: noisy; "
-                    "byte counts exact")
-    res.mkdir(parents=True, exist_ok=True)
-    (res / "edge_attrs.json").write_text(json.dumps(out, indent=2))
+    harness.write_result(res / "edge_attrs.json", out, load0,
+                         note=harness.NOTE_SHARED + "; byte counts exact")
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out["ratios_weighted_over_plain"]), flush=True)
 

@@ -5,20 +5,14 @@ writes run/bench/results/guards_overhead.json. Rank-local; no MPI."""
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rdm_common import machine, write_json  # noqa: E402
-
-from shardgnn import __version__  # noqa: E402
-from shardgnn.train import guards  # noqa: E402
+import harness
+from shardgnn.train import guards
 
 
 def read_blocks(x: np.ndarray, block: int) -> float:
@@ -34,6 +28,7 @@ def main() -> None:
     ap.add_argument("--cols", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
+    load0 = harness.loadavg()
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "x.npy"
         x = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(a.rows, a.cols))
@@ -52,18 +47,15 @@ def main() -> None:
             read_blocks(x, guards.BLOCK_ROWS)
             read.append(time.perf_counter() - t)
     mb = a.rows * a.cols * 4 / 1e6
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent).stdout.strip()
-    res = {"machine": machine(), "loadavg": os.getloadavg(), "commit": commit,
-           "version": __version__, "rows": a.rows, "cols": a.cols, "megabytes": mb,
+    res = {"rows": a.rows, "cols": a.cols, "megabytes": mb,
            "check_seconds": check, "read_as_float64_seconds": read,
            "check_median_s": float(np.median(check)), "read_median_s": float(np.median(read)),
            "check_mb_per_s": mb / float(np.median(check)),
            "ratio_check_to_read": float(np.median(check) / np.median(read)),
            "note": "x.npy float32 memory map in the page cache; the read baseline converts each "
                    "block to float64 like NodeData.features does"}
-    out = Path(__file__).resolve().parent / "results" / "guards_overhead.json"
-    write_json(out, res)
+    out = harness.RESULTS / "guards_overhead.json"
+    harness.write_result(out, res, load0)
     print(f"{mb:.0f} MB: check {res['check_median_s']:.3f}s ({res['check_mb_per_s']:.0f} MB/s), "
           f"read {res['read_median_s']:.3f}s, ratio {res['ratio_check_to_read']:.2f}; wrote {out}")
 

@@ -23,27 +23,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+import harness
+
+ROOT = harness.ROOT
 
 
 def sh(cmd: list, ranks: int = 0) -> float:
     """Run a shardgnn command (on ``ranks`` MPI ranks); wall seconds."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", SHARDGNN_PROGRESS="0")
-    full = [str(BIN / "shardgnn"), *map(str, cmd)]
-    if ranks:
-        full = [str(BIN / "mpiexec"), "-n", str(ranks), *full]
+    full = harness.shardgnn(cmd, ranks)
     t0 = time.perf_counter()
-    proc = subprocess.run(full, capture_output=True, text=True, env=env)
+    proc = harness.sh(full)
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(full)}\n{proc.stderr[-3000:]}")
     return time.perf_counter() - t0
@@ -146,7 +141,8 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     P, n = a.ranks, a.nodes
     res: dict = {"nodes": n, "ranks": P, "features": a.features, "model": "sage 2 layers hidden 64",
-                 "load_before": os.getloadavg(), "note": a.no_lock_note}
+                 "note": a.no_lock_note}
+    load0 = harness.loadavg()
     secs = set(a.sections.split(","))
     if Path(a.out).exists():
         res = {**json.loads(Path(a.out).read_text()), **res}
@@ -175,15 +171,9 @@ def main() -> int:
         res["rss_2n_over_n"] = round(max(res["layerwise_2n"]["peak_rss_mib_per_rank"])
                                      / max(res["layerwise"]["peak_rss_mib_per_rank"]), 3)
     res["bench_seconds"] = round(time.perf_counter() - t0, 1)
-    res["load_after"] = os.getloadavg()
-    res["machine"] = {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    from shardgnn import __version__
-
-    res["version"] = __version__
-    res["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
-                                   capture_output=True, text=True).stdout.strip()
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2))
+    for old in ("load_before", "load_after", "machine", "version", "commit"):
+        res.pop(old, None)   # recorded under "meta" now
+    harness.write_result(Path(a.out), res, load0)
     print(json.dumps(res, indent=2))
     return 0
 

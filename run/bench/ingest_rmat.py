@@ -15,13 +15,12 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import harness
 
 BASELINE = r"""
 import sys, numpy as np
@@ -51,15 +50,11 @@ print(n, len(keys))
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None, label: str | None = None) -> dict:
-    """Run ``cmd`` under /usr/bin/time -v; return wall seconds, peak RSS and output."""
-    t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
-    return {"cmd": label or " ".join(cmd), "wall_s": round(wall, 2), "peak_rss_mb": round(rss / 1024, 1),
-            "stdout": proc.stdout.strip()}
+    """Run ``cmd`` under /usr/bin/time -v; return wall seconds, peak RSS, output and load."""
+    r = harness.timed(cmd, env, stdout=True)
+    return {"cmd": label or r["cmd"], "wall_s": r["wall_s"],
+            "peak_rss_mb": round(r["max_child_rss_bytes"] / 1024 ** 2, 1),
+            "stdout": r["stdout"].strip(), "loadavg": r["loadavg"]}
 
 
 def sha(path: Path) -> str:
@@ -72,7 +67,6 @@ def sha(path: Path) -> str:
 
 def text_convert(work: Path, exe: list[str], env: dict[str, str], args) -> dict:
     """Write a 2^K-edge R-MAT SNAP text file (with '#' header, tabs, CRLF) and convert it."""
-    import numpy as np
 
     from shardgnn.graph.generators import rmat_edges
 
@@ -107,6 +101,7 @@ def main() -> None:
                     help="also convert a SNAP text (.txt) R-MAT edge list of 2^K edges to "
                     "measure text parsing (0: skip; default: 22)")
     args = ap.parse_args()
+    load0 = harness.loadavg()
     res_dir = Path(args.results)
     res_dir.mkdir(parents=True, exist_ok=True)
     work = Path(args.work or tempfile.mkdtemp(prefix="shardgnn-bench-"))
@@ -115,8 +110,7 @@ def main() -> None:
     exe = [sys.executable, "-m", "shardgnn"]
     npy = work / "rmat.npy"
     m = 1 << args.log2_edges
-    out: dict = {"scale": args.scale, "raw_edges": m, "seed": args.seed,
-                 "host_cpus": os.cpu_count(), "note": "shared 2-core machine; timings noisy"}
+    out: dict = {"scale": args.scale, "raw_edges": m, "seed": args.seed}
     try:
         out["generate"] = timed(exe + ["generate", "rmat", "--scale", str(args.scale), "--edges",
                                        str(m), "--seed", str(args.seed), "--out", str(npy),
@@ -155,7 +149,7 @@ def main() -> None:
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    (res_dir / "ingest_rmat.json").write_text(json.dumps(out, indent=2))
+    harness.write_result(res_dir / "ingest_rmat.json", out, load0)
     print(json.dumps(out, indent=2))
 
 

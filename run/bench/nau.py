@@ -26,16 +26,14 @@ the RSS at that moment. The JSON records the load average, git commit, version a
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+import harness
 
 GENRE_RELATIONS = ("film.film.genre", "film.film_genre.films_in_this_genre")
 
@@ -219,7 +217,7 @@ def sec_magnn_ref(a: argparse.Namespace) -> dict[str, Any]:
         ref = MAGNNReference(tr.model, tr.hdgs.hdg)
         m = tr.masks["train"]
 
-        def ref_step(ep: int) -> None:
+        def ref_step(ep: int, tr=tr, ref=ref, m=m) -> None:  # bound now: deleted below
             tr.model.train()
             tr.opt.zero_grad()
             F.cross_entropy(ref(tr.x)[m], tr.y[m]).backward()
@@ -345,26 +343,15 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    import shardgnn
-
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
-    out: dict[str, Any] = {"bench": "nau", "commit": commit, "version": shardgnn.__version__,
-                           "machine": f"{platform.node()} {platform.machine()} "
-                                      f"{os.cpu_count()} cpus", "torch": torch.__version__,
-                           "threads": torch.get_num_threads(), "argv": sys.argv,
-                           "loadavg_start": os.getloadavg(), "sections": {}}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
+    load0 = harness.loadavg()
+    out: dict[str, Any] = {"bench": "nau", "threads": torch.get_num_threads(), "sections": {}}
     for name in a.sections.split(","):
         t = time.perf_counter()
         out["sections"][name] = SECTIONS[name](a)
         out["sections"][name]["seconds"] = time.perf_counter() - t
-        out["sections"][name]["loadavg_after"] = os.getloadavg()
-        out["loadavg_end"] = os.getloadavg()
-        tmp = a.out.with_name(a.out.name + f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(out, indent=1))  # after every section: a cut run keeps them
-        os.replace(tmp, a.out)
+        out["sections"][name]["loadavg"] = {"after": harness.loadavg()}
+        harness.write_result(a.out, out, load0)  # after every section: a cut run keeps them
     print(f"wrote {a.out}")
 
 

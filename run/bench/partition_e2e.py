@@ -25,15 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import harness
+
+ROOT = harness.ROOT
 SIZES = {"tiny": (14, 1 << 18), "small": (20, 1 << 24), "large": (22, 1 << 26)}
 CONFIGS = {"spring": [], "spring-r0": ["--refine", "0"], "2ps-l": ["--algo", "2ps-l"],
            "hdrf": ["--algo", "hdrf"]}
@@ -42,31 +41,11 @@ NOT_STREAMING = ("write", "jit")
 
 def timed(cmd: list[str], env: dict[str, str]) -> dict:
     """Run ``cmd`` under /usr/bin/time -v: wall and CPU seconds, peak RSS, load averages."""
-    load0 = os.getloadavg()
-    t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-
-    def field(name: str) -> float:
-        return float(re.search(name + r": ([\d.]+)", proc.stderr).group(1))
-
-    return {"cmd": " ".join(cmd), "wall_s": round(wall, 3),
-            "cpu_s": round(field(r"User time \(seconds\)") + field(r"System time \(seconds\)"), 3),
-            "max_child_rss_bytes": int(field(r"Maximum resident set size \(kbytes\)")) * 1024,
-            "load_before": [round(x, 2) for x in load0],
-            "load_after": [round(x, 2) for x in os.getloadavg()],
-            "stdout_tail": proc.stdout[-400:]}
+    return harness.timed(cmd, env)
 
 
 def shardgnn(args: list[str], env: dict[str, str], ranks: int = 0) -> list[str]:
-    py = [sys.executable, "-m", "shardgnn", *args]
-    if ranks:
-        mpiexec = Path(sys.executable).with_name("mpiexec")
-        return [str(mpiexec), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
-                "shardgnn", *args]
-    return py
+    return harness.shardgnn(args, ranks)
 
 
 def ensure_graph(size: str, work: Path, env: dict[str, str], doc: dict) -> Path:
@@ -155,14 +134,12 @@ def main(argv: list[str] | None = None) -> int:
                PYTHONPATH=os.pathsep.join([args.src, os.environ.get("PYTHONPATH", "")]))
     res = Path(args.out)
     doc = json.loads(res.read_text()) if res.exists() else {}
-    commit = subprocess.run(["git", "-C", args.src, "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    doc.setdefault("machine", {"host": platform.node(), "cpus": os.cpu_count(),
-                               "python": platform.python_version()})
+    commit = harness.git_state(Path(args.src))["commit"]
     doc.setdefault("runs", [])
+    load0 = harness.loadavg()
 
     def save() -> None:
-        res.write_text(json.dumps(doc, indent=1))
+        harness.write_result(res, doc, load0, src=Path(args.src))
 
     tiny = ensure_graph("tiny", work, env, doc)
     warm = timed(shardgnn(["partition", str(tiny), "--parts", "8", "--out", str(work / "warm")],
@@ -195,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"{args.label} {size} {cfg} P={ranks} wm={wm} {comp}: "
                               f"{rec['wall_s']} s wall ({rec['cpu_s']} s CPU), write "
                               f"{rec['write_s']} s, passes {rec['streaming_passes_s']} s, "
-                              f"load {rec['load_before'][0]}", flush=True)
+                              f"load {rec['loadavg']['before'][0]}", flush=True)
     save()
     return 0
 

@@ -28,12 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+import harness
+
+ROOT = harness.ROOT
 
 
 def driver(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    load0 = harness.loadavg()
     data = Path(args.data) if args.data else out / f"csbm-{args.nodes}"
     if not (data / "graph.json").exists():
         from shardgnn.graph.generators import csbm
@@ -47,19 +50,16 @@ def driver(args: argparse.Namespace) -> int:
         res = json.loads(raw.read_text())
         res["summary"] = analyse(res, args.profile if not args.calibrate
                                  else str(out / "profile-bench.toml"))
-        (out / "perfmodel_time.json").write_text(json.dumps(res, indent=1))
+        harness.write_result(out / "perfmodel_time.json", res, load0)
         print_summary(res)
         return 0
-    mpiexec = Path(sys.executable).with_name("mpiexec")
-    cmd = [str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(args.ranks), sys.executable,
-           "-m", "mpi4py", __file__, "--worker", "--out", str(out), "--data", str(data),
-           "--hidden", str(args.hidden), "--layers", str(args.layers), "--passes",
-           str(args.passes), "--warmup", str(args.warmup), "--steps", str(args.steps),
-           "--profile", args.profile, "--dtype", args.dtype]
+    cmd = harness.mpi(args.ranks, [
+        __file__, "--worker", "--out", out, "--data", data, "--hidden", args.hidden, "--layers",
+        args.layers, "--passes", args.passes, "--warmup", args.warmup, "--steps", args.steps,
+        "--profile", args.profile, "--dtype", args.dtype])
     if not args.calibrate:
         cmd.append("--no-calibrate")
-    env = dict(os.environ, OMP_NUM_THREADS="1", SHARDGNN_PROGRESS="0",
-               SHARDGNN_PERFMODEL_PROFILE=args.profile)
+    env = harness.bench_env({"OMP_NUM_THREADS": "1", "SHARDGNN_PERFMODEL_PROFILE": args.profile})
     t0 = time.time()
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     res = json.loads(raw.read_text())
@@ -69,7 +69,7 @@ def driver(args: argparse.Namespace) -> int:
         res["summary_bundled_profile"] = analyse(json.loads(raw.read_text()), args.profile)
     summary = analyse(res, profile)
     res["summary"] = summary
-    (out / "perfmodel_time.json").write_text(json.dumps(res, indent=1))
+    harness.write_result(out / "perfmodel_time.json", res, load0)
     print_summary(res)
     return 0
 
@@ -165,7 +165,7 @@ def worker(args: argparse.Namespace) -> int:
     from shardgnn.rdm.main import RDMConfig, build, default_order
 
     comm = world()
-    load0 = list(os.getloadavg())
+    load0 = harness.loadavg()
     cfg = RDMConfig(data=args.data, layers=args.layers, hidden=args.hidden, epochs=1,
                     dtype=args.dtype, seed=0)
     built = build(comm, cfg)
@@ -185,7 +185,7 @@ def worker(args: argparse.Namespace) -> int:
     by_pass: dict[str, list[float]] = {o: [] for o in orders}
     parts: dict[str, list[dict]] = {o: [] for o in orders}
     snap = autoorder._snapshot(tr)
-    load = [list(os.getloadavg())]
+    load = [harness.loadavg()]
     # Each pass visits every order (rotated start) and runs it as a training run does:
     # --warmup untimed steps, then --steps consecutive timed steps.
     for p in range(args.passes):
@@ -203,7 +203,7 @@ def worker(args: argparse.Namespace) -> int:
                     parts[o].append(rec["times"])
             times[o].extend(got)
             by_pass[o].append(float(np.median(got)))
-    load.append(list(os.getloadavg()))
+    load.append(harness.loadavg())
     autoorder._restore(tr, snap)
     if args.calibrate:
         cal.append(calibrate.measure(comm, cal_args))
@@ -222,8 +222,9 @@ def worker(args: argparse.Namespace) -> int:
                  "parts_rank0": {k: float(np.median([d[k] for d in parts[o]]))
                                  for k in parts[o][0]}} for o in orders]
         res = {"problem": prob, "passes": args.passes, "warmup_steps": args.warmup,
-               "timed_steps": args.steps, "loadavg_timings_before_after": load,
-               "loadavg_worker_start": load0, "orders": rows,
+               "timed_steps": args.steps,
+               "loadavg": {"worker_start": load0, "timings_before": load[0],
+                           "timings_after": load[1]}, "orders": rows,
                "auto": {"choice": auto, "candidates": [str(o) for o in front],
                         "selection_seconds": t_auto},
                "model": {"choice": model}, "default_order": str(default_order(args.layers)),

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rdm_common import launch, machine, planetoid, write_json  # noqa: E402
+import harness
+from rdm_common import planetoid
 
 
 def worker(data: str, seeds: list[int], out: str, order: str) -> None:
@@ -54,22 +53,23 @@ def main() -> None:
     ap.add_argument("--order", default="DSDS")
     ap.add_argument("--worker", nargs=3, metavar=("DATA", "SEEDS", "OUT"))
     a = ap.parse_args()
+    load0 = harness.loadavg()
     if a.worker:
         worker(a.worker[0], [int(x) for x in a.worker[1].split(",")], a.worker[2], a.order)
         return
     res = Path(a.results)
-    out = {"machine": machine(), "seeds": a.seeds, "order": a.order, "runs": {}}
+    out = {"seeds": a.seeds, "order": a.order, "runs": {}}
     seeds = ",".join(str(s) for s in range(a.seeds))
     for name in a.datasets.split(","):
         data = planetoid(name, res / "data")
         for p in [int(x) for x in a.ranks.split(",")]:
             tmp = res / f"acc-{name}-{p}.json"
-            launch(p, [__file__, "x", "--worker", data, seeds, tmp, "--order", a.order])
+            harness.launch(p, [__file__, "x", "--worker", data, seeds, tmp, "--order", a.order])
             r = json.loads(tmp.read_text())
             out["runs"][f"{name}/P={p}"] = r
             print(f"{name:9s} P={p}: test accuracy {r['mean_test_acc']:.4f} ± {r['std_test_acc']:.4f} "
                   f"(mean of {a.seeds} seeds)", flush=True)
-    write_json(res / "rdm_accuracy.json", out)
+    harness.write_result(res / "rdm_accuracy.json", out, load0)
 
 
 if __name__ == "__main__":

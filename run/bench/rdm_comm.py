@@ -10,14 +10,12 @@ training-step time; both engines run in the same invocation, one after the other
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rdm_common import csbm, launch, machine, write_json  # noqa: E402
+import harness
+from rdm_common import csbm, csbm_parser
 
 
 def read(path: Path, warmup: int) -> dict:
@@ -44,11 +42,7 @@ def pick_order(widths: list[int]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results")
-    ap.add_argument("--nodes", type=int, default=200_000)
-    ap.add_argument("--features", type=int, default=128)
-    ap.add_argument("--classes", type=int, default=8)
+    ap = csbm_parser(__doc__, nodes=200_000, features=128, classes=8)
     ap.add_argument("--hidden", default="128,256")
     ap.add_argument("--ranks", default="2,4,8")
     ap.add_argument("--time-ranks", default="2,4")
@@ -56,9 +50,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--order", default="min-comm")
     a = ap.parse_args()
+    load0 = harness.loadavg()
     res = Path(a.results)
     data = csbm(res / "data", a.nodes, a.features, a.classes)
-    out = {"machine": machine(), "data": str(data), "nodes": a.nodes, "features": a.features,
+    out = {"data": str(data), "nodes": a.nodes, "features": a.features,
            "classes": a.classes, "runs": []}
     for hidden in [int(x) for x in a.hidden.split(",")]:
         order = pick_order([a.features, hidden, a.classes]) if a.order == "min-comm" else a.order
@@ -68,7 +63,7 @@ def main() -> None:
             row = {"hidden": hidden, "P": p}
             for engine, extra in (("rdm", ["--order", order]), ("cagnet1d", [])):
                 h5 = res / f"comm-{engine}-{hidden}-{p}.h5"
-                launch(p, ["-m", "shardgnn", "train", "--engine", engine, data, "--hidden", hidden,
+                harness.launch(p, ["-m", "shardgnn", "train", "--engine", engine, data, "--hidden", hidden,
                            "--epochs", epochs, "--eval-every", "0", "--feature-norm", "none",
                            "--out", h5, *extra])
                 r = read(h5, a.warmup if timed else 0)
@@ -98,7 +93,7 @@ def main() -> None:
                         f"{row['cagnet1d']['epoch_time_median']:.3f}s (CAGNET/RDM "
                         f"{row['time_ratio_cagnet_over_rdm']:.2f})")
             print(msg, flush=True)
-            write_json(res / "rdm_comm.json", out)
+            harness.write_result(res / "rdm_comm.json", out, load0)
 
 
 if __name__ == "__main__":

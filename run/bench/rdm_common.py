@@ -1,39 +1,19 @@
-"""Helpers shared by the RDM benchmarks: mpiexec launching, dataset preparation, JSON output."""
+"""Inputs shared by the RDM benchmarks: a converted Planetoid dataset and a generated CSBM graph,
+each made once under the results folder, and the options every CSBM benchmark takes."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
+import argparse
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "datasets"
-
-
-def mpiexec() -> str:
-    local = Path(sys.executable).with_name("mpiexec")
-    return str(local) if local.exists() else "mpiexec"
-
-
-def launch(n: int, args: list[str], timeout: float = 3600) -> subprocess.CompletedProcess:
-    """Run ``mpiexec -n N python -m mpi4py ARGS``; raise with the tail of stderr on failure."""
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-               SHARDGNN_PROGRESS="0")
-    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "mpi4py", *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    return proc
+import harness
 
 
 def planetoid(name: str, out: Path) -> Path:
-    """Convert shared/datasets/NAME into OUT/NAME once."""
+    """Convert the shared dataset NAME into OUT/NAME once."""
     d = out / name
     if not (d / "graph.json").exists():
-        subprocess.run([sys.executable, "-m", "shardgnn", "convert", str(SHARED / name), "--out", str(d)],
-                       check=True, capture_output=True)
+        harness.sh(harness.shardgnn(["convert", harness.dataset(name), "--out", d]), check=True)
     return d
 
 
@@ -42,23 +22,19 @@ def csbm(out: Path, nodes: int, features: int, classes: int = 8, degree: int = 1
     """Generate a CSBM dataset once (through `shardgnn generate csbm`)."""
     d = out / f"csbm-{nodes}-{features}-{classes}-{degree}-{homophily}-{snr}"
     if not (d / "graph.json").exists():
-        subprocess.run([sys.executable, "-m", "shardgnn", "generate", "csbm", "--nodes", str(nodes),
-                        "--features", str(features), "--classes", str(classes),
-                        "--avg-degree", str(degree), "--homophily", str(homophily),
-                        "--feature-snr", str(snr), "--seed", str(seed), "--out", str(d)],
-                       check=True, capture_output=True)
+        harness.sh([sys.executable, "-m", "shardgnn", "generate", "csbm", "--nodes", nodes,
+                    "--features", features, "--classes", classes, "--avg-degree", degree,
+                    "--homophily", homophily, "--feature-snr", snr, "--seed", seed, "--out", d],
+                   check=True)
     return d
 
 
-def write_json(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=float))
-    os.replace(tmp, path)
-
-
-def machine() -> dict:
-    import platform
-
-    return {"host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "note": "2 cores shared with other jobs; timings are medians and noisy"}
+def csbm_parser(doc: str | None, nodes: int, features: int = 128,
+                classes: int = 8) -> argparse.ArgumentParser:
+    """A parser with RESULTS_DIR and the CSBM graph's --nodes / --features / --classes."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("--nodes", type=int, default=nodes)
+    ap.add_argument("--features", type=int, default=features)
+    ap.add_argument("--classes", type=int, default=classes)
+    return ap

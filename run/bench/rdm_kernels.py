@@ -12,14 +12,12 @@ of dense input/output (inputs cached: upper bound AI_hi) and at most nnz*(8 + 4w
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rdm_common import machine, write_json  # noqa: E402
+import harness
 
 
 def med(fn, repeats):
@@ -46,11 +44,12 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
+    load0 = harness.loadavg()
     rng = np.random.default_rng(0)
     n = a.nodes
     e = rng.integers(0, n, size=(n * a.degree // 2, 2))
     A = gcn_normalised(e, n)
-    out = {"machine": machine(), "nodes": n, "nnz": A.nnz, "results": []}
+    out = {"nodes": n, "nnz": A.nnz, "results": []}
     buf = np.ones(32 * 2**20)
     dst = np.empty_like(buf)
     for th in [int(x) for x in a.threads.split(",")]:
@@ -84,7 +83,7 @@ def main() -> None:
                   f"{100 * s['fraction_of_cached_roofline']:.0f}% of cached bound)", flush=True)
         for g in row["gemm"]:
             print(f"  GEMM w={g['width']:4d}: {g['GFLOPs']:.1f} GFLOP/s", flush=True)
-    write_json(Path(a.results) / "rdm_kernels.json", out)
+    harness.write_result(Path(a.results) / "rdm_kernels.json", out, load0)
 
 
 if __name__ == "__main__":

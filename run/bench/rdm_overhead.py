@@ -10,15 +10,13 @@ backward + optimiser step; medians of epochs after warm-up. Writes RESULTS_DIR/r
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rdm_common import csbm, launch, machine, write_json  # noqa: E402
+import harness
+from rdm_common import csbm, csbm_parser
 
 
 def worker(data: str, hidden: int, epochs: int, warmup: int, orders: list[str], out: str) -> None:
@@ -87,17 +85,14 @@ def worker(data: str, hidden: int, epochs: int, warmup: int, orders: list[str], 
 def main() -> None:
     import json
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results")
-    ap.add_argument("--nodes", type=int, default=100_000)
-    ap.add_argument("--features", type=int, default=128)
-    ap.add_argument("--classes", type=int, default=8)
+    ap = csbm_parser(__doc__, nodes=100_000, features=128, classes=8)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--epochs", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--orders", default="DDSS,DSDS")
     ap.add_argument("--worker", nargs=2, metavar=("DATA", "OUT"))
     a = ap.parse_args()
+    load0 = harness.loadavg()
     orders = a.orders.split(",")
     if a.worker:
         worker(a.worker[0], a.hidden, a.epochs, a.warmup, orders, a.worker[1])
@@ -105,11 +100,11 @@ def main() -> None:
     res = Path(a.results)
     data = csbm(res / "data", a.nodes, a.features, a.classes)
     tmp = res / "overhead-worker.json"
-    launch(1, [__file__, "x", "--worker", data, tmp, "--hidden", a.hidden, "--epochs", a.epochs,
+    harness.launch(1, [__file__, "x", "--worker", data, tmp, "--hidden", a.hidden, "--epochs", a.epochs,
                "--warmup", a.warmup, "--orders", a.orders])
     r = json.loads(tmp.read_text())
-    out = {"machine": machine(), "nodes": a.nodes, "features": a.features, "hidden": a.hidden, **r}
-    write_json(res / "rdm_overhead.json", out)
+    out = {"nodes": a.nodes, "features": a.features, "hidden": a.hidden, **r}
+    harness.write_result(res / "rdm_overhead.json", out, load0)
     print(f"plain torch GCN {r['plain_torch']:.3f}s/epoch (CSR), {r['plain_torch_coo']:.3f}s (COO); "
           + "; ".join(f"RDM {o} {r[f'rdm_{o}']:.3f}s ({r[f'ratio_rdm_{o}_over_plain']:.2f}x CSR, "
                       f"{r[f'ratio_rdm_{o}_over_plain_best']:.2f}x best)" for o in orders), flush=True)

@@ -9,14 +9,12 @@ per-rank SpMM time per epoch. Writes RESULTS_DIR/rdm_partition.json.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rdm_common import csbm, launch, machine, write_json  # noqa: E402
+import harness
+from rdm_common import csbm, csbm_parser
 
 
 def read(path: Path, warmup: int) -> dict:
@@ -34,11 +32,7 @@ def read(path: Path, warmup: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results")
-    ap.add_argument("--nodes", type=int, default=200_000)
-    ap.add_argument("--features", type=int, default=128)
-    ap.add_argument("--classes", type=int, default=8)
+    ap = csbm_parser(__doc__, nodes=200_000, features=128, classes=8)
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--replicas", default="1,2")
     ap.add_argument("--algo", default="spring")
@@ -46,18 +40,19 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
     a = ap.parse_args()
+    load0 = harness.loadavg()
     res = Path(a.results)
     data = csbm(res / "data", a.nodes, a.features, a.classes)
     parts = res / f"parts-{a.algo}-{a.ranks}"
     if not (parts / "meta.json").exists():
-        launch(a.ranks, ["-m", "shardgnn", "partition", data, "--algo", a.algo, "--parts", a.ranks,
+        harness.launch(a.ranks, ["-m", "shardgnn", "partition", data, "--algo", a.algo, "--parts", a.ranks,
                          "--out", parts])
-    out = {"machine": machine(), "data": str(data), "P": a.ranks, "algo": a.algo, "runs": []}
+    out = {"data": str(data), "P": a.ranks, "algo": a.algo, "runs": []}
     for r in [int(x) for x in a.replicas.split(",")]:
         row = {"R": r}
         for tag, extra in (("natural", []), ("partitioned", ["--partition", parts])):
             h5 = res / f"part-{tag}-{r}.h5"
-            launch(a.ranks, ["-m", "shardgnn", "train", "--engine", "rdm", data, "--replicas", r,
+            harness.launch(a.ranks, ["-m", "shardgnn", "train", "--engine", "rdm", data, "--replicas", r,
                              "--hidden", a.hidden, "--epochs", a.epochs, "--eval-every", "0",
                              "--feature-norm", "none", "--order", "DSDS", "--out", h5, *extra])
             row[tag] = read(h5, a.warmup)
@@ -67,7 +62,7 @@ def main() -> None:
               f"{row['partitioned']['spmm_seconds_max']:.3f}s partitioned ({row['spmm_speedup']:.2f}x); "
               f"nnz imbalance {row['natural']['nnz_imbalance']:.3f} vs {row['partitioned']['nnz_imbalance']:.3f}",
               flush=True)
-        write_json(res / "rdm_partition.json", out)
+        harness.write_result(res / "rdm_partition.json", out, load0)
 
 
 if __name__ == "__main__":

@@ -7,14 +7,12 @@ and the wall time of the training steps. Writes RESULTS_DIR/rdm_saint.json.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rdm_common import csbm, launch, machine, write_json  # noqa: E402
+import harness
+from rdm_common import csbm, csbm_parser
 
 
 def read(path: Path) -> dict:
@@ -32,35 +30,32 @@ def read(path: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results")
-    ap.add_argument("--nodes", type=int, default=100_000)
-    ap.add_argument("--features", type=int, default=32)
-    ap.add_argument("--classes", type=int, default=4)
+    ap = csbm_parser(__doc__, nodes=100_000, features=32, classes=4)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--full-epochs", type=int, default=100)
     ap.add_argument("--saint-epochs", type=int, default=20)
     ap.add_argument("--samplers", default="rw,node,edge")
     a = ap.parse_args()
+    load0 = harness.loadavg()
     res = Path(a.results)
     data = csbm(res / "data", a.nodes, a.features, a.classes, homophily=0.6, snr=0.6)
     common = ["-m", "shardgnn", "train", "--engine", "rdm", data, "--hidden", a.hidden,
               "--feature-norm", "none", "--eval-every", "5"]
-    out = {"machine": machine(), "data": str(data), "nodes": a.nodes, "P": a.ranks, "runs": {}}
+    out = {"data": str(data), "nodes": a.nodes, "P": a.ranks, "runs": {}}
     h5 = res / "saint-full.h5"
-    launch(a.ranks, [*common, "--epochs", a.full_epochs, "--out", h5])
+    harness.launch(a.ranks, [*common, "--epochs", a.full_epochs, "--out", h5])
     out["runs"]["full_batch"] = full = read(h5)
     print(f"full batch: test {full['final_test_acc']:.4f} in {full['train_seconds']:.1f}s", flush=True)
     for s in a.samplers.split(","):
         h5 = res / f"saint-{s}.h5"
-        launch(a.ranks, [*common, "--epochs", a.saint_epochs, "--saint", s, "--out", h5])
+        harness.launch(a.ranks, [*common, "--epochs", a.saint_epochs, "--saint", s, "--out", h5])
         r = out["runs"][f"saint_{s}"] = read(h5)
         r["gap_points"] = 100 * (full["final_test_acc"] - r["final_test_acc"])
         print(f"GraphSAINT {s}: test {r['final_test_acc']:.4f} in {r['train_seconds']:.1f}s "
               f"(gap {r['gap_points']:+.2f} points)", flush=True)
-        write_json(res / "rdm_saint.json", out)
-    write_json(res / "rdm_saint.json", out)
+        harness.write_result(res / "rdm_saint.json", out, load0)
+    harness.write_result(res / "rdm_saint.json", out, load0)
 
 
 if __name__ == "__main__":

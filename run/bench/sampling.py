@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from shardgnn import __version__
+import harness
 from shardgnn.comm import peak_rss_bytes, world
 from shardgnn.sampling.features import open_store
 from shardgnn.sampling.service import GatherApplySampler
@@ -125,6 +122,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    load0 = harness.loadavg()
     comm = world()
     fanouts = [int(f) for f in a.fanouts.split(",")]
     store, ds = open_store(a.store, a.dataset)
@@ -195,17 +193,7 @@ def main(argv=None):
             r["time_ratio_to_uniform_per_edge"] = (u["median_edges_per_s_per_rank"]
                                                    / r["median_edges_per_s_per_rank"])
     if comm.rank == 0:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip()
-        res["meta"] = {"git_commit": commit, "version": __version__,
-                       "machine": platform.node(), "cpu_count": os.cpu_count(),
-                       "loadavg": os.getloadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                          time.gmtime()),
-                       "note": "2 cores shared by nine agents: timings are noisy"}
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(str(a.out) + ".tmp")
-        tmp.write_text(json.dumps(res, indent=1))
-        os.replace(tmp, a.out)
+        harness.write_result(Path(a.out), res, load0)
         print(json.dumps({m: {k: r[k] for k in ("median_edges_per_s_per_rank",
                                                  "ga_balance_returned", "distdgl_balance_returned")}
                           for m, r in list(res["modes"].items()) + [

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+import harness
 
 
 def _run(a: argparse.Namespace) -> int:
@@ -28,6 +28,7 @@ def _run(a: argparse.Namespace) -> int:
     from shardgnn.cli.main import build_parser, run_command
     from shardgnn.comm import world
 
+    load0 = harness.loadavg()
     comm = world()
     log.setup(comm.rank)
     rows = []
@@ -57,10 +58,8 @@ def _run(a: argparse.Namespace) -> int:
                                  "bytes_last_epoch": {k: int(v[()][-1]) for k, v in
                                                       t["bytes"].items()}})
     if comm.rank == 0:
-        res = {"ranks": comm.size, "config": vars(a), "runs": rows,
-               "meta": {"loadavg": os.getloadavg(), "machine": platform.node(),
-                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        res = {"ranks": comm.size, "config": vars(a), "runs": rows}
+        harness.write_result(Path(a.out), res, load0)
     return 0
 
 
@@ -73,7 +72,7 @@ def _compare(a: argparse.Namespace) -> int:
         out["datasets"][ds] = {"seeds": len(t1), "one_rank_mean": float(np.mean(t1)),
                                "many_ranks_mean": float(np.mean(tp)),
                                "gap_points": 100 * float(np.mean(tp) - np.mean(t1))}
-    Path(a.out).write_text(json.dumps(out, indent=1))
+    harness.write_result(Path(a.out), out)
     print(json.dumps(out, indent=1))
     return 0
 

@@ -14,14 +14,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import harness
+import streaming_data as sd
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import streaming_data as sd  # noqa: E402
 
 CONFIGS = {"spring": {"refine": 0},
            "spring+refine": {"refine": 16, "refine_clusters": 4, "refine_frac": 0.8, "tau": 0.05}}
@@ -74,12 +74,11 @@ def main_bench(argv: list[str] | None = None) -> int:
         return 0
     for g in graphs:
         sd.ensure_dataset(g, Path(args.cache))
-    mpiexec = str(Path(sys.executable).with_name("mpiexec"))
     ranks = [int(x) for x in args.ranks.split(",")]
+    load0 = harness.loadavg()
     for P in ranks:
-        subprocess.run([mpiexec, "-n", str(P), sys.executable, "-m", "mpi4py", __file__, str(out),
-                        "--graphs", args.graphs, "--parts", args.parts, "--cache", args.cache,
-                        "--worker"], check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        harness.sh(harness.mpi(P, [__file__, out, "--graphs", args.graphs, "--parts", args.parts,
+                                   "--cache", args.cache, "--worker"]), check=True)
     runs = {P: json.loads((out / f"drift-{P}.json").read_text()) for P in ranks}
     base = runs[ranks[0]]
     table = []
@@ -94,7 +93,7 @@ def main_bench(argv: list[str] | None = None) -> int:
                                "max_abs_drift": max(abs(t[name]["drift"][str(P)]) for t in table),
                                "max_owned_balance": max(t[name][str(P)]["vertex_balance_owned"] for t in table)}
                       for P in ranks[1:]} for name in CONFIGS}
-    (out / "streaming_drift.json").write_text(json.dumps({"rows": table, "summary": summary}, indent=2))
+    harness.write_result(out / "streaming_drift.json", {"rows": table, "summary": summary}, load0)
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -22,13 +22,13 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import harness
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 GRAPHS = ("cora", "facebook_combined", "ca-HepPh", "wiki-Vote", "rmat")
 # (name, p, CLI-equivalent options)
@@ -98,7 +98,7 @@ def rank_main(cache: Path, out: Path) -> None:
 def compare(a: Path, b: Path) -> int:
     A, B = json.loads(a.read_text()), json.loads(b.read_text())
     bad = 0
-    for P in sorted(set(A) | set(B)):
+    for P in sorted((set(A) | set(B)) - {"meta"}):
         for case in sorted(set(A.get(P, {})) | set(B.get(P, {}))):
             x, y = A.get(P, {}).get(case), B.get(P, {}).get(case)
             dx, dy = (x or {}).pop("dtypes", None), (y or {}).pop("dtypes", None)
@@ -107,7 +107,7 @@ def compare(a: Path, b: Path) -> int:
                 print(f"P={P} {case}: differs")
             elif dx and dy and dx != dy:
                 print(f"P={P} {case}: same values; dtypes {dx} -> {dy}")
-    n = sum(len(v) for v in A.values())
+    n = sum(len(v) for k, v in A.items() if k != "meta")
     print(f"{n} cases in {a.name}, {bad} differ")
     return 1 if bad else 0
 
@@ -132,18 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     for g in GRAPHS:  # build the inputs once, outside the MPI jobs
         sd.ensure_rmat(12, 1 << 16, 3, cache) if g == "rmat" else sd.ensure_dataset(g, cache)
     doc = {}
-    mpiexec = Path(sys.executable).with_name("mpiexec")
+    load0 = harness.loadavg()
     for P in args.ranks:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
             part = Path(tmp.name)
-        cmd = [str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(P), sys.executable,
-               str(Path(__file__).resolve()), str(part), "--cache", str(cache), "--rank-script"]
-        subprocess.run(cmd, check=True, env=dict(os.environ, SHARDGNN_PROGRESS="0",
-                                                  OMP_NUM_THREADS="1"))
+        harness.sh(harness.mpi(P, [Path(__file__).resolve(), part, "--cache", cache,
+                                   "--rank-script"]), check=True)
         doc[str(P)] = json.loads(part.read_text())
         part.unlink()
         print(f"P={P}: {len(doc[str(P)])} cases", flush=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1, sort_keys=True))
+    harness.write_result(Path(args.out), doc, load0)
     return 0
 
 

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import streaming_data as sd  # noqa: E402
+import harness
+import streaming_data as sd
 
-from shardgnn import log  # noqa: E402
-from shardgnn.comm import world  # noqa: E402
-from shardgnn.io.canonical import edge_memmap, read_meta  # noqa: E402
-from shardgnn.partition import metrics  # noqa: E402
-from shardgnn.partition.streaming.baselines import BaselineParams  # noqa: E402
-from shardgnn.partition.streaming.pipeline import PartitionConfig, main  # noqa: E402
-from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
+from shardgnn import log
+from shardgnn.comm import world
+from shardgnn.io.canonical import edge_memmap, read_meta
+from shardgnn.partition import metrics
+from shardgnn.partition.streaming.baselines import BaselineParams
+from shardgnn.partition.streaming.pipeline import PartitionConfig, main
+from shardgnn.partition.streaming.spring import SpringParams
 
 #: name -> (algo, config overrides)
 VARIANTS = {
@@ -142,6 +142,9 @@ def main_bench(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default="/tmp/shardgnn-bench-data")
+    ap.add_argument("--anchors", default=None,
+                    help="the partitioners' reference figures (default: anchors/partitioners.md "
+                    "beside the datasets folder)")
     args = ap.parse_args(argv)
     comm = world()
     log.setup(comm.rank)
@@ -151,7 +154,9 @@ def main_bench(argv: list[str] | None = None) -> int:
     res.mkdir(parents=True, exist_ok=True)
     variants = args.variants.split(",")
     parts = [int(x) for x in args.parts.split(",")]
-    anchors = read_anchors(sd.SHARED / "anchors" / "partitioners.md")
+    load0 = harness.loadavg()
+    anchors = read_anchors(Path(args.anchors) if args.anchors
+                           else harness.datasets().parent / "anchors" / "partitioners.md")
     rows = []
     scratch = Path(tempfile.mkdtemp(prefix="sg-quality-"))
     try:
@@ -168,7 +173,7 @@ def main_bench(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     doc = {"rows": rows, "summary": summary(rows, variants), "variants": {v: VARIANTS[v] for v in variants}}
-    (res / "streaming_quality.json").write_text(json.dumps(doc, indent=2))
+    harness.write_result(res / "streaming_quality.json", doc, load0)
     md = "# Streaming partitioner quality (hops = 1, full neighbourhoods)\n" + table(rows, variants, parts)
     md += "\n## Summary (means over graphs and p)\n\n```\n" + json.dumps(doc["summary"], indent=2) + "\n```\n"
     (res / "streaming_quality.md").write_text(md)

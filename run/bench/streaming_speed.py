@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import subprocess
@@ -25,9 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+import harness
+import streaming_data as sd
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import streaming_data as sd  # noqa: E402
 
 STREAMING = ("degrees", "cluster", "hop 1", "assign")
 
@@ -51,23 +51,14 @@ print(json.dumps({"seconds": sec, "rf": rf, "peak_rss_bytes": resource.getrusage
 """
 
 
-def mpiexec() -> str:
-    local = Path(sys.executable).with_name("mpiexec")
-    return str(local) if local.exists() else "mpiexec"
-
-
 def spring(data: Path, p: int, ranks: int, work: Path, extra: list[str] | None = None) -> dict:
     """One SPRING run in its own mpiexec job; returns its metrics from meta.json."""
     out = work / f"spring-P{ranks}"
-    cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "shardgnn",
-           "partition", str(data), "--algo", "spring", "--parts", str(p), "--out", str(out),
-           *(extra or [])]
-    env = dict(os.environ, SHARDGNN_PROGRESS="0", OMP_NUM_THREADS="1")
+    cmd = harness.shardgnn(["partition", data, "--algo", "spring", "--parts", p, "--out", out,
+                            *(extra or [])], ranks)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    harness.sh(cmd, {"OMP_NUM_THREADS": "1"}, check=True)
     wall = time.perf_counter() - t0
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     m = json.loads((out / "meta.json").read_text())["metrics"]
     shutil.rmtree(out, ignore_errors=True)
     sec = m["seconds_per_pass"]
@@ -82,18 +73,14 @@ def spring(data: Path, p: int, ranks: int, work: Path, extra: list[str] | None =
 def spring_passes(data: Path, p: int, ranks: int, work: Path, spill: bool) -> dict:
     """The streaming passes alone (``streaming_passes.py``: no store written) in one mpiexec job."""
     out = work / f"passes-P{ranks}.json"
-    cmd = [mpiexec(), "-n", str(ranks), sys.executable, str(HERE / "streaming_passes.py"),
-           str(data), str(p), str(out), *(["--spill", str(work)] if spill else [])]
-    env = dict(os.environ, SHARDGNN_PROGRESS="0", OMP_NUM_THREADS="1")
+    cmd = [harness.mpiexec(), "-n", ranks, sys.executable, HERE / "streaming_passes.py", data, p,
+           out, *(["--spill", work] if spill else [])]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    harness.sh(cmd, {"OMP_NUM_THREADS": "1"}, check=True)
     doc = json.loads(out.read_text())
     doc["wall_seconds"] = time.perf_counter() - t0
     doc["peak_rss_bytes_max"] = max(doc["peak_rss_bytes"])
-    doc["loadavg_before"] = LOAD[-1] if LOAD else None
-    doc["loadavg_after"] = os.getloadavg()
+    doc["loadavg"] = {"before": LOAD[-1] if LOAD else None, "after": harness.loadavg()}
     return doc
 
 
@@ -132,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache)
     work = cache / "work"
     work.mkdir(parents=True, exist_ok=True)
-    doc: dict = {"parts": args.parts, "note": "2-core machine shared with other jobs; medians"}
+    doc: dict = {"parts": args.parts}
+    load0 = harness.loadavg()
     if not args.skip_speed:
         data = sd.ensure_rmat(args.scale, args.edges, 1, cache)
         doc["speed_mode"] = args.speed_mode
@@ -141,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         for ranks in (1, 2, 4):
             reps = []
             for _ in range(args.repeats if ranks < 4 else 1):
-                LOAD.append(os.getloadavg())
+                LOAD.append(harness.loadavg())
                 reps.append(spring(data, args.parts, ranks, work, ["--refine", "0"])
                             if args.speed_mode == "full" else
                             spring_passes(data, args.parts, ranks, work, args.spill))
-                reps[-1]["loadavg_before"] = LOAD[-1]
+                reps[-1].setdefault("loadavg", {})["before"] = LOAD[-1]
             reps.sort(key=lambda r: r["streaming_seconds"])
             runs[ranks] = reps[len(reps) // 2]
             runs[ranks]["repeats"] = [r["streaming_seconds"] for r in reps]
@@ -155,10 +143,10 @@ def main(argv: list[str] | None = None) -> int:
                 for k in reps[0]["edges_per_second"]}
             print(ranks, json.dumps(runs[ranks]["seconds_per_pass"]), flush=True)
             doc["speed"] = {str(k): v for k, v in runs.items()}
-            (res / "streaming_speed.json").write_text(json.dumps(doc, indent=2))  # partial
+            harness.write_result(res / "streaming_speed.json", doc, load0)  # partial
         one = runs[1]
         doc["speed"] = {str(k): v for k, v in runs.items()}
-        (res / "streaming_speed.json").write_text(json.dumps(doc, indent=2))  # partial results
+        harness.write_result(res / "streaming_speed.json", doc, load0)  # partial results
         doc["targets"] = {
             "cluster_edges_per_s_P1": one["median_edges_per_second"].get("cluster"),
             "degrees_edges_per_s_P1": one["median_edges_per_second"].get("degrees"),
@@ -174,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "spring": spring(data, args.parts, 1, work)}
             print("mem", m_edges, mem[str(m_edges)]["spring"]["peak_rss_bytes_max"], flush=True)
             doc["memory"] = mem
-            (res / "streaming_speed.json").write_text(json.dumps(doc, indent=2))  # partial results
+            harness.write_result(res / "streaming_speed.json", doc, load0)  # partial results
         if not args.skip_metis:
             mem[str(args.mem_edges)]["metis"] = metis(sd.ensure_rmat(args.mem_scale, args.mem_edges, 2, cache),
                                                       args.parts)
@@ -188,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             doc["targets"]["spring_rss_over_metis"] = a["spring"]["peak_rss_bytes_max"] / a["metis"]["peak_rss_bytes"]
             doc["targets"]["rf_spring_over_metis"] = a["spring"]["rf"] / a["metis"]["rf"]
     doc["bench_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    (res / "streaming_speed.json").write_text(json.dumps(doc, indent=2))
+    harness.write_result(res / "streaming_speed.json", doc, load0)
     print(json.dumps(doc.get("targets", {}), indent=2))
     return 0
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+import harness
 
 EDGE_LISTS = {
     "ca-AstroPh": "ca-AstroPh/astro-ph-cc1.txt.gz", "ca-HepPh": "ca-HepPh/ca-HepPh(1).txt",
@@ -44,22 +45,12 @@ PLANETOID = ("cora", "citeseer", "pubmed")
 NOT_POWER_LAW = {"p2p-Gnutella31", "cora", "citeseer", "pubmed"}
 
 
-def sh(cmd: list[str], timeout: float = 3600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, SHARDGNN_PROGRESS="0", OMP_NUM_THREADS="1")
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
-                          env=env)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{proc.stderr[-3000:]}")
-    return proc
+def sh(cmd: list, timeout: float = 3600) -> subprocess.CompletedProcess:
+    return harness.sh(cmd, {"OMP_NUM_THREADS": "1"}, timeout=timeout, check=True)
 
 
 def shardgnn() -> list[str]:
-    return [sys.executable, "-m", "shardgnn"]
-
-
-def mpiexec() -> str:
-    local = Path(sys.executable).with_name("mpiexec")
-    return str(local) if local.exists() else "mpiexec"
+    return harness.shardgnn([])
 
 
 def convert(src: Path, out: Path, planetoid: bool = False) -> Path:
@@ -83,8 +74,8 @@ def rmat(work: Path, scale: int, edges: int, seed: int) -> Path:
 def run_partition(ds: Path, algo: str, p: int, ranks: int, out: Path,
                   extra: list[str]) -> dict:
     t0 = time.perf_counter()
-    proc = sh([mpiexec(), "-n", ranks, sys.executable, "-m", "mpi4py", "-m", "shardgnn",
-               "partition", ds, "--algo", algo, "--parts", p, "--out", out, "--seed", "0"] + extra)
+    proc = sh(harness.shardgnn(["partition", ds, "--algo", algo, "--parts", p, "--out", out,
+                                "--seed", "0", *extra], ranks))
     wall = time.perf_counter() - t0
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")][-1]
     res = json.loads(line[len("SUMMARY "):])
@@ -99,9 +90,8 @@ def run_partition(ds: Path, algo: str, p: int, ranks: int, out: Path,
 def timing(ds: Path, p: int, ranks: int, repeats: int, algos: list[str],
            extra: list[str]) -> dict:
     """Median expansion seconds per algorithm from one alternating --worker launch."""
-    proc = sh([mpiexec(), "-n", ranks, sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
-               "--worker", ds, "--worker-parts", p, "--repeats", repeats, "--algos", *algos,
-               "--extra=" + " ".join(extra), "--results", "-"])
+    proc = sh(harness.mpi(ranks, [Path(__file__).resolve(), "--worker", ds, "--worker-parts", p, "--repeats", repeats, "--algos", *algos,
+               "--extra=" + " ".join(extra), "--results", "-"]))
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("TIMING ")][-1]
     return json.loads(line[len("TIMING "):])
 
@@ -127,7 +117,7 @@ def worker(ds: str, p: int, repeats: int, algos: list[str], extra: list[str]) ->
                                   "unused", "--seed", "0"] + extra)
         cfgs[algo] = config_from_args(args, comm.size)
     shard = load_shard(ds, comm)
-    load0 = os.getloadavg()
+    load0 = harness.loadavg()
     secs: dict[str, list[float]] = {a: [] for a in algos}
     phases: dict[str, list[dict]] = {a: [] for a in algos}
     iters: dict[str, int] = {}
@@ -139,14 +129,13 @@ def worker(ds: str, p: int, repeats: int, algos: list[str], extra: list[str]) ->
             secs[algo].append(t)
             phases[algo].append(res.phases)
             iters[algo] = res.iterations
-    load1 = os.getloadavg()
+    load1 = harness.loadavg()
     if comm.rank == 0:
         out = {a: {"median": float(np.median(secs[a])), "runs": secs[a], "iterations": iters[a],
                    "phases_median": {k: float(np.median([ph.get(k, 0.0) for ph in phases[a]]))
                                      for k in phases[a][0]}}
                for a in algos}
-        out["loadavg_before"] = list(load0)
-        out["loadavg_after"] = list(load1)
+        out["loadavg"] = {"before": load0, "after": load1}
         print("TIMING " + json.dumps(out), flush=True)
     return 0
 
@@ -223,8 +212,9 @@ def checks(rows: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", required=True, help="folder for the JSON/markdown results")
-    ap.add_argument("--datasets", default=str(Path(__file__).resolve().parents[3] / "shared" / "datasets"),
-                    help="shared datasets folder")
+    ap.add_argument("--datasets", default=None,
+                    help="shared datasets folder (default: $SHARDGNN_DATASETS, else "
+                    "../shared/datasets beside the repository)")
     ap.add_argument("--work", default=None, help="folder for converted graphs (default RESULTS/work)")
     ap.add_argument("--parts", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--ranks", type=int, default=4, help="MPI ranks P (P = min(P, p))")
@@ -253,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     res.mkdir(parents=True, exist_ok=True)
     work = Path(args.work) if args.work else res / "work"
     work.mkdir(parents=True, exist_ok=True)
-    dsroot = Path(args.datasets)
+    dsroot = Path(args.datasets) if args.datasets else harness.datasets()
+    load0 = harness.loadavg()
     graphs: dict[str, Path] = {}
     for name, rel in EDGE_LISTS.items():
         if args.graphs is None or name in args.graphs:
@@ -295,14 +286,14 @@ def main(argv: list[str] | None = None) -> int:
                         r["seconds_partition"] = t["median"]
                         r.update(seconds_partition_runs=t["runs"], phases_median=t["phases_median"],
                                  timing_iterations=t["iterations"],
-                                 loadavg=[tm["loadavg_before"], tm["loadavg_after"]])
+                                 loadavg=tm["loadavg"])
                 print(f"{g} p={p} median of {args.repeats}: " + "  ".join(
                     f"{a} {tm[a]['median']:.3f}s" for a in timed), flush=True)
             if not args.no_metis and (g, p, "metis") not in done:
                 r = metis(ds, p)
                 r.update(graph=g, n=meta["num_nodes"], m=meta["num_edges"])
                 rows.append(r)
-            jpath.write_text(json.dumps({"rows": rows}, indent=1, default=str))
+            harness.write_result(jpath, {"rows": rows}, load0)
     rss = old_rss
     if "rmat" in graphs and args.rss_ranks:
         rss = []
@@ -315,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"RSS P={P}: max {rss[-1]['max_mib']:.1f} MiB per rank", flush=True)
     out = {"rows": rows, "rss": rss, "checks": checks(rows),
            "note": "METIS converted to vertex-cut: each edge goes to the part of its lower-id endpoint"}
-    jpath.write_text(json.dumps(out, indent=1, default=str))
+    harness.write_result(jpath, out, load0)
     md = table(rows)
     (res / "vertexcut_quality.md").write_text(md + "\n")
     print(md)

@@ -40,7 +40,6 @@ def corrupt(src, dst, x=None, y=None, masks=None):
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("guards")
     good = averaging_data.sbm_dataset(root / "good", n=N)
-    y = np.load(good / "y.npy")
     train = np.load(good / "train_mask.npy")
     t = int(np.flatnonzero(train)[-1])  # a training vertex on rank 1
     off = {k: np.load(good / f"{k}.npy") for k in ("train_mask", "val_mask", "test_mask")}

@@ -6,7 +6,6 @@ rank with nothing written. Two launches of ``scripts/infer_runs.py`` / ``infer_k
 two CLI launches."""
 import json
 import os
-import sys
 
 import h5py
 import numpy as np

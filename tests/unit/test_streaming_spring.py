@@ -11,14 +11,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "mpi" / "scripts"))
-sys.path.insert(0, str(ROOT / "run" / "bench"))
 os.environ["SHARDGNN_PROGRESS"] = "0"
 
-import streaming_data as sd  # noqa: E402
 from streaming_oracle import check_store, spring_oracle  # noqa: E402
 
 from shardgnn.errors import ShardError  # noqa: E402
 from shardgnn.io.canonical import write_dataset  # noqa: E402
+from shardgnn.io.rawedges import normalise, raw_pairs  # noqa: E402
 from shardgnn.partition.streaming.baselines import BaselineParams  # noqa: E402
 from shardgnn.partition.streaming.pipeline import (ALGORITHMS, AutoParts, PartitionConfig,  # noqa: E402
                                                    auto_parts, main)
@@ -34,7 +33,7 @@ def comm():
 
 @pytest.fixture(scope="module")
 def cora(tmp_path_factory):
-    edges, n = sd.normalise(sd.raw_pairs("cora"))
+    edges, n = normalise(raw_pairs(ROOT / "inputs" / "cora"))
     rng = np.random.default_rng(0)
     x = rng.random((n, 5)).astype(np.float32)
     y = rng.integers(0, 3, n)

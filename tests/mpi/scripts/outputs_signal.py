@@ -1,6 +1,7 @@
 """Rank script: both ranks inside outputs.output_dir; rank 1 sleeps while rank 0 waits in a
 barrier, until the test sends SIGTERM to mpiexec (tests/mpi/test_outputs_signal.py)."""
-import sys, time
+import sys
+import time
 from pathlib import Path
 from shardgnn.comm import world
 from shardgnn.io import outputs

@@ -111,7 +111,7 @@ def run_one(data, spec, report):
             built = build(comm, cfg)
             tr = built.trainer
             ref = reference_for(data, tr, built.graph, cv["dtype"], 0.5, 5) if rank == 0 and rep == 0 else None
-            losses, params = [], []
+            losses = []
             for ep in range(cv["epochs"]):
                 st = tr.train_step()
                 losses.append(comm.allreduce_scalar(st["loss_local"]))

@@ -13,14 +13,13 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[2] / "run" / "bench"))
 os.environ["SHARDGNN_PROGRESS"] = "0"
 
-import streaming_data as sd  # noqa: E402
 from streaming_oracle import check_store, spring_oracle  # noqa: E402
 
 from shardgnn.comm import world  # noqa: E402
 from shardgnn.io.canonical import write_dataset  # noqa: E402
+from shardgnn.io.rawedges import normalise, raw_pairs  # noqa: E402
 from shardgnn.partition.streaming.baselines import BaselineParams  # noqa: E402
 from shardgnn.partition.streaming.pipeline import PartitionConfig, main  # noqa: E402
 from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
@@ -29,7 +28,7 @@ comm = world()
 out = Path(sys.argv[1])
 P = comm.size
 cora, tiny = out / "cora", out / "tiny"
-edges, n = sd.normalise(sd.raw_pairs("cora"))
+edges, n = normalise(raw_pairs(HERE.parents[2] / "inputs" / "cora"))
 tiny_edges = np.array([[0, 1], [1, 2], [3, 4]])
 if comm.rank == 0:
     rng = np.random.default_rng(0)
