@@ -160,6 +160,12 @@ def test_orderings_and_cache_sizes_same_result(work):
 def test_samplewise_equals_layerwise_and_scores(work):
     w, refs, pairs = work
     close(emb(w / "p4-sw.h5"), emb(w / "p4-sage2.h5"))
+    close(emb(w / "p4-swb.h5"), emb(w / "p4-sage2.h5"))
+    with h5py.File(w / "p4-sw.h5") as f, h5py.File(w / "p4-swb.h5") as g:
+        a, b = f["infer"].attrs, g["infer"].attrs
+        assert a["mode"] == "samplewise-target" and b["mode"] == "samplewise-batch"
+        # per-target subgraphs recompute shared neighbours: more rows than per-batch dedup
+        assert a["computed_rows"] > b["computed_rows"] > 2 * 301
     close(emb(w / "p2a-sage3-sw.h5"), emb(w / "p2a-sage3.h5"))
     fan, fan_sw = emb(w / "p4-fan.h5"), emb(w / "p4-fan-sw.h5")
     close(fan_sw, fan)  # the same sampled neighbours (step 0) in both

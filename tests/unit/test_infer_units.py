@@ -44,3 +44,20 @@ def test_rank_file_complete_only_with_key_and_checksum(tmp_path):
     assert es.check_rank_file(p, want) == "checksum mismatch"
     assert es.check_rank_file(tmp_path / "nothing.h5", want) == "missing"
     assert list(p.parent.iterdir()) == [p]   # no temporary left behind
+
+
+def test_owner_partitions_hash_among_holders():
+    from shardgnn.infer.engine import owner_partitions
+
+    n = 4000
+    memb = np.zeros((n, 2), np.uint8)
+    memb[:1000, 0] = 0b0001          # only partition 0
+    memb[1000:2000, 1] = 0b0010      # only partition 9
+    memb[2000:3000, 0] = 0b0011      # partitions 0 and 1
+    memb[3000:3999, 0] = 0b1000      # partitions 3 and 8
+    memb[3000:3999, 1] = 0b0001
+    own = owner_partitions(memb, 10)  # vertex 3999: in no partition
+    assert (own[:1000] == 0).all() and (own[1000:2000] == 9).all()
+    assert set(own[2000:3000]) == {0, 1} and 400 < (own[2000:3000] == 0).sum() < 600
+    assert set(own[3000:3999]) == {3, 8} and own[3999] == 3999 % 10
+    assert np.array_equal(own, owner_partitions(memb, 10, block=333))   # deterministic

@@ -48,13 +48,20 @@ def add_parser(sub: Any) -> None:
                    "ps = (partition, global id) (default: pds); changes I/O, never results")
     p.add_argument("--chunk-rows", type=int, default=32768,
                    help="rows per chunk of the embedding files (default: 32768)")
-    p.add_argument("--compression", choices=("lzf", "gzip", "blosc", "none"), default="lzf",
-                   help="filter of the embedding files: lzf (default), gzip level 4, blosc "
-                   "(blosclz level 9, needs the hdf5plugin package) or none; measured in "
-                   "docs/inference.md")
-    p.add_argument("--samplewise", action="store_true",
-                   help="baseline: every batch of targets' k-hop blocks through the whole model "
-                   "(recomputes shared neighbourhoods; only the last layer is stored)")
+    p.add_argument("--compression", choices=("lzf", "gzip", "blosc", "zstd", "none"),
+                   default="lzf",
+                   help="filter of the embedding files: lzf (default, built into h5py), gzip "
+                   "level 4 + shuffle, blosc (blosclz level 9 + shuffle, GLISP's), zstd (Blosc "
+                   "zstd level 1 + shuffle) or none; blosc and zstd need the hdf5plugin package "
+                   "wherever the files are read; measured in docs/inference.md")
+    p.add_argument("--samplewise", nargs="?", const="target", default="",
+                   choices=("target", "batch"),
+                   help="baseline instead of layerwise: every target's k-hop neighbourhood "
+                   "through the whole model, only the last layer stored. target (the default "
+                   "of a bare --samplewise): each target's own subgraph, batched "
+                   "block-diagonally, shared neighbours recomputed per target; batch: one "
+                   "k-hop block per batch of targets, deduplicated across the batch (DGL's "
+                   "mini-batch inference)")
     p.add_argument("--batch-size", type=int, default=1024,
                    help="--samplewise: targets per rank and batch (default: 1024)")
     p.add_argument("--score-edges", default=None, metavar="EDGEFILE",

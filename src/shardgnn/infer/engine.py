@@ -1,7 +1,8 @@
 """GLISP's layerwise inference engine (and the sample-wise baseline). Collective over comm.
 
-Every vertex is inferred once, by its owner rank (the host, ``partition % P``, of the lowest
-partition holding it in the vertex-cut store; an isolated vertex by ``gid % P``). An L-layer
+Every vertex is inferred once, by its owner rank: the host (``partition % P``) of its owner
+partition, one of the partitions holding it in the vertex-cut store chosen by a hash of its
+global id (so replicated vertices spread evenly; an isolated vertex: partition ``gid % p``). An L-layer
 model runs as L one-layer passes over all vertices. Before layer l a rank fills its **static
 cache** with the layer-l inputs of its owned vertices and of their (full or sampled) neighbours,
 read chunk by chunk from the embedding store (layer 0: the dataset's features) through the
@@ -24,17 +25,18 @@ import torch
 from shardgnn import log
 from shardgnn.comm import Communicator, block_bounds, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
+from shardgnn.infer import samplewise as sw
 from shardgnn.infer import store as es
 from shardgnn.infer.model import LoadedModel, apply_layer, load_model, training_graph
 from shardgnn.io.results import ResultWriter, check_output_path
 from shardgnn.partition.vertexcut import ordering
 from shardgnn.sampling.blocks import relabel
-from shardgnn.sampling.features import check_fanouts, load_vertex_data, open_store, owner_ranks
-from shardgnn.sampling.service import GatherApplySampler, lowest_bit_partition
+from shardgnn.sampling.features import check_fanouts, load_vertex_data, open_store
+from shardgnn.sampling.service import GatherApplySampler
 from shardgnn.train.models import TorchBlock
 
 STATS = ("fill_time", "model_time", "sample_time", "write_time", "requests", "hits", "reads",
-         "bytes_read", "static_rows", "remote_rows", "edges")
+         "bytes_read", "static_rows", "remote_rows", "edges", "computed_rows")
 
 
 @dataclass
@@ -51,7 +53,7 @@ class InferConfig:
     order: str = "pds"
     chunk_rows: int = 32768
     compression: str = "lzf"
-    samplewise: bool = False
+    samplewise: str = ""
     batch_size: int = 1024
     score_edges: str | None = None
     dataset: str | None = None
@@ -70,16 +72,18 @@ class InferConfig:
                    self.cache_policy),
                   (self.compression in es.COMPRESSIONS, "--compression",
                    "/".join(es.COMPRESSIONS), self.compression),
-                  (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size)]
+                  (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
+                  (self.samplewise in ("", *sw.MODES), "--samplewise", "/".join(sw.MODES),
+                   self.samplewise)]
         for ok, opt, want, got in checks:
             if not ok:
                 raise ShardError(f"{opt}: expected {want}, got {got}")
-        if self.compression == "blosc":
+        if self.compression in es.PLUGIN_COMPRESSIONS:
             try:
                 import hdf5plugin  # noqa: F401
             except ImportError:
-                raise ShardError("--compression blosc: expected the hdf5plugin package, got "
-                                 "none installed; use lzf or gzip") from None
+                raise ShardError(f"--compression {self.compression}: expected the hdf5plugin "
+                                 "package, got none installed; use lzf or gzip") from None
 
     def layers_root(self) -> Path:
         return Path(self.layers_dir or f"{self.out}.layers")
@@ -113,12 +117,39 @@ class _Plan:
     row: np.ndarray
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser of ``x`` (uint64): a fixed, seed-free hash of global ids. Pure."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 18) -> np.ndarray:
+    """Owner partition of every vertex: among the partitions holding it (its bits in
+    ``membership``, (n, ceil(p/8)) uint8), the one picked by a hash of its global id, so that
+    the replicas of a vertex-cut spread evenly over partitions; a vertex in no partition:
+    ``gid % p``. Deterministic, the same on every rank. Pure."""
+    n, p = membership.shape[0], max(int(num_parts), 1)
+    out = np.empty(n, np.int64)
+    for lo in range(0, n, block):
+        hi = min(lo + block, n)
+        bits = np.unpackbits(membership[lo:hi], axis=1, bitorder="little")[:, :p]
+        cum = np.cumsum(bits, axis=1, dtype=np.int32)
+        k = cum[:, -1].astype(np.uint64)
+        gid = np.arange(lo, hi, dtype=np.int64)
+        pick = (_mix(gid) % np.maximum(k, np.uint64(1))).astype(np.int32) + 1
+        own = np.argmax(cum >= pick[:, None], axis=1)
+        out[lo:hi] = np.where(k > 0, own, gid % p)
+    return out
+
+
 def _plan(comm: Communicator, sampler: GatherApplySampler, cfg: InferConfig, side: str) -> _Plan:
     """Owners, inference order and store row of every vertex. Collective over comm."""
     n, P = sampler.num_nodes, comm.size
-    owner = owner_ranks(sampler.membership, P)
-    low = lowest_bit_partition(sampler.membership)
-    part = np.where(low >= 0, low, np.arange(n) % max(sampler.num_parts, 1))
+    part = owner_partitions(sampler.membership, sampler.num_parts)
+    owner = (part % P).astype(np.int32)
     deg = np.zeros(n, np.int64)
     for i in sampler.hosted:
         pt = sampler.store.partition(i)
@@ -237,6 +268,7 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
     st["static_rows"] += cached.size
     st["remote_rows"] += int(np.count_nonzero(plan.owner[cached] != comm.rank))
     st["edges"] += nbr.size
+    st["computed_rows"] += t.size
     t1 = time.perf_counter()
     out: np.ndarray | None = None
     prog = log.Progress(int(t.size), f"infer layer {i + 1}/{lm.layers}", unit="vertex",
@@ -277,8 +309,11 @@ def _fanouts(cfg: InferConfig, layers: int) -> list[int]:
     return check_fanouts(cfg.fanouts, layers)
 
 
-def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig) -> np.ndarray:
-    """The dataset's feature array (memory-mapped), checked against the model and the graph."""
+def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig
+              ) -> np.ndarray | es.NpyRows:
+    """The dataset's feature matrix, checked against the model and the graph: a ``pread``
+    row reader (rows read stay out of this process's memory) or, for a Fortran-order file, the
+    memory map."""
     from shardgnn.io.canonical import load_node_array, read_meta
 
     x = load_node_array(ds, "x", read_meta(ds))
@@ -293,7 +328,10 @@ def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig)
         raise input_error(cfg.store, f"expected a store of the graph the checkpoint was trained "
                           f"on ({tg[0]} nodes, {tg[1]} edges), got one of {got[0]} nodes and "
                           f"{got[1]} edges")
-    return x
+    try:
+        return es.NpyRows(ds / "x.npy")
+    except ValueError:
+        return x
 
 
 def read_edge_file(path: str, num_nodes: int) -> np.ndarray:
@@ -323,7 +361,7 @@ def _capacity(cfg: InferConfig, src: es.LayerSource) -> int:
 
 
 def _source(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int,
-            x: np.ndarray) -> es.LayerSource:
+            x: np.ndarray | es.NpyRows) -> es.LayerSource:
     if layer == 0:
         return es.LayerSource(0, cfg.chunk_rows, features=x)
     return es.LayerSource(layer, cfg.chunk_rows, root=cfg.layers_root(), owner=plan.owner,
@@ -331,7 +369,7 @@ def _source(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int,
 
 
 def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
-               sampler: GatherApplySampler, layers: _Layers, x: np.ndarray,
+               sampler: GatherApplySampler, layers: _Layers, x: np.ndarray | es.NpyRows,
                fanouts: list[int], start: int, hist: dict[str, np.ndarray]) -> None:
     """Layers ``start`` .. L - 1, each written before the next starts. Collective over comm."""
     L = lm.layers
@@ -364,40 +402,21 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
 def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
                 sampler: GatherApplySampler, layers: _Layers, ds: Path, fanouts: list[int],
                 hist: dict[str, np.ndarray]) -> None:
-    """The baseline: each batch of targets' k-hop blocks through the whole model (the same
-    samples as layerwise: step 0). Only the last layer is written. Collective over comm."""
+    """The baseline (``--samplewise target|batch``, :mod:`shardgnn.infer.samplewise`); only the
+    last layer is written. Collective over comm."""
     feats, _ = load_vertex_data(comm, ds, plan.owner, need_labels=False)
-    t, bs, L = plan.targets, cfg.batch_size, lm.layers
-    steps = int(comm.allreduce_scalar(-(-t.size // bs), "max"))
-    out = np.empty((t.size, lm.out_channels), np.float32)
     st = {k: 0.0 for k in STATS}
-    prog = log.Progress(int(t.size), "infer samplewise", unit="vertex", enabled=comm.rank == 0)
-    for s in range(steps):
-        seeds = t[s * bs:(s + 1) * bs]
-        t0 = time.perf_counter()
-        mb = sampler.sample(seeds, fanouts, step=0)
-        t1 = time.perf_counter()
-        h = torch.from_numpy(feats.fetch(mb.input_nodes, op_name="infer_fetch"))
-        t2 = time.perf_counter()
-        with torch.no_grad():
-            for i, b in enumerate(mb.blocks()):
-                h = apply_layer(lm, i, h, TorchBlock.of(b), plan.deg[mb.nodes[L - i]])
-        out[s * bs:s * bs + seeds.size] = h.numpy()
-        st["sample_time"] += t1 - t0
-        st["fill_time"] += t2 - t1
-        st["model_time"] += time.perf_counter() - t2
-        st["edges"] += sum(b.num_edges for b in mb.hops)
-        prog.update(seeds.size)
-    prog.close()
+    out = sw.run(comm, lm, cfg.samplewise, plan.targets, plan.deg, sampler, feats, fanouts,
+                 cfg.batch_size, st)
     t3 = time.perf_counter()
-    layers.write(L, out)
+    layers.write(lm.layers, out)
     st["write_time"] = time.perf_counter() - t3
     for k in STATS:
-        hist[k][L - 1] = st[k]
+        hist[k][lm.layers - 1] = st[k]
 
 
 def _score(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int, width: int,
-           edges: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+           edges: np.ndarray, x: np.ndarray | es.NpyRows) -> np.ndarray | None:
     """Dot-product scores of ``edges`` from the stored final embeddings (read through the
     dynamic cache, nothing recomputed); rank 0 gets them all in the file's order. Collective
     over comm."""
@@ -415,7 +434,7 @@ def _score(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int, width:
     return comm.gatherv(np.einsum("ij,ij->i", a, c).astype(np.float32))
 
 
-def _resume_point(layers: _Layers, L: int, samplewise: bool) -> int:
+def _resume_point(layers: _Layers, L: int, samplewise: str) -> int:
     """Layers already finished by an earlier run of the same job (0 = none). Collective."""
     for layer in ([L] if samplewise else range(L, 0, -1)):
         if layers.complete(layer):
@@ -474,7 +493,8 @@ def _write(comm: Communicator, cfg: InferConfig, lm: LoadedModel, plan: _Plan, l
                "chunk_reads": comm.allreduce_scalar(float(hist["reads"].sum())),
                "hit_ratio": hits / req if req else 0.0, "score_time": t_score,
                "layers_dir": str(layers.root.resolve()), "run_key": layers.key,
-               "mode": "samplewise" if cfg.samplewise else "layerwise"}
+               "mode": f"samplewise-{cfg.samplewise}" if cfg.samplewise else "layerwise",
+               "computed_rows": comm.allreduce_scalar(float(hist["computed_rows"].sum()))}
     with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
         for k in STATS:
             rw.per_rank(f"infer/{k}", hist[k])

@@ -39,6 +39,7 @@ def runs(comm, w):
     infer(comm, w, "sage2", "p4-ps", "--order", "ps", "--cache-chunks", "1000",
           "--score-edges", w / "pairs.txt")
     infer(comm, w, "sage2", "p4-sw", "--samplewise", "--batch-size", "16")
+    infer(comm, w, "sage2", "p4-swb", "--samplewise", "batch", "--batch-size", "16")
     infer(comm, w, "sage2", "p4-fan", "--fanouts", "3,2")
     infer(comm, w, "sage2", "p4-fan-sw", "--fanouts", "3,2", "--samplewise")
     half = comm.split(comm.rank // 2)
