@@ -332,13 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "from a machine profile, fastest first. The epoch time is one training "
                        "step, as the engine reports epoch_time. The Pareto mark follows "
                        "--schedule.")
-    add_problem_args(p)
-    p.add_argument("--profile", required=True, help="machine profile: a .toml path or a "
-                   "bundled name in perfmodel/machines (e.g. local-2core)")
+    add_prediction_args(p)
     p.add_argument("--with-eval", action="store_true", help="add the evaluation forward pass "
                    "and metrics all-reduce (default: one training step, the engine's "
                    "epoch_time)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("scale", help="simulate RDM and CAGNET-1D epoch time/bytes over P",
@@ -346,11 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "for each R_A choice) and CAGNET-1D for each P, from a profile "
                        "(collective latency extrapolated: (P−1) for Alltoallv, log2 P for "
                        "broadcast/all-reduce; bandwidth per rank kept).")
-    add_problem_args(p, ranks_list=True)
-    p.add_argument("--profile", required=True, help="machine profile (.toml path or bundled "
-                   "name)")
+    add_prediction_args(p, ranks_list=True)
     p.add_argument("--png", help="also draw epoch time vs P into this PNG (needs matplotlib)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_scale)
 
     p = sub.add_parser("plot", help="draw the Pareto front (PNG)",
@@ -390,6 +384,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "repetitions, messages up to 1 MiB; overrides those options")
     p.set_defaults(func=cmd_calibrate)
     return parser
+
+
+def add_prediction_args(p: argparse.ArgumentParser, ranks_list: bool = False) -> None:
+    """The problem, a machine profile and ``--json``: what ``predict`` and ``scale`` read."""
+    add_problem_args(p, ranks_list)
+    p.add_argument("--profile", required=True, help="machine profile: a .toml path or a "
+                   "bundled name in perfmodel/machines (e.g. local-2core)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

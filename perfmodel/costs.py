@@ -9,11 +9,13 @@ order when G^0 is computed, as the paper notes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 from perfmodel.orders import Order, all_orders
 from perfmodel.engine_schedule import engine_schedule
 from perfmodel.schedule import Rules, check_widths, schedule
+
+K = TypeVar("K")
 
 
 @dataclass
@@ -61,17 +63,24 @@ def order_cost(order: Order, widths: Sequence[int], rules: Rules | None = None,
                      sum(1 for o in ops if o.kind == "spmm"), mask_units=masks)
 
 
-def mark_pareto(costs: list[OrderCost]) -> list[OrderCost]:
-    """Set ``pareto`` on the orders no other order dominates on (comm_units, sparse_units).
+def pareto_front(points: Mapping[K, tuple[float, float]]) -> list[K]:
+    """The keys of ``points`` no other point dominates, in the mapping's order.
 
-    ``a`` dominates ``b`` when it is no worse in both and better in one; orders with equal
-    costs are all kept. Returns ``costs``.
+    ``a`` dominates ``b`` when it is no worse in both coordinates and better in one; points
+    with equal coordinates are all kept. The one Pareto rule of the model (paper units here,
+    bytes and SpMM work in ``shardgnn.rdm.autoorder``).
     """
-    for c in costs:
-        c.pareto = not any(
-            o.comm_units <= c.comm_units and o.sparse_units <= c.sparse_units
-            and (o.comm_units < c.comm_units or o.sparse_units < c.sparse_units)
-            for o in costs)
+    vals = list(points.values())
+    return [k for k, (x, y) in points.items()
+            if not any(a <= x and b <= y and (a < x or b < y) for a, b in vals)]
+
+
+def mark_pareto(costs: list[OrderCost]) -> list[OrderCost]:
+    """Set ``pareto`` on the orders no other order dominates on (comm_units, sparse_units)
+    (:func:`pareto_front`). Returns ``costs``."""
+    front = set(pareto_front({i: (c.comm_units, c.sparse_units) for i, c in enumerate(costs)}))
+    for i, c in enumerate(costs):
+        c.pareto = i in front
     return costs
 
 

@@ -17,6 +17,13 @@ from perfmodel.errors import PerfModelError
 LETTERS = ("S", "D")
 
 
+class Letters(tuple[str, ...]):
+    """One letter per layer, layer 1 first: ``letters[l - 1]`` or ``letters(l)`` (1-based)."""
+
+    def __call__(self, layer: int) -> str:
+        return self[layer - 1]
+
+
 @dataclass(frozen=True)
 class Order:
     """One SpMM/GEMM order.
@@ -46,13 +53,15 @@ class Order:
     def layers(self) -> int:
         return len(self.forward)
 
-    def fwd(self, layer: int) -> str:
-        """Forward letter of ``layer`` (1-based)."""
-        return self.forward[layer - 1]
+    @property
+    def fwd(self) -> Letters:
+        """Forward letter per layer: ``fwd(l)`` or ``fwd[l - 1]``."""
+        return Letters(self.forward)
 
-    def bwd(self, layer: int) -> str:
-        """Backward letter of ``layer`` (1-based); the string runs L..1."""
-        return self.backward[self.layers - layer]
+    @property
+    def bwd(self) -> Letters:
+        """Backward letter per layer (the string runs L..1): ``bwd(l)`` or ``bwd[l - 1]``."""
+        return Letters(reversed(self.backward))
 
     def string(self) -> str:
         """The 2L-letter string (forward 1..L, then backward L..1)."""
@@ -103,6 +112,11 @@ def order_from_table4(idx: int) -> Order:
         raise PerfModelError(f"Table IV id {idx}: expected 0..15")
     letter = lambda bit: "D" if idx & bit else "S"  # noqa: E731
     return Order(letter(2) + letter(1), letter(8) + letter(4))
+
+
+def cagnet_order(layers: int) -> Order:
+    """CAGNET's order: SpMM first everywhere."""
+    return Order("S" * layers, "S" * layers)
 
 
 def all_orders(layers: int) -> Iterator[Order]:

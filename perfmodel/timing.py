@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from perfmodel.exact import EngineSpec, Event, Problem, epoch_events
-from perfmodel.orders import Order
+from perfmodel.orders import Order, cagnet_order
 from perfmodel.profile import Profile
 
 PARTS = ("spmm", "gemm", "redistribute", "allreduce", "bcast", "other")
@@ -116,11 +116,6 @@ def predict_rdm(order: Order, prob: Problem, profile: Profile,
     out["other"] += profile.elementwise_time(ADAM_PASSES * _params(prob, spec.bias))
     out["total"] = sum(out[p] for p in PARTS)
     return out
-
-
-def cagnet_order(layers: int) -> Order:
-    """CAGNET's order: SpMM first everywhere."""
-    return Order("S" * layers, "S" * layers)
 
 
 def cagnet_problem(prob: Problem) -> Problem:

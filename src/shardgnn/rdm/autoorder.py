@@ -21,6 +21,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from perfmodel import exact, orders, profile, timing
+from perfmodel.costs import pareto_front
+from perfmodel.errors import PerfModelError
 from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
@@ -28,16 +31,6 @@ from shardgnn.errors import ShardError
 DEFAULT_PROFILE = "local-2core"
 WARMUP = 1
 TRIALS = 3
-
-
-def _perfmodel():
-    try:
-        import perfmodel.costs  # noqa: F401
-        from perfmodel import exact, orders, profile, timing
-    except ImportError as exc:  # pragma: no cover - perfmodel ships with shardgnn
-        raise ShardError(f"--order auto/model: the perfmodel package is not importable ({exc})") \
-            from None
-    return exact, orders, profile, timing
 
 
 def problem_of(comm: Communicator, tr: Any) -> dict[str, Any]:
@@ -52,7 +45,6 @@ def problem_of(comm: Communicator, tr: Any) -> dict[str, Any]:
 def candidates(prob: dict[str, Any]) -> tuple[list[Any], dict[Any, dict[str, Any]]]:
     """The engine's Pareto orders on (training-step bytes, local SpMM work), and per-order
     model figures (bytes per kind, SpMM work) for every order. Pure."""
-    exact, orders, _, _ = _perfmodel()
     pm = exact.Problem(prob["widths"], prob["nodes"], prob["nnz"], prob["ranks"],
                        prob["replicas"], prob["itemsize"])
     spec = exact.EngineSpec(memo=prob["memo"], bias=prob["bias"])
@@ -64,13 +56,7 @@ def candidates(prob: dict[str, Any]) -> tuple[list[Any], dict[Any, dict[str, Any
         work = sum(e.nnz_width for e in ev if e.kind == "spmm")
         figures[o] = {"bytes": {k: [int(x) for x in v] for k, v in per_kind.items()},
                       "comm_bytes": comm_b, "spmm_work": float(work)}
-    front = []
-    for o, f in figures.items():
-        dominated = any(g["comm_bytes"] <= f["comm_bytes"] and g["spmm_work"] <= f["spmm_work"]
-                        and (g["comm_bytes"] < f["comm_bytes"] or g["spmm_work"] < f["spmm_work"])
-                        for g in figures.values())
-        if not dominated:
-            front.append(o)
+    front = pareto_front({o: (f["comm_bytes"], f["spmm_work"]) for o, f in figures.items()})
     front.sort(key=lambda o: (figures[o]["comm_bytes"], figures[o]["spmm_work"], str(o)))
     return front, figures
 
@@ -83,9 +69,6 @@ def _profile_path(cfg: Any) -> str:
 def predictions(prob: dict[str, Any], profile_name: str) -> tuple[dict[Any, float], str]:
     """Predicted step time of every order from a profile (empty when it cannot be loaded).
     Rank-local and deterministic."""
-    exact, orders, profile, timing = _perfmodel()
-    from perfmodel.errors import PerfModelError
-
     try:
         prof = profile.load_profile(profile_name)
     except PerfModelError as exc:

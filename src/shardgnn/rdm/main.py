@@ -21,7 +21,7 @@ from shardgnn.io.results import ResultWriter
 from shardgnn.rdm.backend import Backend
 from shardgnn.rdm.engine import BYTE_KINDS, TIME_KINDS, GraphState, Trainer
 from shardgnn.rdm.graph import NodeData, Renumbering, load_panel, read_partition
-from shardgnn.rdm import resume
+from shardgnn.rdm import autoorder, resume
 from shardgnn.rdm.layout import Grid, panels_from_parts
 from shardgnn.rdm.schedule import Order, cagnet_order, parse_order
 from shardgnn.train import guards
@@ -65,8 +65,9 @@ class RDMConfig:
 def default_order(layers: int) -> Order:
     """``alt``: forward D, S, D, …; each backward letter the opposite of its forward letter
     (DSDS at L = 2, the paper's order 10)."""
-    fwd = tuple("D" if l % 2 == 0 else "S" for l in range(layers))
-    return Order(fwd, tuple("S" if c == "D" else "D" for c in fwd))
+    fwd = "".join("D" if l % 2 == 0 else "S" for l in range(layers))
+    bwd_by_layer = "".join("S" if c == "D" else "D" for c in fwd)
+    return Order(fwd, bwd_by_layer[::-1])   # the backward string runs layers L..1
 
 
 def resolve_order(text: str, layers: int, engine: str) -> Order | None:
@@ -191,14 +192,8 @@ def make_graph_state(grid: Grid, panel: Any, nd: NodeData, be: Backend, rank: in
 
 
 def _choose_order(comm: Communicator, cfg: RDMConfig, built: Built, writer: ResultWriter | None) -> None:
-    try:
-        from shardgnn.rdm import autoorder  # written by the perfmodel work
-    except ImportError:
-        raise ShardError(f"--order {cfg.order}: automatic order selection is not available "
-                         "(shardgnn.rdm.autoorder missing); give an order such as DSDS") from None
-    res = autoorder.choose_order(comm, cfg, lambda: built.trainer, mode=cfg.order.lower(),
-                                 writer=writer)
-    order = res[0] if isinstance(res, tuple) else res
+    order = autoorder.choose_order(comm, cfg, lambda: built.trainer, mode=cfg.order.lower(),
+                                   writer=writer)
     built.trainer.set_order(order)
 
 

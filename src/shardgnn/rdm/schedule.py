@@ -14,57 +14,32 @@ a 2-layer string as (fwd 1, fwd 2, bwd 2, bwd 1) as well (``addendum.md``).
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from perfmodel import orders as _orders
+from perfmodel.errors import PerfModelError
+from perfmodel.orders import Order, all_orders, cagnet_order
 from shardgnn.errors import ShardError
 from shardgnn.rdm.layout import Grid, bcast_bytes, resplit_bytes
+
+__all__ = ["Order", "all_orders", "backward", "cagnet_order", "cost_units", "dry_run", "epoch_bytes",
+           "forward", "parse_order"]
 
 OTHER = {"row": "col", "col": "row"}
 
 
 # ----------------------------------------------------------------------------- order strings
-@dataclass(frozen=True)
-class Order:
-    """A forward and a backward letter per layer. ``fwd[l-1]``/``bwd[l-1]`` belong to layer l."""
-
-    fwd: tuple[str, ...]
-    bwd: tuple[str, ...]
-
-    @property
-    def layers(self) -> int:
-        return len(self.fwd)
-
-    def __str__(self) -> str:
-        """The canonical 2L-letter string: forward 1..L then backward L..1."""
-        return "".join(self.fwd) + "".join(reversed(self.bwd))
-
-
 def parse_order(text: str, layers: int) -> Order:
-    """Parse ``--order`` for an L-layer model (``SSDD``, ``ss:dd``; case-insensitive)."""
-    s = str(text).strip().upper()
-    if ":" in s:
-        f, _, b = s.partition(":")
-        s = f + b
-    if len(s) != 2 * layers or any(c not in "SD" for c in s):
+    """Parse ``--order`` for an L-layer model (``SSDD``, ``ss:dd``; case-insensitive) with
+    :func:`perfmodel.orders.parse_order`; bad input raises ``ShardError`` naming the option."""
+    try:
+        return _orders.parse_order(text, layers)
+    except PerfModelError:
         raise ShardError(f"--order: expected {2 * layers} letters S/D for {layers} layers "
-                         f"(forward layers 1..L, then backward L..1; or FWD:BWD), got {text!r}")
-    fwd = tuple(s[:layers])
-    bwd = tuple(reversed(s[layers:]))
-    return Order(fwd, bwd)
-
-
-def all_orders(layers: int) -> list[Order]:
-    """All 2^(2L) orders, in the binary order of their strings (S < D)."""
-    return [parse_order("".join(t), layers) for t in itertools.product("SD", repeat=2 * layers)]
-
-
-def cagnet_order(layers: int) -> Order:
-    """CAGNET's order: SpMM first everywhere."""
-    return Order(("S",) * layers, ("S",) * layers)
+                         f"(forward layers 1..L, then backward L..1; or FWD:BWD), got {text!r}") from None
 
 
 # ----------------------------------------------------------------------------- the sequence
@@ -106,7 +81,7 @@ def forward(ops: Ops, order: Order, memo: bool, train: bool) -> str:
     L = order.layers
     for l in range(1, L + 1):
         h, t, z = f"H{l - 1}", f"T{l}", f"Z{l}"
-        if order.fwd[l - 1] == "S":
+        if order.fwd(l) == "S":
             need(ops, h, "col")
             ops.spmm(t, h)
             ops.redistribute(t, "row")
@@ -173,8 +148,8 @@ def backward(ops: Ops, order: Order, memo: bool, logits: str) -> None:
     ops.loss_grad(logits, f"dZ{L}")
     for l in range(L, 0, -1):
         dz, hp, t = f"dZ{l}", f"H{l - 1}", f"T{l}"
-        has_memo = memo and order.fwd[l - 1] == "S" and ops.has(t, "row")
-        if order.bwd[l - 1] == "S":
+        has_memo = memo and order.fwd(l) == "S" and ops.has(t, "row")
+        if order.bwd(l) == "S":
             _need_dz(ops, l, L, "col")
             ops.bgrad(l, dz, "col")
             u = f"U{l}"
