@@ -158,6 +158,35 @@ def test_store_reader_matches_dataset(tmp_path):
         read_store_meta(tmp_path / "d")
 
 
+def test_store_degrees_equal_dataset_degrees_and_feed_training(tmp_path, monkeypatch):
+    """The halo exchange's whole-graph degrees equal the source dataset's, and training's GCN
+    takes them without reading the dataset (issue 19: no rank streams the whole edge list)."""
+    import averaging_data
+    from shardgnn.comm import serial
+    from shardgnn.partition.store import read_meta as read_store_meta
+    from shardgnn.train import disteval, engine, partitions
+
+    d = averaging_data.sbm_dataset(tmp_path / "d", n=60)
+    averaging_data.store(d, tmp_path / "s", 3)
+    meta = read_store_meta(tmp_path / "s")
+    graphs = [partitions.load_partition(tmp_path / "s", i, meta["num_features"])
+              for i in range(3)]
+    plan = disteval.HaloPlan(serial(), graphs, int(meta["num_nodes"]))
+    degs = disteval.store_degrees(plan, graphs)
+    full = partitions.global_degrees(meta)
+    for g, deg in zip(graphs, degs):
+        assert np.array_equal(deg, full[g.gid])
+
+    def no_read(meta):
+        raise AssertionError("training read the source dataset")
+
+    monkeypatch.setattr(engine, "global_degrees", no_read)
+    cfg = engine.AveragingConfig(data=str(tmp_path / "s"), out=str(tmp_path / "o.h5"))
+    workers = engine._make_workers(cfg, meta, graphs, degs)
+    for w, g in zip(workers, graphs):
+        assert np.array_equal(w.deg.numpy(), full[g.gid])
+
+
 def test_gcn_global_degrees_make_owned_rows_exact():
     """With global degrees, a 1-layer GCN on owned + 1-hop replicas equals the full graph on the
     owned rows; deg=None equals PyG's own gcn_norm (GCNConv(normalize=True))."""

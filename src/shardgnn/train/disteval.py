@@ -12,9 +12,11 @@ exact ways to get a model's output at the owned vertices follow:
   have full neighbour lists), fetched with one ``Alltoallv`` per stage. Any depth is exact.
 
 GCN and SGC normalise with every vertex's degree in the WHOLE graph: an owned vertex's degree is
-its row length in its own partition; replicas get theirs from their owners in one exchange, so
-the source dataset is not read. Per rank the evaluator keeps an owner map of ``|V|`` int32
-(built by one ``Allreduce(MAX)``) while building the plan, then only its partitions' rows.
+its row length in its own partition; replicas get theirs from their owners in one exchange
+(:func:`store_degrees`), so the source dataset is not read, neither here nor, on stores with
+``--hops >= 1``, by training (the engine builds one :class:`HaloPlan` and shares it). Per rank
+the plan keeps an owner map of ``|V|`` int32 (built by one ``Allreduce(MAX)``) while it is
+built, then only its partitions' rows.
 User models (``pkg.mod:Name``) run as a whole: their receptive field is taken to be
 ``--layers``, and ``--eval dist`` refuses them when that exceeds the store's hops.
 """
@@ -101,6 +103,15 @@ class HaloPlan:
         return [recv[f] for f in self.fill]
 
 
+def store_degrees(plan: HaloPlan, graphs: Sequence[LocalGraph]) -> list[np.ndarray]:
+    """Every local vertex's degree in the whole graph, per partition (int64, local order):
+    owned rows' lengths (full neighbour lists, ``--hops >= 1``), replicas' from their owners in
+    one exchange. Collective over the plan's comm."""
+    own_deg = [np.diff(g.indptr)[: g.num_owned].astype(np.int64)[:, None] for g in graphs]
+    rep_deg = plan.exchange(own_deg)
+    return [np.concatenate([o[:, 0], r[:, 0]]) for o, r in zip(own_deg, rep_deg)]
+
+
 class DistEvaluator:
     """Exact predictions at the owned vertices of this rank's partitions. Collective over comm.
 
@@ -116,17 +127,21 @@ class DistEvaluator:
         A model of the architecture to evaluate (chooses the local or halo way).
     layers
         ``--layers``: the receptive field of a user model.
+    plan, degrees
+        The halo plan of these partitions and their :func:`store_degrees`, when the caller
+        has them already (training shares them); built here otherwise.
     """
 
     def __init__(self, comm: Communicator, graphs: Sequence[LocalGraph], meta: dict[str, Any],
-                 model: torch.nn.Module, layers: int) -> None:
+                 model: torch.nn.Module, layers: int, plan: HaloPlan | None = None,
+                 degrees: Sequence[np.ndarray] | None = None) -> None:
         self.comm = comm
         self.graphs = list(graphs)
-        self.plan = HaloPlan(comm, self.graphs, int(meta["num_nodes"]))
-        own_deg = [np.diff(g.indptr)[: g.num_owned].astype(np.int64)[:, None] for g in graphs]
-        rep_deg = self.plan.exchange(own_deg)
-        self.deg = [torch.from_numpy(np.concatenate([o[:, 0], r[:, 0]])) for o, r in
-                    zip(own_deg, rep_deg)]
+        self.plan = plan if plan is not None else HaloPlan(comm, self.graphs,
+                                                           int(meta["num_nodes"]))
+        if degrees is None:
+            degrees = store_degrees(self.plan, self.graphs)
+        self.deg = [torch.from_numpy(d) for d in degrees]
         self.staged = models.staged(model)
         field = model.stages() if self.staged else int(layers)
         self.way = "local" if field <= int(meta.get("hops", 1)) else "halo"
@@ -198,4 +213,4 @@ def check_dist(comm: Communicator, meta: dict[str, Any], data: str, model: torch
     comm.agree(not msg, msg)
 
 
-__all__ = ["DistEvaluator", "HaloPlan", "check_dist", "dist_problem"]
+__all__ = ["DistEvaluator", "HaloPlan", "check_dist", "dist_problem", "store_degrees"]

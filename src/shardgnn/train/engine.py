@@ -172,8 +172,11 @@ def _load(comm: Communicator, cfg: AveragingConfig) -> tuple[dict[str, Any], lis
     return meta, mine, graphs
 
 
-def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[LocalGraph]
-                  ) -> list[_Worker]:
+def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[LocalGraph],
+                  degrees: list[np.ndarray] | None = None) -> list[_Worker]:
+    """One worker per local partition. ``degrees``: every local vertex's degree in the whole
+    graph per partition (from :func:`shardgnn.train.disteval.store_degrees`); without them the
+    models that need them stream the source dataset's edges (stores with ``--hops 0``)."""
     torch.manual_seed(cfg.seed)
     base = models.build(cfg.model, int(meta["num_features"]), cfg.hidden,
                         int(meta["num_classes"]), cfg.layers, cfg.dropout, cfg.heads,
@@ -182,11 +185,16 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
     if cfg.sync == "grad":
         shared_opt = torch.optim.Adam(base.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     out = []
-    gdeg = None
     saint_kind = cfg.sampler[6:] if cfg.sampler.startswith("saint-") else ""
+    degs: list[np.ndarray | None] = [None] * len(graphs)
     if graphs and ((cfg.mode == "full" and models.takes_degrees(base)) or saint_kind):
-        gdeg = global_degrees(meta)
-    for g in graphs:
+        if degrees is not None:
+            degs = list(degrees)
+        else:
+            gdeg = global_degrees(meta)
+            if gdeg is not None:
+                degs = [gdeg[g.gid] for g in graphs]
+    for g, deg in zip(graphs, degs):
         model = base if cfg.sync == "grad" else copy.deepcopy(base)
         opt = shared_opt or torch.optim.Adam(model.parameters(), lr=cfg.lr,
                                              weight_decay=cfg.weight_decay)
@@ -194,8 +202,8 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
         w = _Worker(graph=g, model=model, opt=opt, torch_rng=trng, np_rng=nrng,
                     x=torch.from_numpy(g.x), y=torch.from_numpy(g.y), train_ids=g.train_ids)
         if cfg.mode == "full":
-            if gdeg is not None:
-                w.deg = torch.from_numpy(gdeg[g.gid])
+            if deg is not None:
+                w.deg = torch.from_numpy(deg)
             # built once per partition: GCN's normalised adjacency (models.prepare)
             w.edge_index = models.prepare(model, torch.from_numpy(g.edge_index()), g.num_nodes,
                                           w.deg)
@@ -205,8 +213,7 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
         elif saint_kind:
             w.batcher = subgraphs.SaintBatcher(
                 g, saint_kind, cfg.saint_budget, cfg.saint_walk_length, cfg.saint_presample,
-                cfg.saint_steps, _part_seed(cfg.seed, g.index),
-                gdeg[g.gid] if gdeg is not None else None)
+                cfg.saint_steps, _part_seed(cfg.seed, g.index), deg)
         else:
             w.sampler = UniformNeighborSampler(g.indptr, g.indices, cfg.fanouts)
         out.append(w)

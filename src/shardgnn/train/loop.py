@@ -94,14 +94,27 @@ def _record(history: dict[str, Any], epoch: int, metrics: dict[str, float],
                        best_model={k: v.detach().numpy().copy() for k, v in model_state.items()})
 
 
+def _halo(comm: Communicator, meta: dict[str, Any], graphs: list[Any]
+          ) -> tuple[disteval.HaloPlan | None, list[np.ndarray] | None]:
+    """On a store with ``--hops >= 1``: the halo plan of this rank's partitions and every local
+    vertex's whole-graph degree (training's GCN normalisation and the distributed evaluation
+    share them; nothing reads the source dataset). (None, None) otherwise. Collective."""
+    if int(meta.get("hops", 1)) < 1:
+        return None, None
+    plan = disteval.HaloPlan(comm, graphs, int(meta["num_nodes"]))
+    return plan, disteval.store_degrees(plan, graphs)
+
+
 def _evaluator(comm: Communicator, cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Any],
-               workers: list[_Worker]) -> disteval.DistEvaluator | None:
+               workers: list[_Worker], plan: disteval.HaloPlan | None = None,
+               degrees: list[np.ndarray] | None = None) -> disteval.DistEvaluator | None:
     """The distributed evaluator for ``--eval dist`` (refused, on every rank, where it cannot
     be exact). Collective."""
     if cfg.eval != "dist":
         return None
     disteval.check_dist(comm, meta, cfg.data, workers[0].model, cfg.model, cfg.layers)
-    return disteval.DistEvaluator(comm, graphs, meta, workers[0].model, cfg.layers)
+    return disteval.DistEvaluator(comm, graphs, meta, workers[0].model, cfg.layers, plan,
+                                  degrees)
 
 
 def _evaluate(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker], evalg: Any
@@ -160,8 +173,11 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
             counts[i] = n
     alpha = comm.run_agreed(averaging.averaging_weights, counts)
     weights = [float(alpha[g.index]) for g in graphs]
-    workers = comm.run_agreed(_make_workers, cfg, meta, graphs)
-    evalg = _eval_graph(comm, cfg, meta) or _evaluator(comm, cfg, meta, graphs, workers)
+    plan, degrees = _halo(comm, meta, graphs)
+    workers = comm.run_agreed(_make_workers, cfg, meta, graphs, degrees)
+    evalg = (_eval_graph(comm, cfg, meta)
+             or _evaluator(comm, cfg, meta, graphs, workers, plan, degrees))
+    del plan, degrees
     start, history = 1, _new_history()
     if cfg.resume:
         start, history = _resume(comm, cfg, workers, mine)
