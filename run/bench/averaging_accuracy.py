@@ -47,11 +47,27 @@ MODELS = {
     # issue 19: CATGNN's other models; Cluster-GCN and GraphSAINT sample inside each partition
     "cluster-gcn": {"model": "gcn", "mode": "minibatch", "sampler": "cluster", "hidden": 64,
                     "cluster_size": 128, "clusters_per_batch": 4},
-    "saint-gcn": {"model": "gcn", "mode": "minibatch", "sampler": "saint-rw", "hidden": 64,
-                  "saint_walk_length": 2},
+    # GraphSAINT: the same flags for the centralised and the partitioned runs, i.e. the
+    # engine's default budget |V_i|/10 nodes, /20 edges or /40 walk roots of the graph it samples
+    # (the whole graph, or partition i's local graph: subgraphs are the same FRACTION of it, so
+    # their induced edge density matches) and one pass over it per epoch
+    "saint-node": {"model": "gcn", "mode": "minibatch", "sampler": "saint-node", "hidden": 64},
+    "saint-edge": {"model": "gcn", "mode": "minibatch", "sampler": "saint-edge", "hidden": 64},
+    "saint-rw": {"model": "gcn", "mode": "minibatch", "sampler": "saint-rw", "hidden": 64,
+                 "saint_walk_length": 2},
     "ngnn-gcn": {"model": "ngnn-gcn", "mode": "full", "hidden": 64},
     "ngnn-sage": {"model": "ngnn-sage", "mode": "minibatch", "hidden": 64, "fanouts": [25, 10],
                   "batch_size": 512},
+    # variant: an ABSOLUTE GraphSAINT budget, the same number for both sides (the whole graph's
+    # default |V|/10, /20, /40, resolved per dataset in :func:`jobs_for`): a partition's
+    # subgraphs are then ~p times its share of the graph, with denser induced edges than the
+    # centralised run's (see docs/training.md)
+    "saint-node-abs": {"model": "gcn", "mode": "minibatch", "sampler": "saint-node",
+                       "hidden": 64, "saint_budget_div": 10},
+    "saint-edge-abs": {"model": "gcn", "mode": "minibatch", "sampler": "saint-edge",
+                       "hidden": 64, "saint_budget_div": 20},
+    "saint-rw-abs": {"model": "gcn", "mode": "minibatch", "sampler": "saint-rw", "hidden": 64,
+                     "saint_walk_length": 2, "saint_budget_div": 40},
 }
 ORDER = list(MODELS)
 COMMON = {"dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "layers": 2, "sync": "avg",
@@ -63,16 +79,25 @@ COMMON = {"dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4, "layers": 2, "sync":
 OPT_MODES = ("avg", "local")
 
 
+def _num_nodes(store: Path) -> int:
+    return int(json.loads((Path(store) / "meta.json").read_text())["num_nodes"])
+
+
 def jobs_for(name: str, central: Path, stores: dict[int, Path], models: list[str],
-             seeds: list[int], epochs: int, outdir: Path, opts: list[str], hops: int,
+             seeds: list[int], epochs_default: int, outdir: Path, opts: list[str], hops: int,
              overrides: dict[str, dict] | None = None) -> list[dict]:
     """Centralised and partitioned jobs of one dataset (tags identify them across pieces).
     ``overrides`` replaces hyper-parameters per model (the same for centralised and
-    partitioned runs); every job records its hyper-parameters under ``hp``."""
+    partitioned runs; ``epochs`` there replaces ``epochs_default``); every job records its
+    hyper-parameters under ``hp``."""
     jobs = []
-    for m in models:
-        for s in seeds:
+    n = _num_nodes(central)
+    for s in seeds:  # seed-major: a piece cut short still has every model at the first seeds
+        for m in models:
             hp = {**MODELS[m], **COMMON, **(overrides or {}).get(m, {})}
+            if "saint_budget_div" in hp:  # absolute budget: the whole graph's engine default
+                hp["saint_budget"] = max(1, n // int(hp.pop("saint_budget_div")))
+            epochs = int(hp.pop("epochs", epochs_default))
             base = dict(hp, epochs=epochs, seed=s)
             jobs.append({"tag": f"{name}/{m}/central/s{s}", "dataset": name, "model": m,
                          "p": 1, "seed": s, "opt": "central", "epochs": epochs, "hops": 0,
@@ -107,7 +132,7 @@ def table(rows: list[dict], partitioners: dict) -> tuple[list[dict], str]:
             kv[0][0], ORDER.index(kv[0][1]) if kv[0][1] in MODELS else 99,
             kv[0][2], kv[0][3], kv[0][4], kv[0][5])):
         cen = groups.get((d, m, 1, "central", e, 0))
-        if p == 1 or not cen:
+        if p == 1 or not cen or m not in MODELS:  # (runs of retired settings stay in the log)
             continue
         gap = float(np.mean(accs) - np.mean(cen))
         part = partitioners.get(f"{d}/p{p}/h{h}", "?")
@@ -131,6 +156,16 @@ def _stores(name: str, data: Path, parts: list[int], work: Path, hops: int,
         stores[p] = work / f"{name}-spring{p}" if hops == 1 else work / f"{name}-spring{p}-h{hops}"
         partitioners[f"{name}/p{p}/h{hops}"] = ac.partition(data, p, stores[p], hops=hops)
     return stores
+
+
+def _csbm_overrides(args: argparse.Namespace) -> dict[str, dict]:
+    """Per-model hyper-parameters of the CSBM rows: SAGE batch size, per-model epochs."""
+    out: dict[str, dict] = {m: {"batch_size": args.csbm_sage_batch_size}
+                            for m in ("sage", "ngnn-sage")}
+    for item in [t for t in args.csbm_model_epochs.split(",") if t]:
+        m, e = item.split("=")
+        out.setdefault(m, {})["epochs"] = int(e)
+    return out
 
 
 def main() -> None:
@@ -174,6 +209,10 @@ def main() -> None:
     ap.add_argument("--csbm-epochs", type=int, default=50, help="epochs, CSBM (default: 50)")
     ap.add_argument("--csbm-models", default="gcn,sage,gat",
                     help="models on the CSBM graph (default: gcn,sage,gat)")
+    ap.add_argument("--csbm-model-epochs", default="",
+                    help="per-model epochs on the CSBM graph, e.g. cluster-gcn=15,saint-rw=15 "
+                         "(the same for centralised and partitioned runs; default: "
+                         "--csbm-epochs for all)")
     ap.add_argument("--csbm-sage-batch-size", type=int, default=2048,
                     help="GraphSAGE mini-batch size on the CSBM graph, centralised and "
                          "partitioned alike (default: 2048; 512 as on Planetoid means 118 steps "
@@ -215,8 +254,7 @@ def main() -> None:
             central = ac.whole(data, data_dir / f"{name}-whole")
             jobs += jobs_for(name, central, stores, [m for m in args.csbm_models.split(",") if m],
                              seed_list(args.csbm_seeds), args.csbm_epochs, runs, opts, args.hops,
-                             overrides={m: {"batch_size": args.csbm_sage_batch_size}
-                                        for m in ("sage", "ngnn-sage")})
+                             overrides=_csbm_overrides(args))
         meta_path.write_text(json.dumps(partitioners, indent=1))
         done = {key(r) for r in old}
         if not args.rerun:

@@ -5,7 +5,8 @@ generate the inputs, partition them with ``mpiexec -n 2 shardgnn partition --alg
 when that fails, with a seeded hash partition written by
 ``shardgnn.partition.store.write_owner_store``, recorded as ``partitioner: "hash-fallback"``), then
 launch ``mpiexec -n P python -m mpi4py averaging_common.py JOBS.json`` once, which runs every
-training job of the list in-process (one torch import instead of one per run). Centralised
+training job of the list in-process (one torch import instead of one per run); one-rank ("solo")
+jobs go to whichever rank is free next. Centralised
 baselines are 1-partition stores trained on a size-1 sub-communicator of rank 0.
 """
 from __future__ import annotations
@@ -120,13 +121,21 @@ def _worker(jobs_file: Path) -> None:
     log.setup(comm.rank)
     log.get().setLevel("WARNING")
     jobs = json.loads(jobs_file.read_text())
-    # "solo" jobs run on one rank each (a size-1 communicator), spread round-robin so that all
+    # "solo" jobs run on one rank each (a size-1 communicator), claimed dynamically so that all
     # ranks work at once; the others run on every rank. Results are gathered in job order.
     own = comm.split(comm.rank)
     solo = [j for j, job in enumerate(jobs) if job.get("solo")]
     log_file = jobs_file.with_name(f"{jobs_file.stem}.rank{comm.rank}.jsonl")
-    mine = {j: _one(own, jobs[j], log_file) for k, j in enumerate(solo)
-            if k % comm.size == comm.rank}
+    # each rank claims the next unclaimed solo job (an O_EXCL file beside the jobs file), so
+    # that the ranks stay busy however much the jobs differ in length
+    mine = {}
+    for j in solo:
+        try:
+            os.close(os.open(jobs_file.with_name(f"{jobs_file.stem}.claim{j}"),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        mine[j] = _one(own, jobs[j], log_file)
     for j, job in enumerate(jobs):
         if not job.get("solo"):
             s = _one(comm, job, log_file if comm.rank == 0 else None)
