@@ -12,6 +12,7 @@ baselines are 1-partition stores trained on a size-1 sub-communicator of rank 0.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
