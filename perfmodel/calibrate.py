@@ -2,8 +2,9 @@
 
 Run under ``mpiexec -n P``. Collective over the world communicator: every rank measures at the
 same time (so memory-bandwidth contention between ranks is included), each figure is the median
-over repetitions of the slowest rank. Imports shardgnn (communicator, the RDM engine's backend
-and redistribution) and torch lazily — the rest of perfmodel never does.
+over repetitions of the slowest rank. Imports shardgnn (communicator, the RDM engine's backend,
+and ``shardgnn.rdm.probe``, which runs the engine's redistribution and element-wise operations)
+and torch lazily, inside the functions — the rest of perfmodel never does.
 """
 from __future__ import annotations
 
@@ -89,10 +90,8 @@ def _redistribute(comm: Any, repeats: int, dtype: np.dtype, rows: int) -> dict[s
     """The engine's full layout change (row -> col and back) against bytes sent per rank."""
     if comm.size == 1:
         return None
-    try:
-        from perfmodel.engine_probe import redistribute_timer
-    except ImportError:
-        return None
+    from shardgnn.rdm.probe import redistribute_timer
+
     x, t = [], []
     for width in ((2, 16, 64) if rows < 20_000 else (2, 8, 16, 32, 64, 128, 256)):
         fn, nbytes = redistribute_timer(comm, rows, width, str(dtype))
@@ -145,7 +144,7 @@ def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
         y.add_(1.0)
 
     t = _median_max(comm, elementwise, args.repeats)
-    from perfmodel.engine_probe import mask_timer
+    from shardgnn.rdm.probe import mask_timer
 
     t_mask = _median_max(comm, mask_timer(rows, 128, str(dtype)), args.repeats)
     engine_ops = _engine_ops(comm, args.repeats, str(dtype), rows, widths)
@@ -167,11 +166,12 @@ def _engine_ops(comm: Any, repeats: int, dtype: str, rows: int,
     """Elements per second of each element-wise engine operation
     (:data:`perfmodel.engine_probe.ENGINE_OPS`), run with the engine's own code on a
     rows × width tile on every rank at once, for each width. Collective over comm."""
-    from perfmodel.engine_probe import ENGINE_OPS, op_timers
+    from perfmodel.engine_probe import ENGINE_OPS
+    from shardgnn.rdm.probe import op_timers
 
     rates: dict[str, list[float]] = {op: [] for op in ENGINE_OPS}
     for w in widths:
-        timers, elems = op_timers(comm.rank, comm.size, rows, w, dtype)
+        timers, elems = op_timers(comm, rows, w, dtype)
         for op in ENGINE_OPS:
             t = _median_max(comm, timers[op], repeats)
             rates[op].append(max(elems, 1) / max(t, 1e-9))

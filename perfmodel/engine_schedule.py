@@ -1,9 +1,16 @@
-"""The epoch schedule the shardgnn RDM engine runs (layout tracking), as a list of Op. Pure.
+"""The order of one RDM engine step: the forward/backward sequence that drives both the real
+engine and the model, and the epoch schedule it yields as a list of Op. Pure; no MPI, no torch.
+
+This is the one copy of the engine's sequencing. :func:`forward` and :func:`backward` drive an
+executor (:class:`Ops`): ``shardgnn.rdm.engine.TensorOps`` runs them on tensors and
+communicators; :class:`Tracker` here runs them symbolically and records every step, so the
+model's schedule (and the bytes :mod:`perfmodel.exact` derives from it) is by construction what
+the engine does (a multi-rank test checks the bytes against the communicator's counters).
 
 The paper's rules (:mod:`perfmodel.schedule`) assume every operand is where it is needed. The
 engine (``shardgnn.rdm``, documented in ``docs/rdm.md``) tracks in which layouts each matrix
 currently exists and redistributes only what is missing; it differs from the paper's
-accounting in these points (each one modelled here):
+accounting in these points:
 
 * layer 1 computes no input gradient G^0;
 * the weight gradient of an ``S`` backward layer uses H^{l-1} when it is row-split, else the
@@ -17,45 +24,84 @@ accounting in these points (each one modelled here):
 * every epoch also runs one evaluation forward pass (no memo): phase ``eval``.
 
 Matrix names: H{l} activations, Z{l} pre-activations, T{l} first products, dZ{l}, dH{l}, P{l}
-masks.
+masks. ``H0`` (the dropped-out features) is read from the feature file in either layout for
+free.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from perfmodel.errors import PerfModelError
 from perfmodel.orders import Order
 from perfmodel.schedule import Op, check_widths
 
 OTHER = {"row": "col", "col": "row"}
 
 
-@dataclass
-class _Tracker:
+# ----------------------------------------------------------------------------- executors
+class Ops(Protocol):
+    """What :func:`forward`/:func:`backward` need from an executor (real or symbolic).
+
+    ``layer`` arguments name the layer a step belongs to (for accounting only).
+    """
+
     widths: list[int]
-    phase: str
-    train: bool = True
-    h0_read: set[str] = field(default_factory=set)
-    ops: list[Op] = field(default_factory=list)
-    where: dict[str, set[str]] = field(default_factory=dict)
-    width: dict[str, int] = field(default_factory=dict)
 
-    def has(self, name: str, lay: str) -> bool:
-        return lay in self.where.get(name, set())
+    def has(self, name: str, layout: str) -> bool: ...
+    def has_mask(self, layer: int, layout: str) -> bool: ...
+    def redistribute(self, name: str, to: str, layer: int) -> None: ...
+    def redistribute_mask(self, layer: int, to: str) -> None: ...
+    def spmm(self, out: str, inp: str, layer: int) -> None: ...
+    def gemm(self, out: str, inp: str, layer: int, transpose: bool) -> None: ...
+    def add_bias(self, name: str, layer: int) -> None: ...
+    def activate(self, out: str, z: str, layer: int) -> None: ...
+    def mask_grad(self, out: str, dh: str, layer: int, layout: str) -> None: ...
+    def wgrad(self, layer: int, a: str, b: str) -> None: ...
+    def bgrad(self, layer: int, name: str, layout: str) -> None: ...
+    def loss_grad(self, z: str, out: str) -> None: ...
+    def drop(self, name: str, layout: str | None = None) -> None: ...
 
-    def put(self, name: str, lay: str, w: int) -> None:
-        self.where.setdefault(name, set()).add(lay)
-        self.width[name] = w
 
-    def drop(self, name: str, lay: str | None = None) -> None:
+class LayoutStore:
+    """Which matrices exist in which layouts (``store[name][layout]``: a tile, or None when
+    only tracked) and their widths. ``H0`` is always available and never dropped. The storage
+    half of every executor."""
+
+    def __init__(self, widths: list[int]) -> None:
+        self.widths = list(widths)
+        self.store: dict[str, dict[str, Any]] = {}
+        self.width_of: dict[str, int] = {"H0": self.widths[0]}
+
+    def has(self, name: str, layout: str) -> bool:
+        return name == "H0" or layout in self.store.get(name, {})
+
+    def has_mask(self, layer: int, layout: str) -> bool:
+        """Whether layer ``layer``'s ReLU·dropout mask can be read in ``layout`` (from H or P)."""
+        return self.has(f"H{layer}", layout) or self.has(f"P{layer}", layout)
+
+    def _put(self, name: str, layout: str, value: Any, width: int) -> None:
+        self.store.setdefault(name, {})[layout] = value
+        self.width_of[name] = width
+
+    def drop(self, name: str, layout: str | None = None) -> None:
         if name == "H0":
             return
-        if lay is None:
-            self.where.pop(name, None)
-        elif name in self.where:
-            self.where[name].discard(lay)
+        if layout is None:
+            self.store.pop(name, None)
+        elif name in self.store:
+            self.store[name].pop(layout, None)
 
-    def has_mask(self, l: int, lay: str) -> bool:
-        return self.has(f"H{l}", lay) or self.has(f"P{l}", lay)
+
+class Tracker(LayoutStore):
+    """The symbolic executor: tracks layouts and widths and records every step as an
+    :class:`~perfmodel.schedule.Op` (``redist``, ``redist_mask``, ``spmm``, ``gemm``,
+    ``wgrad``, and the element-wise ``mask``/``elementwise`` work the time model prices)."""
+
+    def __init__(self, widths: list[int], phase: str, train: bool = True) -> None:
+        super().__init__(widths)
+        self.phase, self.train = phase, train
+        self.h0_read: set[str] = set()
+        self.ops: list[Op] = []
 
     def read(self, name: str, lay: str) -> None:
         """Note a read of ``name`` in ``lay``: the first read of H0 in a layout of a training
@@ -74,177 +120,232 @@ class _Tracker:
         self.ops.append(Op("elementwise", layer, self.phase, width=width, src=lay, k=passes,
                            what=what))
 
-    def redist(self, name: str, to: str, layer: int) -> None:
-        w = self.width[name]
-        self.ops.append(Op("redist", layer, self.phase, width=w, src=OTHER[to], dst=to,
-                           what=name))
-        self.put(name, to, w)
+    def redistribute(self, name: str, to: str, layer: int) -> None:
+        if not self.has(name, OTHER[to]):
+            raise RuntimeError(f"schedule bug: {name} not available in {OTHER[to]}")
+        w = self.width_of[name]
+        self.ops.append(Op("redist", layer, self.phase, width=w, src=OTHER[to], dst=to, what=name))
+        self._put(name, to, None, w)
 
-    def need(self, name: str, lay: str, layer: int) -> None:
-        if not self.has(name, lay):
-            self.redist(name, lay, layer)
-
-    def redist_mask(self, l: int, to: str) -> None:
-        w = self.widths[l]
-        self.ops.append(Op("redist_mask", l, self.phase, width=w, src=OTHER[to], dst=to,
-                           what=f"P{l}"))
-        self.put(f"P{l}", to, w)
+    def redistribute_mask(self, layer: int, to: str) -> None:
+        w = self.widths[layer]
+        self.ops.append(Op("redist_mask", layer, self.phase, width=w, src=OTHER[to], dst=to,
+                           what=f"P{layer}"))
+        self._put(f"P{layer}", to, None, w)
 
     def spmm(self, out: str, inp: str, layer: int) -> None:
         self.read(inp, "col")
-        w = self.width[inp]
+        w = self.width_of[inp]
         self.ops.append(Op("spmm", layer, self.phase, width=w, what=out))
-        self.put(out, "col", w)
+        self._put(out, "col", None, w)
 
-    def gemm(self, out: str, layer: int, transpose: bool) -> None:
+    def gemm(self, out: str, inp: str, layer: int, transpose: bool) -> None:
+        self.read(inp, "row")
         f = self.widths
         k, n = (f[layer], f[layer - 1]) if transpose else (f[layer - 1], f[layer])
         self.ops.append(Op("gemm", layer, self.phase, k=k, n=n, what=out))
-        self.put(out, "row", n)
+        self._put(out, "row", None, n)
+
+    def add_bias(self, name: str, layer: int) -> None:
+        for lay in sorted(self.store[name]):
+            self.elementwise(f"{name}.bias", layer, self.widths[layer], lay, 1)
+
+    def activate(self, out: str, z: str, layer: int) -> None:
+        for lay in sorted(self.store[z]):
+            self._put(out, lay, None, self.widths[layer])
+            self.elementwise(f"{out}.act", layer + 1, self.widths[layer], lay, 2, masked=True)
+
+    def mask_grad(self, out: str, dh: str, layer: int, layout: str) -> None:
+        self._put(out, layout, None, self.widths[layer])
+        self.elementwise(f"{out}.mask", layer, self.widths[layer], layout, 3)
 
     def wgrad(self, layer: int, a: str, b: str) -> None:
+        """The weight-gradient GEMM, then its all-reduce (``wgrad``; fused per epoch by
+        :mod:`perfmodel.exact`)."""
         self.read(a, "row")
-        self.ops.append(Op("gemm", layer, self.phase, k=self.width[a], n=self.width[b],
+        self.ops.append(Op("gemm", layer, self.phase, k=self.width_of[a], n=self.width_of[b],
                            what=f"dW{layer}"))
+        self.ops.append(Op("wgrad", layer, self.phase, k=self.widths[layer - 1],
+                           n=self.widths[layer], what=f"bwd{layer}.dW"))
+
+    def bgrad(self, layer: int, name: str, layout: str) -> None:
+        self.elementwise(f"db{layer}", layer, self.widths[layer], layout, 1)
+
+    def loss_grad(self, z: str, out: str) -> None:
+        self._put(out, "row", None, self.width_of[z])
 
 
-def _forward(t: _Tracker, order: Order, memo: bool, train: bool) -> None:
+# ----------------------------------------------------------------------------- the sequence
+def need(ops: Ops, name: str, layout: str, layer: int) -> None:
+    """Make ``name`` available in ``layout``, redistributing from the other layout if needed."""
+    if not ops.has(name, layout):
+        ops.redistribute(name, layout, layer)
+
+
+def forward(ops: Ops, order: Order, memo: bool, train: bool) -> str:
+    """Run the forward pass; returns the name of the logits (available row-split).
+
+    Layer l, SpMM first (S): H_{l-1} col -> T = A^T H col -> T row -> Z = T W (+b) row; with
+    ``memo`` T (row) is kept for the backward. GEMM first (D): H_{l-1} row -> T = H W row ->
+    T col -> Z = A^T T (+b) col. H_l = dropout(relu(Z_l)) stays in Z_l's layout (and in any
+    layout the next layer redistributes it to).
+    """
     L = order.layers
-    t.put("H0", "row", t.widths[0])
-    t.put("H0", "col", t.widths[0])
     for l in range(1, L + 1):
-        h, tt, z = f"H{l - 1}", f"T{l}", f"Z{l}"
+        h, t, z = f"H{l - 1}", f"T{l}", f"Z{l}"
         if order.fwd(l) == "S":
-            t.need(h, "col", l)
-            t.spmm(tt, h, l)
-            t.redist(tt, "row", l)
-            t.drop(tt, "col")
-            t.gemm(z, l, False)
+            need(ops, h, "col", l)
+            ops.spmm(t, h, l)
+            ops.redistribute(t, "row", l)
+            ops.drop(t, "col")
+            ops.gemm(z, t, l, False)
             if not (memo and train):
-                t.drop(tt)
+                ops.drop(t)
         else:
-            t.need(h, "row", l)
-            t.read(h, "row")
-            t.gemm(tt, l, False)
-            t.redist(tt, "col", l)
-            t.drop(tt, "row")
-            t.spmm(z, tt, l)
-            t.drop(tt)
-        for lay in sorted(t.where[z]):
-            t.elementwise(f"Z{l}.bias", l, t.widths[l], lay, 1)
+            need(ops, h, "row", l)
+            ops.gemm(t, h, l, False)
+            ops.redistribute(t, "col", l)
+            ops.drop(t, "row")
+            ops.spmm(z, t, l)
+            ops.drop(t)
+        ops.add_bias(z, l)
         if l < L:
-            for lay in sorted(t.where[z]):
-                t.put(f"H{l}", lay, t.widths[l])
-                t.elementwise(f"H{l}.act", l + 1, t.widths[l], lay, 2, masked=True)
-            t.drop(z)
-    t.need(f"Z{L}", "row", L)
-    t.elementwise("loss" if train else "argmax", L, t.widths[L], "row", 5 if train else 1)
+            ops.activate(f"H{l}", z, l)
+            ops.drop(z)
+        if not train and l > 1:
+            ops.drop(h)
+    z = f"Z{L}"
+    need(ops, z, "row", L)
+    if ops.has(z, "col"):
+        ops.drop(z, "col")
+    return z
 
 
-def _need_dz(t: _Tracker, l: int, L: int, lay: str) -> None:
+def _need_dz(ops: Ops, l: int, L: int, layout: str) -> None:
+    """Make dZ_l = dH_l * relu'(Z_l) * dropout mask available in ``layout``."""
     dz, dh = f"dZ{l}", f"dH{l}"
-    if t.has(dz, lay):
+    if ops.has(dz, layout):
         return
     if l == L:
-        t.redist(dz, lay, l)
+        ops.redistribute(dz, layout, l)
         return
-    if t.has(dh, lay):
-        if not t.has_mask(l, lay):
-            t.redist_mask(l, lay)
-        t.put(dz, lay, t.widths[l])
-        t.elementwise(f"dZ{l}.mask", l, t.widths[l], lay, 3)
+    if ops.has(dh, layout):
+        if not ops.has_mask(l, layout):
+            ops.redistribute_mask(l, layout)
+        ops.mask_grad(dz, dh, l, layout)
         return
-    other = OTHER[lay]
-    if t.has_mask(l, other):
-        t.put(dz, other, t.widths[l])
-        t.elementwise(f"dZ{l}.mask", l, t.widths[l], other, 3)
-        t.redist(dz, lay, l)
+    other = OTHER[layout]
+    if ops.has_mask(l, other):
+        ops.mask_grad(dz, dh, l, other)
+        ops.redistribute(dz, layout, l)
     else:
-        t.redist(dh, lay, l)
-        t.put(dz, lay, t.widths[l])
-        t.elementwise(f"dZ{l}.mask", l, t.widths[l], lay, 3)
+        ops.redistribute(dh, layout, l)
+        ops.mask_grad(dz, dh, l, layout)
 
 
-def _backward(t: _Tracker, order: Order, memo: bool) -> None:
+def _backward_s(ops: Ops, l: int, L: int, has_memo: bool) -> None:
+    """Layer l, SpMM first: dZ col -> U = A dZ col -> U row -> dH_{l-1} = U W^T row (l > 1);
+    dW = H_{l-1}^T U when H_{l-1} is row-split, else T^T dZ from the memoised T (dZ
+    redistributed to row if needed, when f_l <= f_{l-1}), else H_{l-1} is redistributed to row."""
+    f = ops.widths
+    dz, hp, t, u = f"dZ{l}", f"H{l - 1}", f"T{l}", f"U{l}"
+    _need_dz(ops, l, L, "col")
+    ops.bgrad(l, dz, "col")
+    ops.spmm(u, dz, l)
+    ops.redistribute(u, "row", l)
+    ops.drop(u, "col")
+    if l > 1:
+        ops.gemm(f"dH{l - 1}", u, l, True)
+    if ops.has(hp, "row"):
+        ops.wgrad(l, hp, u)
+    elif has_memo and (ops.has(dz, "row") or f[l] <= f[l - 1]):
+        need(ops, dz, "row", l)
+        ops.wgrad(l, t, dz)
+    else:
+        need(ops, hp, "row", l)
+        ops.wgrad(l, hp, u)
+    ops.drop(u)
+
+
+def _backward_d(ops: Ops, l: int, L: int, has_memo: bool) -> None:
+    """Layer l, GEMM first: dZ row -> V = dZ W^T row -> V col -> dH_{l-1} = A V col (l > 1;
+    layer 1 computes no input gradient); dW = T^T dZ from the memoised T, else one extra SpMM,
+    whichever needs fewer redistributed columns: U = A dZ (dZ col, U -> row, H_{l-1} row) or
+    T' = A H_{l-1} (H_{l-1} col, T' -> row)."""
+    f = ops.widths
+    dz, hp, t = f"dZ{l}", f"H{l - 1}", f"T{l}"
+    _need_dz(ops, l, L, "row")
+    ops.bgrad(l, dz, "row")
+    if l > 1:
+        v = f"V{l}"
+        ops.gemm(v, dz, l, True)
+        ops.redistribute(v, "col", l)
+        ops.spmm(f"dH{l - 1}", v, l)
+        ops.drop(v)
+    if has_memo:
+        ops.wgrad(l, t, dz)
+        return
+    cost_u = (0 if ops.has(dz, "col") else f[l]) + f[l] + (0 if ops.has(hp, "row") else f[l - 1])
+    cost_t = (0 if ops.has(hp, "col") else f[l - 1]) + f[l - 1]
+    if cost_u < cost_t or (cost_u == cost_t and f[l] <= f[l - 1]):
+        u = f"U{l}"
+        need(ops, dz, "col", l)
+        ops.spmm(u, dz, l)
+        ops.redistribute(u, "row", l)
+        need(ops, hp, "row", l)
+        ops.wgrad(l, hp, u)
+        ops.drop(u)
+    else:
+        tp = f"T{l}x"
+        need(ops, hp, "col", l)
+        ops.spmm(tp, hp, l)
+        ops.redistribute(tp, "row", l)
+        ops.wgrad(l, tp, dz)
+        ops.drop(tp)
+
+
+def backward(ops: Ops, order: Order, memo: bool, logits: str) -> None:
+    """Run the backward pass from the loss gradient of ``logits`` (row-split), layers L..1
+    (:func:`_backward_s`, :func:`_backward_d`). Bias gradient: column sums of dZ in the layout
+    the layer's first operation uses."""
     L = order.layers
-    f = t.widths
-    t.put(f"dZ{L}", "row", f[L])
+    ops.loss_grad(logits, f"dZ{L}")
     for l in range(L, 0, -1):
-        dz, hp, tt = f"dZ{l}", f"H{l - 1}", f"T{l}"
-        has_memo = memo and order.fwd(l) == "S" and t.has(tt, "row")
+        has_memo = memo and order.fwd(l) == "S" and ops.has(f"T{l}", "row")
         if order.bwd(l) == "S":
-            _need_dz(t, l, L, "col")
-            t.elementwise(f"db{l}", l, f[l], "col", 1)
-            u = f"U{l}"
-            t.spmm(u, dz, l)
-            t.redist(u, "row", l)
-            t.drop(u, "col")
-            if l > 1:
-                t.gemm(f"dH{l - 1}", l, True)
-            if t.has(hp, "row"):
-                t.wgrad(l, hp, u)
-            elif has_memo and (t.has(dz, "row") or f[l] <= f[l - 1]):
-                t.need(dz, "row", l)
-                t.wgrad(l, tt, dz)
-            else:
-                t.need(hp, "row", l)
-                t.wgrad(l, hp, u)
-            t.drop(u)
+            _backward_s(ops, l, L, has_memo)
         else:
-            _need_dz(t, l, L, "row")
-            t.elementwise(f"db{l}", l, f[l], "row", 1)
-            if l > 1:
-                v = f"V{l}"
-                t.gemm(v, l, True)
-                t.redist(v, "col", l)
-                t.spmm(f"dH{l - 1}", v, l)
-                t.drop(v)
-            if has_memo:
-                t.wgrad(l, tt, dz)
-            else:
-                cost_u = ((0 if t.has(dz, "col") else f[l]) + f[l]
-                          + (0 if t.has(hp, "row") else f[l - 1]))
-                cost_t = (0 if t.has(hp, "col") else f[l - 1]) + f[l - 1]
-                if cost_u < cost_t or (cost_u == cost_t and f[l] <= f[l - 1]):
-                    u = f"U{l}"
-                    t.need(dz, "col", l)
-                    t.spmm(u, dz, l)
-                    t.redist(u, "row", l)
-                    t.need(hp, "row", l)
-                    t.wgrad(l, hp, u)
-                    t.drop(u)
-                else:
-                    tp = f"T{l}x"
-                    t.need(hp, "col", l)
-                    t.spmm(tp, hp, l)
-                    t.redist(tp, "row", l)
-                    t.wgrad(l, tp, dz)
-                    t.drop(tp)
-        t.ops.append(Op("wgrad", l, "backward", k=f[l - 1], n=f[l], what=f"bwd{l}.dW"))
-        t.drop(tt)
-        t.drop(dz)
+            _backward_d(ops, l, L, has_memo)
+        ops.drop(f"T{l}")
+        ops.drop(f"dZ{l}")
         if l < L:
-            t.drop(f"dH{l}")
+            ops.drop(f"dH{l}")
         if l > 1:
-            t.drop(f"Z{l}")
+            ops.drop(f"Z{l}")
+
+
+# ----------------------------------------------------------------------------- schedules
+def step_schedule(order: Order, widths: list[int], memo: bool = True, train: bool = True) -> list[Op]:
+    """The engine's steps of one training step (``train``: forward, loss, backward; phases
+    ``forward``/``backward``) or of one evaluation forward pass (phase ``eval``)."""
+    f = check_widths(widths)
+    L = len(f) - 1
+    if order.layers != L:
+        raise PerfModelError(f"order {order}: expected {L} layers, got {order.layers}")
+    t = Tracker(f, "forward" if train else "eval", train)
+    logits = forward(t, order, memo, train)
+    t.elementwise("loss" if train else "argmax", L, f[L], "row", 5 if train else 1)
+    if train:
+        t.phase = "backward"
+        backward(t, order, memo, logits)
+    return t.ops
 
 
 def engine_schedule(order: Order, widths: list[int], memo: bool = True,
                     evaluate: bool = True) -> list[Op]:
     """The engine's steps of one epoch: training forward + backward, then (``evaluate``) one
     evaluation forward pass (phase ``eval``)."""
-    f = check_widths(widths)
-    if order.layers != len(f) - 1:
-        from perfmodel.errors import PerfModelError
-
-        raise PerfModelError(f"order {order}: expected {len(f) - 1} layers, got {order.layers}")
-    t = _Tracker(f, "forward")
-    _forward(t, order, memo, True)
-    t.phase = "backward"
-    _backward(t, order, memo)
-    ops = t.ops
+    ops = step_schedule(order, widths, memo, True)
     if evaluate:
-        e = _Tracker(f, "eval", train=False)
-        _forward(e, order, memo, False)
-        ops = ops + e.ops
+        ops = ops + step_schedule(order, widths, memo, False)
     return ops

@@ -116,7 +116,8 @@ class Event:
 
 @dataclass
 class Problem:
-    """Sizes of one training problem."""
+    """Sizes of one training problem. ``panel_bounds``: the Q + 1 row offsets of A's row
+    panels when they follow a partition (default: even blocks; see :class:`Grid`)."""
 
     widths: list[int]
     nodes: int
@@ -124,6 +125,7 @@ class Problem:
     ranks: int = 1
     replicas: int | None = None
     dtype: str | int = "float32"
+    panel_bounds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self.widths = check_widths(self.widths)
@@ -140,7 +142,7 @@ class Problem:
 
     @property
     def grid(self) -> Grid:
-        return Grid(self.nodes, self.ranks, int(self.replicas or self.ranks))
+        return Grid(self.nodes, self.ranks, int(self.replicas or self.ranks), tuple(self.panel_bounds))
 
 
 def epoch_schedule(order: Order, prob: Problem, spec: EngineSpec) -> list[Op]:

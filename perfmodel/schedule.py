@@ -100,6 +100,11 @@ class _State:
     def gemm(self, layer: int, phase: str, k: int, n: int, what: str) -> None:
         self.ops.append(Op("gemm", layer, phase, k=k, n=n, what=what))
 
+    def spmm_to_row(self, layer: int, phase: str, width: int, what: str) -> None:
+        """An SpMM on a column-split operand, its product redistributed to row-split."""
+        self.spmm(layer, phase, width, what)
+        self.redist(layer, phase, width, COL, ROW, what)
+
 
 def schedule(order: Order, widths: Sequence[int], rules: Rules | None = None) -> list[Op]:
     """The ordered steps of one epoch (forward, loss, backward) of ``order`` on f_0..f_L."""
@@ -116,8 +121,7 @@ def schedule(order: Order, widths: Sequence[int], rules: Rules | None = None) ->
         if order.fwd(l) == "S":
             if layout == ROW:
                 st.redist(l, "forward", a, ROW, COL, f"fwd{l}.H_in")
-            st.spmm(l, "forward", a, f"fwd{l}.AtH")
-            st.redist(l, "forward", a, COL, ROW, f"fwd{l}.AtH")
+            st.spmm_to_row(l, "forward", a, f"fwd{l}.AtH")
             st.gemm(l, "forward", a, b, f"fwd{l}.Z")
             layout = ROW
         else:
@@ -136,8 +140,7 @@ def schedule(order: Order, widths: Sequence[int], rules: Rules | None = None) ->
         if order.bwd(l) == "S":
             if layout == ROW:
                 st.redist(l, "backward", b, ROW, COL, f"bwd{l}.G_in")
-            st.spmm(l, "backward", b, f"bwd{l}.AG")
-            st.redist(l, "backward", b, COL, ROW, f"bwd{l}.AG")
+            st.spmm_to_row(l, "backward", b, f"bwd{l}.AG")
             st.gemm(l, "backward", a, b, f"bwd{l}.Y")
             if not last:
                 st.gemm(l, "backward", b, a, f"bwd{l}.AGWt")
@@ -150,8 +153,7 @@ def schedule(order: Order, widths: Sequence[int], rules: Rules | None = None) ->
                 w = min(a, b)
                 src = "AG" if b <= a else "AtH"
                 st.redist(l, "backward", w, ROW, COL, f"bwd{l}.extra_{src}")
-                st.spmm(l, "backward", w, f"bwd{l}.extra_{src}")
-                st.redist(l, "backward", w, COL, ROW, f"bwd{l}.extra_{src}")
+                st.spmm_to_row(l, "backward", w, f"bwd{l}.extra_{src}")
             st.gemm(l, "backward", a, b, f"bwd{l}.Y")
             if not last:
                 st.gemm(l, "backward", b, a, f"bwd{l}.GWt")

@@ -39,6 +39,8 @@ from shardgnn.errors import ShardError
 MAX_COUNT = 2**31 - 1
 
 _T = TypeVar("_T")
+#: Send and receive displacements of a planned all-to-all (``Communicator.alltoallv``).
+Displs = tuple[np.ndarray, np.ndarray]
 
 
 def _mpi() -> Any:
@@ -398,7 +400,8 @@ class Communicator:
 
     def alltoallv(self, sendbuf: Any, sendcounts: Sequence[int] | np.ndarray,
                   recvbuf: Any = None, recvcounts: Sequence[int] | np.ndarray | None = None,
-                  op_name: str = "alltoallv") -> Any:
+                  op_name: str = "alltoallv", *, displs: Displs | None = None,
+                  max_total: int | None = None) -> Any:
         """Personalised all-to-all of a buffer split in per-destination blocks along axis 0.
 
         ``sendbuf`` holds the block for rank 0, then rank 1, …; ``sendcounts[j]`` is the number
@@ -406,9 +409,15 @@ class Communicator:
         ``recvcounts`` is not given it is exchanged first. When ``recvbuf`` is not given one of
         the same kind (numpy / torch / cupy) is allocated. Returns ``recvbuf`` with the blocks
         from rank 0, 1, … in order. Bytes sent to other ranks are counted under ``op_name``.
+
+        A caller that plans one exchange and repeats it (``shardgnn.rdm.redistribute``) passes
+        ``displs`` (send and receive offsets, in rows as the counts) and ``max_total`` (the
+        largest send or receive total of any rank, in rows; the same on every rank), so a call
+        computes no offsets and needs no agreement on the message size.
         Collective over comm.
         """
-        return self._alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, op_name, False).wait()
+        return self._alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, op_name, False,
+                               displs, max_total).wait()
 
     def ialltoallv(self, sendbuf: Any, sendcounts: Sequence[int] | np.ndarray,
                    recvbuf: Any = None, recvcounts: Sequence[int] | np.ndarray | None = None,
@@ -421,11 +430,11 @@ class Communicator:
         (blocking) before posting; exchanges above ``max_count`` elements run blocking in rounds
         and return a completed request. Collective over comm.
         """
-        return self._alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, op_name, True)
+        return self._alltoallv(sendbuf, sendcounts, recvbuf, recvcounts, op_name, True, None, None)
 
     def _alltoallv(self, sendbuf: Any, sendcounts: Sequence[int] | np.ndarray, recvbuf: Any,
                    recvcounts: Sequence[int] | np.ndarray | None, op_name: str,
-                   nonblocking: bool) -> Request:
+                   nonblocking: bool, displs: Displs | None, max_total: int | None) -> Request:
         sendcounts = np.asarray(sendcounts, dtype=np.int64)
         if recvcounts is None:
             recvcounts = self.alltoall_counts(sendcounts)
@@ -445,19 +454,29 @@ class Communicator:
         if self.size == 1:
             _flat(robj)[: int(rc[0])] = _flat(obj)[: int(sc[0])]
         else:
-            req = self._alltoallv_elems(_flat(obj), sc, _flat(robj), rc, dtype, nonblocking)
+            d = None if displs is None else (np.asarray(displs[0], np.int64) * row,
+                                             np.asarray(displs[1], np.int64) * row)
+            big = None if max_total is None else int(max_total) * row
+            req = self._alltoallv_elems(_flat(obj), sc, _flat(robj), rc, dtype, nonblocking, d, big)
         sent = (int(sc.sum()) - int(sc[self.rank])) * dtype.itemsize
         return Request(self, op_name, sent, time.perf_counter() - t0, recvbuf, req,
                        keep=(obj, robj))
 
     def _alltoallv_elems(self, send: Any, sc: np.ndarray, recv: Any, rc: np.ndarray,
-                         dtype: np.dtype, nonblocking: bool = False) -> Any:
-        """Exchange flat element blocks; returns an MPI request when posted non-blocking."""
-        sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
-        rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
+                         dtype: np.dtype, nonblocking: bool = False, displs: Displs | None = None,
+                         big_max: int | None = None) -> Any:
+        """Exchange flat element blocks; returns an MPI request when posted non-blocking.
+        ``displs`` and ``big_max`` (elements), when given, replace the computed offsets and the
+        agreed largest total."""
+        if displs is None:
+            sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
+            rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
+        else:
+            sd, rd = displs
         mt = _mpi_type(dtype)
-        big = max(int(sc.sum()), int(rc.sum()))
-        if self.allreduce_scalar(big, "max") <= self.max_count:
+        if big_max is None:
+            big_max = int(self.allreduce_scalar(max(int(sc.sum()), int(rc.sum())), "max"))
+        if big_max <= self.max_count:
             if nonblocking:
                 return self._c.Ialltoallv([send, (sc, sd), mt], [recv, (rc, rd), mt])
             self._c.Alltoallv([send, (sc, sd), mt], [recv, (rc, rd), mt])

@@ -2,9 +2,11 @@
 
 :class:`Trainer` is built once (collective: graph panels, feature tiles, communicators) and then
 asked to run steps/epochs with any order (:meth:`Trainer.set_order`). The sequence of one step
-comes from :func:`shardgnn.rdm.schedule.forward`/``backward`` driving :class:`TensorOps`, the
-real executor here; the same functions drive the symbolic dry run, so the bytes booked here are
-the ones :func:`shardgnn.rdm.schedule.epoch_bytes` predicts. Collective over comm throughout.
+comes from the model's :func:`perfmodel.engine_schedule.forward`/``backward`` driving
+:class:`TensorOps`, the real executor here; the same functions drive the model's symbolic
+tracker, so the bytes booked here are the ones :func:`shardgnn.rdm.schedule.epoch_bytes`
+predicts. Layout changes go through planned :class:`~shardgnn.rdm.redistribute.Redistribution`
+objects. Collective over comm throughout.
 """
 from __future__ import annotations
 
@@ -16,14 +18,16 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from perfmodel.engine_schedule import LayoutStore
 from shardgnn.comm import Communicator
 from shardgnn.rdm.backend import Backend, dropout_mask, mask_key
-from shardgnn.rdm.layout import Grid, resplit_counts
-from shardgnn.rdm.schedule import OTHER, Order, backward, forward, parse_order
+from shardgnn.rdm.layout import Grid
+from shardgnn.rdm.redistribute import Redistribution
+from shardgnn.rdm.schedule import BYTE_KINDS, OTHER, Order, backward, forward, parse_order
+
+__all__ = ["BYTE_KINDS", "TIME_KINDS", "Accounting", "GraphState", "TensorOps", "Trainer"]
 
 TIME_KINDS = ("spmm", "gemm", "redistribute", "bcast", "allreduce", "other")
-BYTE_KINDS = ("redistribute", "redistribute_mask", "bcast", "allreduce_grad",
-              "redistribute_eval", "bcast_eval", "allreduce_metrics")
 
 
 @dataclass
@@ -33,7 +37,8 @@ class GraphState:
     ``a_blocks[k]`` multiplies the column tile of panel k (one block when Q = 1).
     ``x_tile(layout)`` returns this rank's raw feature tile (float64 numpy) for a layout.
     Row-tile arrays: ``labels``, ``loss_w`` (per-row loss weight, 0 off the train set),
-    ``masks`` (name -> bool) for accuracy.
+    ``masks`` (name -> bool) for accuracy. ``plans`` keeps this graph's planned
+    redistributions by (width, source layout), built on first use.
     """
 
     grid: Grid
@@ -45,6 +50,7 @@ class GraphState:
     mask_totals: dict[str, int]
     nnz: int = 0
     _x_cache: dict[str, torch.Tensor] = field(default_factory=dict)
+    plans: dict[tuple[int, str], Redistribution] = field(default_factory=dict)
 
 
 class Accounting:
@@ -213,27 +219,20 @@ def adam_update(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tens
     p.addcdiv_(m, denom, value=-lr / bc1)
 
 
-class TensorOps:
-    """The real executor of one step's schedule on this rank (see :class:`schedule.Ops`)."""
+class TensorOps(LayoutStore):
+    """The real executor of one step's schedule on this rank (see
+    :class:`perfmodel.engine_schedule.Ops`); ``store[name][layout]`` holds the tiles."""
 
     def __init__(self, tr: Trainer, g: GraphState, step: int, train: bool) -> None:
+        super().__init__(tr.widths)
         self.tr, self.g, self.be = tr, g, tr.be
-        self.widths = tr.widths
         self.step, self.train = step, train
-        self.store: dict[str, dict[str, torch.Tensor]] = {}
-        self.width_of: dict[str, int] = {"H0": self.widths[0]}
         self.loss_sum = 0.0
         self.rank = tr.comm.rank
         self.sfx = "" if train else "_eval"
         self.drop_p = tr.p if train else 0.0
 
     # -------------------------------------------------------------- storage
-    def has(self, name: str, layout: str) -> bool:
-        return name == "H0" or layout in self.store.get(name, {})
-
-    def has_mask(self, layer: int, layout: str) -> bool:
-        return self.has(f"H{layer}", layout) or self.has(f"P{layer}", layout)
-
     def _tile_origin(self, layout: str, width: int) -> tuple[int, int]:
         grid = self.g.grid
         if layout == "row":
@@ -257,44 +256,15 @@ class TensorOps:
             self.store.setdefault("H0", {})[layout] = x
         return self.store[name][layout]
 
-    def _put(self, name: str, layout: str, t: torch.Tensor, width: int) -> None:
-        self.store.setdefault(name, {})[layout] = t
-        self.width_of[name] = width
-
-    def drop(self, name: str, layout: str | None = None) -> None:
-        if name == "H0":
-            return
-        if layout is None:
-            self.store.pop(name, None)
-        elif name in self.store:
-            self.store[name].pop(layout, None)
-
     # -------------------------------------------------------------- communication
-    def _resplit(self, x: torch.Tensor, width: int, src: str, kind: str) -> torch.Tensor:
-        grid, tr = self.g.grid, self.tr
-        send_c, recv_c = resplit_counts(grid, width, self.rank, src)
-        a, b = grid.panel_range(self.rank)
-        r0, r1 = grid.row_range(self.rank)
-        R = grid.replicas
-        cb = [grid.col_range(width, q) for q in range(R)]
-        if src == "row":
-            sendbuf = torch.cat([x[:, c0:c1].reshape(-1) for c0, c1 in cb]) if x.numel() else x.reshape(-1)
-        else:
-            sendbuf = x.reshape(-1)
-        recv = torch.empty(int(recv_c.sum()), dtype=x.dtype, device=x.device)
-        tr.row_comm.alltoallv(sendbuf.contiguous(), send_c, recv, recv_c, op_name=kind)
-        if src == "row":
-            c0, c1 = grid.col_range(width, self.rank)
-            return recv.view(b - a, c1 - c0)
-        out = torch.empty((r1 - r0, width), dtype=x.dtype, device=x.device)
-        off = 0
-        for q, (c0, c1) in enumerate(cb):
-            n = int(recv_c[q])
-            out[:, c0:c1] = recv[off:off + n].view(r1 - r0, c1 - c0)
-            off += n
-        return out
+    def _plan(self, width: int, src: str) -> Redistribution:
+        """The planned ``src`` -> other redistribution of a width-``width`` matrix on this graph."""
+        key = (int(width), src)
+        if key not in self.g.plans:
+            self.g.plans[key] = Redistribution(self.tr.row_comm, self.g.grid, self.rank, width, src)
+        return self.g.plans[key]
 
-    def redistribute(self, name: str, to: str) -> None:
+    def redistribute(self, name: str, to: str, layer: int = 0) -> None:
         x = self.get(name, OTHER[to])
         w = self.width_of[name]
         if self.g.grid.replicas == 1:
@@ -302,7 +272,7 @@ class TensorOps:
             return
         kind = "redistribute" + self.sfx
         y = self.tr._timed("redistribute", kind, self.tr.row_comm,
-                           lambda: self._resplit(x, w, OTHER[to], kind))
+                           lambda: self._plan(w, OTHER[to])(x, kind))
         self._put(name, to, y, w)
 
     def redistribute_mask(self, layer: int, to: str) -> None:
@@ -316,11 +286,11 @@ class TensorOps:
             self._put(f"P{layer}", to, pos, w)
             return
         y = self.tr._timed("redistribute", "redistribute_mask", self.tr.row_comm,
-                           lambda: self._resplit(pos, w, src, "redistribute_mask"))
+                           lambda: self._plan(w, src)(pos, "redistribute_mask"))
         self._put(f"P{layer}", to, y, w)
 
     # -------------------------------------------------------------- kernels
-    def spmm(self, out: str, inp: str) -> None:
+    def spmm(self, out: str, inp: str, layer: int = 0) -> None:
         x = self.get(inp, "col")
         grid, tr = self.g.grid, self.tr
         if grid.panels == 1:

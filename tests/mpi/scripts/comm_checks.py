@@ -79,6 +79,11 @@ def exercise(c: Communicator, tag: str) -> None:
     check(g0.shape == (2, 4), f"alltoallv empty blocks {tag}")
     g1 = c.ialltoallv(np.ones((int(counts0.sum()), 4)), counts0).wait()
     check(g1.shape == (2, 4), f"ialltoallv empty blocks {tag}")
+    # a planned exchange (offsets and the largest total given; no agreement round)
+    displs = (np.concatenate([[0], np.cumsum(counts)[:-1]]), np.concatenate([[0], np.cumsum(rc)[:-1]]))
+    pgot = c.alltoallv(rows, counts, np.empty_like(exp), rc, displs=displs,
+                       max_total=p * p * (p + 1) // 2)
+    check(np.array_equal(pgot, exp), f"alltoallv planned {tag}")
     ag = c.allgatherv(np.full((r, 2), r, dtype=np.int64))
     check(ag.shape == (sum(range(p)), 2), f"allgatherv {tag}")
     check(np.array_equal(ag[:, 0], np.repeat(np.arange(p), np.arange(p))), f"allgatherv values {tag}")
@@ -129,6 +134,21 @@ for mc in (2**31 - 1, 7):
     check(s.is_serial and s.rank == 0 and s.size == 1, "serial rank/size")
     exercise(s, "serial")
     check(s.split(3).size == 1, "serial split")
+
+# the RDM redistribution plan: row -> col -> row is the identity, the col tile is the block
+from shardgnn.rdm.layout import Grid  # noqa: E402
+from shardgnn.rdm.redistribute import Redistribution  # noqa: E402
+
+for mc in (2**31 - 1, 7):
+    w = world(mc)
+    g = Grid(11, w.size, w.size)
+    full = np.arange(11 * 5, dtype=np.float64).reshape(11, 5)
+    to_col, to_row = (Redistribution(w, g, w.rank, 5, s) for s in ("row", "col"))
+    r0, r1 = g.row_range(w.rank)
+    c0, c1 = g.col_range(5, w.rank)
+    t = to_col(torch.from_numpy(full[r0:r1].copy()))
+    check(np.array_equal(t.numpy(), full[:, c0:c1]), f"redistribution row->col mc={mc}")
+    check(np.array_equal(to_row(t).numpy(), full[r0:r1]), f"redistribution col->row mc={mc}")
 
 # the tiny-count default constructor still wraps WORLD
 check(Communicator(max_count=7).size == comm.size, "Communicator() is WORLD")
