@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from perfmodel.costs import enumerate_costs
 from perfmodel.dataset import read_dataset
@@ -314,45 +314,36 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("pareto", help="costs of every order and the Pareto front",
-                       description="Costs of every SpMM/GEMM order (2^(2L)) in the paper's "
-                       "units and the Pareto front on (comm_units, sparse_units); with "
-                       "--nodes/--nnz/--ranks also elements, multiply-adds and the exact bytes "
-                       "the RDM engine moves per epoch.")
+    p = _command(sub, "pareto", cmd_pareto, "costs of every order and the Pareto front",
+                 "Costs of every SpMM/GEMM order (2^(2L)) in the paper's units and the Pareto "
+                 "front on (comm_units, sparse_units); with --nodes/--nnz/--ranks also elements, "
+                 "multiply-adds and the exact bytes the RDM engine moves per epoch.")
     add_problem_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a "
                    "table")
     p.add_argument("--front-only", action="store_true", help="table: list only the Pareto "
                    "orders")
-    p.set_defaults(func=cmd_pareto)
-
-    p = sub.add_parser("predict", help="predicted epoch time of every order from a profile",
-                       description="Predicted epoch time (and its parts: spmm, gemm, "
-                       "redistribute, allreduce, bcast, other) of every order and of CAGNET-1D "
-                       "from a machine profile, fastest first. The epoch time is one training "
-                       "step, as the engine reports epoch_time. The Pareto mark follows "
-                       "--schedule.")
+    p = _command(sub, "predict", cmd_predict, "predicted epoch time of every order from a profile",
+                 "Predicted epoch time (and its parts: spmm, gemm, redistribute, allreduce, "
+                 "bcast, other) of every order and of CAGNET-1D from a machine profile, fastest "
+                 "first. The epoch time is one training step, as the engine reports epoch_time. "
+                 "The Pareto mark follows --schedule.")
     add_prediction_args(p)
     p.add_argument("--with-eval", action="store_true", help="add the evaluation forward pass "
                    "and metrics all-reduce (default: one training step, the engine's "
                    "epoch_time)")
-    p.set_defaults(func=cmd_predict)
-
-    p = sub.add_parser("scale", help="simulate RDM and CAGNET-1D epoch time/bytes over P",
-                       description="Predicted epoch time and bytes per epoch of RDM (best order "
-                       "for each R_A choice) and CAGNET-1D for each P, from a profile "
-                       "(collective latency extrapolated: (P−1) for Alltoallv, log2 P for "
-                       "broadcast/all-reduce; bandwidth per rank kept).")
+    p = _command(sub, "scale", cmd_scale, "simulate RDM and CAGNET-1D epoch time/bytes over P",
+                 "Predicted epoch time and bytes per epoch of RDM (best order for each R_A "
+                 "choice) and CAGNET-1D for each P, from a profile (collective latency "
+                 "extrapolated: (P−1) for Alltoallv, log2 P for broadcast/all-reduce; bandwidth "
+                 "per rank kept).")
     add_prediction_args(p, ranks_list=True)
     p.add_argument("--png", help="also draw epoch time vs P into this PNG (needs matplotlib)")
-    p.set_defaults(func=cmd_scale)
-
-    p = sub.add_parser("plot", help="draw the Pareto front (PNG)",
-                       description="Scatter of every order on (comm_units, sparse_units), the "
-                       "Pareto front joined and every order labelled (needs matplotlib).")
+    p = _command(sub, "plot", cmd_plot, "draw the Pareto front (PNG)",
+                 "Scatter of every order on (comm_units, sparse_units), the Pareto front joined "
+                 "and every order labelled (needs matplotlib).")
     add_problem_args(p)
     p.add_argument("--png", required=True, help="output PNG file")
-    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("calibrate", help="measure this machine into a profile (under mpiexec)",
                        description="Run under `mpiexec -n P`: measures Alltoallv, Allreduce and "
@@ -384,6 +375,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "repetitions, messages up to 1 MiB; overrides those options")
     p.set_defaults(func=cmd_calibrate)
     return parser
+
+
+def _command(sub: Any, name: str, func: Callable[[argparse.Namespace], Any], help: str,
+             description: str) -> argparse.ArgumentParser:
+    """One subcommand parser running ``func``."""
+    p = sub.add_parser(name, help=help, description=description)
+    p.set_defaults(func=func)
+    return p
 
 
 def add_prediction_args(p: argparse.ArgumentParser, ranks_list: bool = False) -> None:
