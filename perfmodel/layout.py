@@ -122,11 +122,6 @@ class Grid:
         lo, hi = block_range(b - a, self.replicas, rank % self.replicas)
         return a + lo, a + hi
 
-    def row_bounds(self) -> np.ndarray:
-        """P + 1 offsets: rank r's row tile is rows ``[bounds[r], bounds[r+1])``."""
-        return np.array([self.row_range(r)[0] for r in range(self.size)] + [self.num_rows],
-                        dtype=np.int64)
-
     def col_range(self, width: int, rank: int) -> tuple[int, int]:
         """Columns of ``rank``'s col-layout tile of an N x ``width`` matrix."""
         return block_range(width, self.replicas, rank % self.replicas)

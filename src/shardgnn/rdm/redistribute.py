@@ -12,10 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from perfmodel.engine_schedule import OTHER
 from perfmodel.layout import Grid, resplit_counts
 from shardgnn.comm import Communicator
-
-OTHER = {"row": "col", "col": "row"}
 
 
 class Redistribution:
