@@ -10,6 +10,7 @@ from typing import Any
 from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES
 from shardgnn.train import guards
+from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, default_of
 from shardgnn.train.sampled_cli import SAMPLERS as SAMPLED_SAMPLERS
 from shardgnn.train.subgraphs import SAMPLERS
 
@@ -47,6 +48,11 @@ _SHARED: set[str] = set()
 
 
 def add_parser(sub: Any) -> None:
+    from shardgnn.train.engine import AveragingConfig
+
+    def d(name: str, cls: type = TrainConfig) -> Any:
+        return default_of(cls, name)
+
     engines = "\n".join(f"  {e.name:<10} {e.help}" for e in ENGINES.entries())
     p = sub.add_parser("train", help=f"train a GNN (engines: {', '.join(ENGINES)})",
                        description=HELP % {"engines": engines},
@@ -54,16 +60,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("data", help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
     p.add_argument("--engine", default="rdm",
                    help=f"one of {ENGINES.expected()} (default: rdm)")
-    p.add_argument("--epochs", type=int, default=200, help="training epochs (default: 200)")
-    p.add_argument("--hidden", type=int, default=16, help="hidden width (default: 16)")
-    p.add_argument("--layers", type=int, default=2, help="number of GNN layers (default: 2)")
-    p.add_argument("--dropout", type=guards.probability, default=0.5,
-                   help="dropout probability, in [0, 1) (default: 0.5)")
-    p.add_argument("--lr", type=guards.positive_float, default=0.01,
-                   help="Adam learning rate, finite and > 0 (default: 0.01)")
-    p.add_argument("--weight-decay", type=guards.nonnegative_float, default=5e-4,
-                   help="Adam weight decay, finite and >= 0 (default: 5e-4)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--epochs", type=int, default=d("epochs"),
+                   help=f"training epochs (default: {d('epochs')})")
+    p.add_argument("--hidden", type=int, default=d("hidden"),
+                   help=f"hidden width (default: {d('hidden')})")
+    p.add_argument("--layers", type=int, default=d("layers"),
+                   help=f"number of GNN layers (default: {d('layers')})")
+    p.add_argument("--dropout", type=guards.probability, default=d("dropout"),
+                   help=f"dropout probability, in [0, 1) (default: {d('dropout')})")
+    p.add_argument("--lr", type=guards.positive_float, default=d("lr"),
+                   help=f"Adam learning rate, finite and > 0 (default: {d('lr')})")
+    p.add_argument("--weight-decay", type=guards.nonnegative_float, default=d("weight_decay"),
+                   help=f"Adam weight decay, finite and >= 0 (default: {d('weight_decay')})")
+    p.add_argument("--seed", type=int, default=d("seed"), help=f"random seed (default: {d('seed')})")
     p.add_argument("--out", required=True, help="results HDF5 file (written atomically)")
     p.add_argument("--allow-nan-loss", action="store_true",
                    help="keep training when the loss becomes NaN or inf (default: stop at that "
@@ -71,7 +80,7 @@ def add_parser(sub: Any) -> None:
                    "the first such epoch as train attribute nan_loss_epoch)")
     n0 = len(p._actions)
     g = p.add_argument_group("options of several engines (each says which engines take it)")
-    g.add_argument("--model", default="gcn",
+    g.add_argument("--model", default=d("model", AveragingConfig),
                    help="(averaging, nau, sampled) averaging: gcn, sage (GraphSAGE, mean), gat "
                    "(multi-head), sgc, ngnn-gcn, ngnn-sage (NGNN: --ngnn-layers non-linear "
                    "layers inside each hidden layer), or package.module:Name for a user "
@@ -100,30 +109,32 @@ def add_parser(sub: Any) -> None:
                    "--layers <= hops), no rank holds the whole graph; local (averaging): owned "
                    "vertices on each partition's own subgraph (approximate beyond the stored "
                    "hops); none: no evaluation")
-    g.add_argument("--eval-every", type=int, default=1,
+    g.add_argument("--eval-every", type=int, default=d("eval_every"),
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
-                   "epochs only) (default: 1)")
-    g.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
-                   help="(all engines) write a checkpoint every N epochs; 0 = never (default: 0)")
+                   f"epochs only) (default: {d('eval_every')})")
+    g.add_argument("--checkpoint-every", type=int, default=d("checkpoint_every", CheckpointOptions),
+                   metavar="N", help="(all engines) write a checkpoint every N epochs; 0 = never "
+                   f"(default: {d('checkpoint_every', CheckpointOptions)})")
     g.add_argument("--checkpoint", default=None, metavar="FILE",
                    help="(all engines) checkpoint HDF5 file (default: OUT.ckpt.h5)")
     g.add_argument("--resume", default=None, metavar="FILE",
                    help="(all engines) continue from this checkpoint (same options, --epochs may "
                    "be larger; rdm, cagnet1d: the same number of ranks too): the same "
                    "loss/accuracy curve as without interruption")
-    g.add_argument("--saint-budget", type=int, default=0, metavar="B",
+    g.add_argument("--saint-budget", type=int, default=d("saint_budget", SaintOptions), metavar="B",
                    help="(rdm --saint, averaging --sampler saint-*) GraphSAINT budget: nodes "
                    "drawn (node), edges drawn (edge) or walk roots (rw); default: N/10 nodes, N/20 "
                    "edges, N/40 roots, N = vertices of the graph (rdm) or of the partition "
                    "(averaging)")
-    g.add_argument("--saint-walk-length", type=int, default=2, metavar="H",
-                   help="(rdm, averaging) random-walk length of the rw sampler (default: 2)")
-    g.add_argument("--saint-steps", type=int, default=0, metavar="S",
+    g.add_argument("--saint-walk-length", type=int, default=d("saint_walk_length", SaintOptions),
+                   metavar="H", help="(rdm, averaging) random-walk length of the rw sampler "
+                   f"(default: {d('saint_walk_length', SaintOptions)})")
+    g.add_argument("--saint-steps", type=int, default=d("saint_steps", SaintOptions), metavar="S",
                    help="(rdm, averaging) GraphSAINT subgraphs (optimiser steps) per epoch (per "
                    "partition with averaging); default: N / expected subgraph size")
-    g.add_argument("--saint-presample", type=int, default=20, metavar="K",
-                   help="(rdm, averaging) subgraphs drawn before training to estimate "
-                   "GraphSAINT's normalisation (default: 20)")
+    g.add_argument("--saint-presample", type=int, default=d("saint_presample", SaintOptions),
+                   metavar="K", help="(rdm, averaging) subgraphs drawn before training to estimate "
+                   f"GraphSAINT's normalisation (default: {d('saint_presample', SaintOptions)})")
     _COMMON.update(a.dest for a in p._actions[:n0])
     _SHARED.update(a.dest for a in p._actions[n0:])
     for fam in families():

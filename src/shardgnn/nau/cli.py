@@ -6,6 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
+from shardgnn.train.config import default_of, from_args
 
 if TYPE_CHECKING:
     from shardgnn.comm import Communicator
@@ -22,25 +23,30 @@ def add_arguments(parser: Any) -> None:
     ``--model`` is shared with the averaging engine; with ``--engine nau`` it takes
     gcn | pinsage | magnn | jknet | pgnn.
     """
+    from shardgnn.nau.engine import NAUConfig
+
+    def d(name: str) -> Any:
+        return default_of(NAUConfig, name)
+
     g = parser.add_argument_group(
         "nau engine (FlexGraph NAU, one rank, DATA = converted dataset; --model gcn | pinsage | "
         "magnn | jknet | pgnn)")
-    g.add_argument("--aggregation", choices=("hybrid", "scatter"), default="hybrid",
+    g.add_argument("--aggregation", choices=("hybrid", "scatter"), default=d("aggregation"),
                    help="hybrid: fused bottom level (compiled segment reduction, no E x d message "
                    "tensor), sparse intermediate "
                    "level, dense schema level; scatter: every level as gather + scatter with "
-                   "materialised messages, the baseline (default: hybrid)")
-    g.add_argument("--walks", type=int, default=10,
-                   help="pinsage: random walks per vertex and epoch (default: 10)")
-    g.add_argument("--walk-length", type=int, default=3,
-                   help="pinsage: hops per random walk (default: 3)")
-    g.add_argument("--topk", type=int, default=10,
-                   help="pinsage: most-visited vertices kept as neighbours (default: 10)")
-    g.add_argument("--rings", type=int, default=3,
-                   help="jknet: hop rings (distance 1..K) as neighbour types (default: 3)")
-    g.add_argument("--jk-mode", choices=("cat", "max"), default="cat",
+                   f"materialised messages, the baseline (default: {d('aggregation')})")
+    g.add_argument("--walks", type=int, default=d("walks"),
+                   help=f"pinsage: random walks per vertex and epoch (default: {d('walks')})")
+    g.add_argument("--walk-length", type=int, default=d("walk_length"),
+                   help=f"pinsage: hops per random walk (default: {d('walk_length')})")
+    g.add_argument("--topk", type=int, default=d("topk"),
+                   help=f"pinsage: most-visited vertices kept as neighbours (default: {d('topk')})")
+    g.add_argument("--rings", type=int, default=d("rings"),
+                   help=f"jknet: hop rings (distance 1..K) as neighbour types (default: {d('rings')})")
+    g.add_argument("--jk-mode", choices=("cat", "max"), default=d("jk_mode"),
                    help="jknet: combine the rings by concatenation or element-wise max "
-                   "(default: cat)")
+                   f"(default: {d('jk_mode')})")
     g.add_argument("--metapaths", default=None, metavar="A-B-A,...",
                    help="magnn: metapaths as node-type names joined by '-', comma separated, "
                    "each starting at the target type (default: target-X-target for every type X "
@@ -48,36 +54,30 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--target-type", default=None, metavar="TYPE",
                    help="magnn: node type to classify, name or number (default: the type with "
                    "most labelled vertices)")
-    g.add_argument("--attn-heads", dest="nau_heads", type=int, default=2,
-                   help="magnn: attention heads of the intra-metapath attention (default: 2)")
-    g.add_argument("--max-instances", type=int, default=64,
+    g.add_argument("--attn-heads", dest="nau_heads", type=int, default=d("heads"),
+                   help=f"magnn: attention heads of the intra-metapath attention (default: {d('heads')})")
+    g.add_argument("--max-instances", type=int, default=d("max_instances"),
                    help="magnn: metapath instances kept per root and metapath, drawn uniformly "
-                   "from all of them; 0 = all (default: 64)")
+                   f"from all of them; 0 = all (default: {d('max_instances')})")
     g.add_argument("--exclude-edge-types", default="", metavar="T1,T2",
                    help="nau: leave out the edges of these types (names or numbers), e.g. "
                    "relations that reveal the labels (default: none)")
     g.add_argument("--normalize-features", action="store_true",
                    help="nau: divide each feature row by its L1 norm before training (the GCN "
                    "recipe on Planetoid data; default: features as stored)")
-    g.add_argument("--anchor-sets", type=int, default=16,
-                   help="pgnn: anchor sets, redrawn every epoch (default: 16)")
-    g.add_argument("--anchor-hops", type=int, default=2,
-                   help="pgnn: hops q within which anchor-set members count (default: 2)")
+    g.add_argument("--anchor-sets", type=int, default=d("anchor_sets"),
+                   help=f"pgnn: anchor sets, redrawn every epoch (default: {d('anchor_sets')})")
+    g.add_argument("--anchor-hops", type=int, default=d("anchor_hops"),
+                   help=f"pgnn: hops q within which anchor-set members count (default: {d('anchor_hops')})")
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the validated :class:`NAUConfig` from parsed arguments."""
     from shardgnn.nau.engine import NAUConfig
 
-    cfg = NAUConfig(
-        data=args.data, out=args.out, model=args.model if ":" in args.model else args.model.lower(), hidden=args.hidden,
-        layers=args.layers, dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay,
-        epochs=args.epochs, seed=args.seed, aggregation=args.aggregation, walks=args.walks,
-        walk_length=args.walk_length, topk=args.topk, rings=args.rings, jk_mode=args.jk_mode,
-        metapaths=args.metapaths, target_type=args.target_type, heads=args.nau_heads,
-        max_instances=args.max_instances, anchor_sets=args.anchor_sets,
-        anchor_hops=args.anchor_hops, eval_every=args.eval_every,
-        allow_nan_loss=args.allow_nan_loss, normalize_features=args.normalize_features,
-        exclude_edge_types=tuple(t.strip() for t in args.exclude_edge_types.split(",") if t.strip()))
+    model = args.model if ":" in args.model else args.model.lower()
+    excluded = tuple(t.strip() for t in args.exclude_edge_types.split(",") if t.strip())
+    cfg = from_args(NAUConfig, args, rename={"heads": "nau_heads"}, model=model,
+                    exclude_edge_types=excluded)
     cfg.validate()
     return cfg
 

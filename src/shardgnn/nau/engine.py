@@ -25,25 +25,19 @@ from shardgnn.nau.hdg import memory_report
 from shardgnn.nau.layer import HDGSet, NAUModel, Timer
 from shardgnn.nau.models import MODELS, resolve
 from shardgnn.train import guards
+from shardgnn.train.config import TrainConfig, raise_first
 
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time",
           "t_neighbor_selection", "t_aggregation", "t_update", "t_backward")
 
 
-@dataclass
-class NAUConfig:
-    """Resolved configuration of one NAU run (see ``docs/nau.md``)."""
+@dataclass(kw_only=True)
+class NAUConfig(TrainConfig):
+    """Resolved configuration of one NAU run (see ``docs/nau.md``); the common options and their
+    defaults come from :class:`shardgnn.train.config.TrainConfig`."""
 
-    data: str
     out: str
     model: str = "gcn"
-    hidden: int = 16
-    layers: int = 2
-    dropout: float = 0.5
-    lr: float = 0.01
-    weight_decay: float = 5e-4
-    epochs: int = 200
-    seed: int = 0
     aggregation: str = "hybrid"
     walks: int = 10
     walk_length: int = 3
@@ -56,34 +50,24 @@ class NAUConfig:
     max_instances: int = 64
     anchor_sets: int = 16
     anchor_hops: int = 2
-    eval_every: int = 1
-    allow_nan_loss: bool = False
     exclude_edge_types: tuple[str, ...] = ()
     normalize_features: bool = False
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
-        checks = [(self.model in MODELS or ":" in self.model, "--model",
-                   " | ".join(MODELS) + " | package.module:Class", self.model),
-                  (self.aggregation in MODES, "--aggregation", " | ".join(MODES), self.aggregation),
-                  (self.epochs >= 0, "--epochs", ">= 0", self.epochs),
-                  (self.hidden >= 1, "--hidden", ">= 1", self.hidden),
-                  (self.layers >= 1, "--layers", ">= 1", self.layers),
-                  (0.0 <= self.dropout < 1.0, "--dropout", "in [0, 1)", self.dropout),
-                  (self.lr > 0, "--lr", "> 0", self.lr),
-                  (self.walks >= 1, "--walks", ">= 1", self.walks),
-                  (self.walk_length >= 1, "--walk-length", ">= 1", self.walk_length),
-                  (self.topk >= 1, "--topk", ">= 1", self.topk),
-                  (self.rings >= 1, "--rings", ">= 1", self.rings),
-                  (self.jk_mode in ("cat", "max"), "--jk-mode", "cat or max", self.jk_mode),
-                  (self.heads >= 1, "--heads", ">= 1", self.heads),
-                  (self.max_instances >= 0, "--max-instances", ">= 0", self.max_instances),
-                  (self.anchor_sets >= 1, "--anchor-sets", ">= 1", self.anchor_sets),
-                  (self.anchor_hops >= 1, "--anchor-hops", ">= 1", self.anchor_hops),
-                  (self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every)]
-        for ok, opt, want, got in checks:
-            if not ok:
-                raise ShardError(f"{opt}: expected {want}, got {got!r}")
+        raise_first([(self.model in MODELS or ":" in self.model, "--model",
+                      " | ".join(MODELS) + " | package.module:Class", self.model),
+                     (self.aggregation in MODES, "--aggregation", " | ".join(MODES),
+                      self.aggregation)] + self.common_checks() + [
+            (self.walks >= 1, "--walks", ">= 1", self.walks),
+            (self.walk_length >= 1, "--walk-length", ">= 1", self.walk_length),
+            (self.topk >= 1, "--topk", ">= 1", self.topk),
+            (self.rings >= 1, "--rings", ">= 1", self.rings),
+            (self.jk_mode in ("cat", "max"), "--jk-mode", "cat or max", self.jk_mode),
+            (self.heads >= 1, "--attn-heads", ">= 1", self.heads),
+            (self.max_instances >= 0, "--max-instances", ">= 0", self.max_instances),
+            (self.anchor_sets >= 1, "--anchor-sets", ">= 1", self.anchor_sets),
+            (self.anchor_hops >= 1, "--anchor-hops", ">= 1", self.anchor_hops)])
 
 
 def target_type(graph: TypedGraph, name: str | None) -> int:

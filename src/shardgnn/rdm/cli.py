@@ -6,6 +6,7 @@ from typing import Any
 
 from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
+from shardgnn.train.config import default_of
 
 #: Engines this module runs (registered in :data:`shardgnn.registry.ENGINES`).
 ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
@@ -31,33 +32,38 @@ authors' code uses the same letter positions for L=2: fwd1, fwd2, bwd2, bwd1.)""
 
 def add_arguments(parser: Any) -> None:
     """Add the RDM engine's own options (the shared ones live in cli/train.py)."""
+    from shardgnn.rdm.main import RDMConfig
+
+    def d(name: str) -> Any:
+        return default_of(RDMConfig, name)
+
     g = parser.add_argument_group("rdm / cagnet1d engines (DATA = converted dataset)")
-    g.add_argument("--order", default="alt", metavar="ORDER", help=ORDER_HELP)
+    g.add_argument("--order", default=d("order"), metavar="ORDER", help=ORDER_HELP)
     g.add_argument("--order-from", default=None, metavar="RESULTS.h5",
                    help="reuse the order a previous run chose (its /train order attribute, e.g. "
                    "from --order auto), so a rerun with the same seed repeats it exactly")
-    g.add_argument("--memo", action=argparse.BooleanOptionalAction, default=True,
+    g.add_argument("--memo", action=argparse.BooleanOptionalAction, default=d("memo"),
                    help="keep A^T H from an SpMM-first forward layer to form that layer's weight "
                    "gradient without another SpMM (default: on)")
-    g.add_argument("--replicas", type=int, default=0, metavar="R",
+    g.add_argument("--replicas", type=int, default=d("replicas"), metavar="R",
                    help="copies of A (rdm): R must divide P; R = P (default) replicates A on "
                    "every rank, R < P forms P/R row panels of R ranks each and redistributes "
                    "inside a panel's rank group (1.5D); cagnet1d always uses R = 1")
-    g.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True,
+    g.add_argument("--bias", action=argparse.BooleanOptionalAction, default=d("bias"),
                    help="learnable bias in every GCN layer (default: on)")
-    g.add_argument("--dtype", choices=("float32", "float64"), default="float32",
-                   help="floating-point type of features, weights and A (default: float32)")
-    g.add_argument("--backend", choices=("torch", "scipy", "cuda", "cupy"), default="torch",
+    g.add_argument("--dtype", choices=("float32", "float64"), default=d("dtype"),
+                   help=f"floating-point type of features, weights and A (default: {d('dtype')})")
+    g.add_argument("--backend", choices=("torch", "scipy", "cuda", "cupy"), default=d("backend"),
                    help="kernels: torch (CPU, torch sparse CSR SpMM; default), scipy (CPU, scipy "
                    "CSR SpMM), cuda (torch on the GPU), cupy (torch tensors, cuSPARSE via CuPy)")
     g.add_argument("--partition", default=None, metavar="DIR",
                    help="partition store (meta.json + part-*.h5): renumber vertices so each "
                    "partition is a contiguous range; row panels follow partition boundaries")
-    g.add_argument("--feature-norm", choices=("row", "none"), default="row",
+    g.add_argument("--feature-norm", choices=("row", "none"), default=d("feature_norm"),
                    help="feature preprocessing: row divides each row of X by its L1 norm (GCN's "
                    "standard; default), none uses x.npy as stored")
-    g.add_argument("--chunk", type=int, default=1 << 20,
-                   help="edges read per chunk while streaming the edge file (default: 1048576)")
+    g.add_argument("--chunk", type=int, default=d("chunk"),
+                   help=f"edges read per chunk while streaming the edge file (default: {d('chunk')})")
     g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,
                    help="GraphSAINT mode (rdm, R = P): train on sampled subgraphs drawn "
                    "identically on every rank from the shared seed; node, edge or random-walk sampler")

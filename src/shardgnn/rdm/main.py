@@ -25,21 +25,17 @@ from shardgnn.rdm import autoorder, resume
 from shardgnn.rdm.layout import Grid, panels_from_parts
 from shardgnn.rdm.schedule import Order, cagnet_order, parse_order
 from shardgnn.train import guards
+from shardgnn.train.config import (CheckpointOptions, SaintOptions, TrainConfig, from_args,
+                                   raise_first)
 
 
-@dataclass
-class RDMConfig:
-    """Resolved configuration of one RDM / CAGNET-1D run."""
+@dataclass(kw_only=True)
+class RDMConfig(TrainConfig, CheckpointOptions, SaintOptions):
+    """Resolved configuration of one RDM / CAGNET-1D run; the common, checkpoint and GraphSAINT
+    options and their defaults come from :mod:`shardgnn.train.config` (``eval_every = 0``: no
+    evaluation)."""
 
-    data: str
     engine: str = "rdm"
-    epochs: int = 200
-    hidden: int = 16
-    layers: int = 2
-    dropout: float = 0.5
-    lr: float = 0.01
-    weight_decay: float = 5e-4
-    seed: int = 0
     out: str | None = None
     order: str = "alt"
     memo: bool = True
@@ -49,17 +45,8 @@ class RDMConfig:
     backend: str = "torch"
     partition: str | None = None
     chunk: int = 1 << 20
-    eval_every: int = 1
     saint: str | None = None
-    saint_budget: int = 0
-    saint_walk_length: int = 2
-    saint_steps: int = 0
-    saint_presample: int = 20
     feature_norm: str = "row"
-    allow_nan_loss: bool = False
-    checkpoint_every: int = 0
-    checkpoint: str | None = None
-    resume: str | None = None
 
 
 def default_order(layers: int) -> Order:
@@ -84,20 +71,9 @@ def validate(cfg: RDMConfig, size: int) -> None:
     """Check the configuration identically on every rank (raises ShardError)."""
     if cfg.engine not in ("rdm", "cagnet1d"):
         raise ShardError(f"--engine: expected rdm or cagnet1d, got {cfg.engine!r}")
-    if not 1 <= cfg.layers <= 8:
-        raise ShardError(f"--layers: expected 1..8, got {cfg.layers}")
-    if cfg.hidden < 1:
-        raise ShardError(f"--hidden: expected >= 1, got {cfg.hidden}")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ShardError(f"--dropout: expected 0 <= p < 1, got {cfg.dropout}")
-    if cfg.epochs < 0:
-        raise ShardError(f"--epochs: expected >= 0, got {cfg.epochs}")
-    if cfg.checkpoint_every < 0:
-        raise ShardError(f"--checkpoint-every: expected >= 0, got {cfg.checkpoint_every}")
-    if not (np.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ShardError(f"--lr: expected a finite number > 0, got {cfg.lr}")
-    if not (np.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
-        raise ShardError(f"--weight-decay: expected a finite number >= 0, got {cfg.weight_decay}")
+    raise_first([(1 <= cfg.layers <= 8, "--layers", "1..8", cfg.layers)]
+                + cfg.common_checks(min_eval_every=0) + cfg.checkpoint_checks()
+                + cfg.saint_checks())
     if cfg.engine == "cagnet1d" and cfg.replicas not in (0, 1):
         raise ShardError(f"--replicas: the cagnet1d engine uses R = 1 (A in row blocks), got {cfg.replicas}")
     r = cfg.replicas or size
@@ -364,17 +340,8 @@ def config_from_args(args: Any) -> RDMConfig:
         if str(order).lower() != "alt":
             raise ShardError(f"--order {order} and --order-from: expected one of them, got both")
         order = order_from_results(args.order_from, args.layers)
-    return RDMConfig(data=str(args.data), engine=args.engine.lower(), epochs=args.epochs,
-                     hidden=args.hidden, layers=args.layers, dropout=args.dropout, lr=args.lr,
-                     weight_decay=args.weight_decay, seed=args.seed, out=args.out,
-                     order=order, memo=args.memo, replicas=args.replicas or 0, bias=args.bias,
-                     dtype=args.dtype, backend=args.backend, partition=args.partition,
-                     chunk=args.chunk, eval_every=eval_every, saint=args.saint,
-                     saint_budget=args.saint_budget, saint_walk_length=args.saint_walk_length,
-                     saint_steps=args.saint_steps, saint_presample=args.saint_presample,
-                     feature_norm=args.feature_norm, allow_nan_loss=args.allow_nan_loss,
-                     checkpoint_every=args.checkpoint_every, checkpoint=args.checkpoint,
-                     resume=args.resume)
+    return from_args(RDMConfig, args, data=str(args.data), engine=args.engine.lower(),
+                     order=order, eval_every=eval_every)
 
 
 __all__ = ["RDMConfig", "build", "main", "config_from_args", "default_order"]

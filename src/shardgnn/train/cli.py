@@ -6,6 +6,8 @@ from typing import Any
 
 from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
+from shardgnn.train.config import default_of, from_args
+from shardgnn.train.engine import AveragingConfig
 
 #: Engines this module runs (registered in :data:`shardgnn.registry.ENGINES`).
 ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
@@ -24,18 +26,23 @@ def _fanouts(text: str) -> list[int]:
 
 def add_arguments(parser: Any) -> None:
     """Add the averaging engine's own options (the shared ones live in cli/train.py)."""
+    def d(name: str) -> Any:
+        return default_of(AveragingConfig, name)
+
     g = parser.add_argument_group("averaging engine (DATA = partition directory)")
-    g.add_argument("--heads", type=int, default=4, help="attention heads per GAT layer (default: 4)")
-    g.add_argument("--ngnn-layers", type=int, default=1, metavar="K",
+    g.add_argument("--heads", type=int, default=d("heads"),
+                   help=f"attention heads per GAT layer (default: {d('heads')})")
+    g.add_argument("--ngnn-layers", type=int, default=d("ngnn_layers"), metavar="K",
                    help="ngnn-* models: Linear(hidden, hidden) + ReLU layers inside each hidden "
-                   "GNN layer (default: 1)")
-    g.add_argument("--sync", choices=("avg", "grad"), default="avg",
+                   f"GNN layer (default: {d('ngnn_layers')})")
+    g.add_argument("--sync", choices=("avg", "grad"), default=d("sync"),
                    help="avg: weighted model averaging every --sync-every epochs (CATGNN); grad: "
-                   "all-reduce gradients every mini-batch (baseline) (default: avg)")
-    g.add_argument("--sync-every", type=int, default=1, metavar="K",
-                   help="epochs between model averages; the last epoch always averages (default: 1)")
+                   f"all-reduce gradients every mini-batch (baseline) (default: {d('sync')})")
+    g.add_argument("--sync-every", type=int, default=d("sync_every"), metavar="K",
+                   help="epochs between model averages; the last epoch always averages "
+                   f"(default: {d('sync_every')})")
     g.add_argument("--average-optimizer", dest="average_optimizer", action="store_true",
-                   default=True,
+                   default=d("average_optimizer"),
                    help="at each model average, also average the Adam moments and step counts "
                    "with the same weights (one more all-reduce of twice the model size). The "
                    "default: measured to keep every model within 1.5 points of centralised "
@@ -47,39 +54,27 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--mode", choices=("full", "minibatch"), default=None,
                    help="full: one step per epoch on the whole partition; minibatch: batches "
                    "drawn by --sampler (default: full, or minibatch when --sampler is given)")
-    g.add_argument("--cluster-size", type=int, default=128, metavar="S",
-                   help="--sampler cluster: at most S vertices per cluster (default: 128)")
-    g.add_argument("--clusters-per-batch", type=int, default=4, metavar="Q",
+    g.add_argument("--cluster-size", type=int, default=d("cluster_size"), metavar="S",
+                   help=f"--sampler cluster: at most S vertices per cluster (default: "
+                   f"{d('cluster_size')})")
+    g.add_argument("--clusters-per-batch", type=int, default=d("clusters_per_batch"), metavar="Q",
                    help="--sampler cluster: a batch joins shuffled clusters up to Q*S vertices "
-                   "(default: 4)")
+                   f"(default: {d('clusters_per_batch')})")
     g.add_argument("--fanouts", type=_fanouts, default=None,
                    help="neighbours sampled per layer, first hop first, -1 = all, e.g. 25,10 "
                    "(default: 25 then 10 for every further layer)")
-    g.add_argument("--batch-size", type=int, default=512,
-                   help="target vertices per mini-batch (default: 512)")
+    g.add_argument("--batch-size", type=int, default=d("batch_size"),
+                   help=f"target vertices per mini-batch (default: {d('batch_size')})")
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
-    """Build the validated :class:`AveragingConfig` from parsed arguments."""
-    from shardgnn.train.engine import AveragingConfig
-
-    sampler = args.sampler or "neighbor"
+def config_from_args(args: argparse.Namespace) -> AveragingConfig:
+    """Build the validated :class:`AveragingConfig` from parsed arguments: the options given,
+    the dataclass defaults for the rest."""
     mode = args.mode or ("minibatch" if args.sampler else "full")
     fanouts = args.fanouts
     if fanouts is None:
         fanouts = [25] + [10] * (args.layers - 1)
-    cfg = AveragingConfig(
-        data=args.data, out=args.out, model=args.model, hidden=args.hidden, layers=args.layers,
-        heads=args.heads, dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay,
-        epochs=args.epochs, seed=args.seed, sync=args.sync, sync_every=args.sync_every,
-        average_optimizer=args.average_optimizer, mode=mode, fanouts=list(fanouts),
-        batch_size=args.batch_size, sampler=sampler, ngnn_layers=args.ngnn_layers,
-        cluster_size=args.cluster_size, clusters_per_batch=args.clusters_per_batch,
-        saint_budget=args.saint_budget, saint_walk_length=args.saint_walk_length,
-        saint_steps=args.saint_steps, saint_presample=args.saint_presample,
-        eval=args.eval or "dist", eval_every=args.eval_every,
-        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
-        allow_nan_loss=args.allow_nan_loss)
+    cfg = from_args(AveragingConfig, args, mode=mode, fanouts=list(fanouts))
     cfg.validate()
     return cfg
 

@@ -29,6 +29,8 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
 from shardgnn.train import averaging, guards, models, subgraphs
+from shardgnn.train.config import (CheckpointOptions, SaintOptions, TrainConfig,
+                                   raise_first)
 from shardgnn.train.partitions import (LocalGraph, check_no_hole, global_degrees, load_partition,
                                        read_store_meta)
 
@@ -42,21 +44,14 @@ SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "sync_time", "syn
 EVALS = ("dist", "full", "local", "none")
 
 
-@dataclass
-class AveragingConfig:
-    """Resolved configuration of one averaging run (see ``docs/training.md``)."""
+@dataclass(kw_only=True)
+class AveragingConfig(TrainConfig, CheckpointOptions, SaintOptions):
+    """Resolved configuration of one averaging run (see ``docs/training.md``); the common,
+    checkpoint and GraphSAINT options and their defaults come from :mod:`shardgnn.train.config`."""
 
-    data: str
     out: str
     model: str = "gcn"
-    hidden: int = 16
-    layers: int = 2
     heads: int = 4
-    dropout: float = 0.5
-    lr: float = 0.01
-    weight_decay: float = 5e-4
-    epochs: int = 200
-    seed: int = 0
     sync: str = "avg"
     sync_every: int = 1
     average_optimizer: bool = True
@@ -67,50 +62,24 @@ class AveragingConfig:
     ngnn_layers: int = 1
     cluster_size: int = 128
     clusters_per_batch: int = 4
-    saint_budget: int = 0
-    saint_walk_length: int = 2
-    saint_steps: int = 0
-    saint_presample: int = 20
     eval: str = "dist"
-    eval_every: int = 1
-    checkpoint: str | None = None
-    checkpoint_every: int = 0
-    resume: str | None = None
     parts: int = 0
-    allow_nan_loss: bool = False
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
-        checks = [(self.epochs >= 0, "--epochs", ">= 0", self.epochs),
-                  (self.hidden >= 1, "--hidden", ">= 1", self.hidden),
-                  (self.layers >= 1, "--layers", ">= 1", self.layers),
-                  (self.heads >= 1, "--heads", ">= 1", self.heads),
-                  (0.0 <= self.dropout < 1.0, "--dropout", "in [0, 1)", self.dropout),
-                  (np.isfinite(self.lr) and self.lr > 0, "--lr", "a finite number > 0", self.lr),
-                  (np.isfinite(self.weight_decay) and self.weight_decay >= 0, "--weight-decay",
-                   "a finite number >= 0", self.weight_decay),
-                  (self.sync in ("avg", "grad"), "--sync", "avg or grad", self.sync),
-                  (self.sync_every >= 1, "--sync-every", ">= 1", self.sync_every),
-                  (self.mode in ("full", "minibatch"), "--mode", "full or minibatch", self.mode),
-                  (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
-                  (self.eval in EVALS, "--eval", ", ".join(EVALS), self.eval),
-                  (self.sampler in subgraphs.SAMPLERS, "--sampler", ", ".join(subgraphs.SAMPLERS),
-                   self.sampler),
-                  (self.ngnn_layers >= 1, "--ngnn-layers", ">= 1", self.ngnn_layers),
-                  (self.cluster_size >= 1, "--cluster-size", ">= 1", self.cluster_size),
-                  (self.clusters_per_batch >= 1, "--clusters-per-batch", ">= 1",
-                   self.clusters_per_batch),
-                  (self.saint_budget >= 0, "--saint-budget", ">= 0", self.saint_budget),
-                  (self.saint_walk_length >= 1, "--saint-walk-length", ">= 1",
-                   self.saint_walk_length),
-                  (self.saint_steps >= 0, "--saint-steps", ">= 0", self.saint_steps),
-                  (self.saint_presample >= 1, "--saint-presample", ">= 1", self.saint_presample),
-                  (self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every),
-                  (self.checkpoint_every >= 0, "--checkpoint-every", ">= 0",
-                   self.checkpoint_every)]
-        for ok, opt, want, got in checks:
-            if not ok:
-                raise ShardError(f"{opt}: expected {want}, got {got}")
+        raise_first(self.common_checks() + [
+            (self.heads >= 1, "--heads", ">= 1", self.heads),
+            (self.sync in ("avg", "grad"), "--sync", "avg or grad", self.sync),
+            (self.sync_every >= 1, "--sync-every", ">= 1", self.sync_every),
+            (self.mode in ("full", "minibatch"), "--mode", "full or minibatch", self.mode),
+            (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
+            (self.eval in EVALS, "--eval", ", ".join(EVALS), self.eval),
+            (self.sampler in subgraphs.SAMPLERS, "--sampler", ", ".join(subgraphs.SAMPLERS),
+             self.sampler),
+            (self.ngnn_layers >= 1, "--ngnn-layers", ">= 1", self.ngnn_layers),
+            (self.cluster_size >= 1, "--cluster-size", ">= 1", self.cluster_size),
+            (self.clusters_per_batch >= 1, "--clusters-per-batch", ">= 1",
+             self.clusters_per_batch)] + self.saint_checks() + self.checkpoint_checks())
         if self.mode == "full" and self.sampler != "neighbor":
             raise ShardError(f"--sampler {self.sampler}: expected --mode minibatch (or no "
                              f"--mode), got --mode full")

@@ -29,6 +29,7 @@ from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_d
                                         owner_ranks, read_mask)
 from shardgnn.sampling.service import GatherApplySampler, store_weights
 from shardgnn.train import averaging, checkpoint, guards, models
+from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
 
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time", "sample_time",
           "fetch_time", "compute_time", "allreduce_time", "eval_time", "sampled_edges", "steps")
@@ -38,51 +39,32 @@ RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_de
 EVAL_STEP0 = 1 << 40
 
 
-@dataclass
-class SampledConfig:
-    """Resolved configuration of one ``train --engine sampled`` run (``docs/sampling.md``)."""
+@dataclass(kw_only=True)
+class SampledConfig(TrainConfig, CheckpointOptions):
+    """Resolved configuration of one ``train --engine sampled`` run (``docs/sampling.md``); the
+    common and checkpoint options and their defaults come from :mod:`shardgnn.train.config`."""
 
-    data: str
     out: str
-    model: str = "sage"
-    hidden: int = 16
-    layers: int = 2
+    model: str = "gcn"
     heads: int = 4
-    dropout: float = 0.5
-    lr: float = 0.01
-    weight_decay: float = 5e-4
-    epochs: int = 10
-    seed: int = 0
     fanouts: list[int] = field(default_factory=lambda: [15, 10])
-    batch_size: int = 1024
+    batch_size: int = 512
     eval_batch_size: int = 4096
     sampler: str = "uniform"
     replace: bool = False
     direction: str = "out"
     dataset: str | None = None
     eval: str = "full"
-    eval_every: int = 1
-    checkpoint: str | None = None
-    checkpoint_every: int = 0
-    resume: str | None = None
-    allow_nan_loss: bool = False
     ranks: int = 0
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
-        checks = [(self.epochs >= 0, "--epochs", ">= 0", self.epochs),
-                  (self.hidden >= 1, "--hidden", ">= 1", self.hidden),
-                  (self.layers >= 1, "--layers", ">= 1", self.layers),
-                  (self.heads >= 1, "--heads", ">= 1", self.heads),
-                  (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
-                  (self.eval_batch_size >= 1, "--eval-batch-size", ">= 1", self.eval_batch_size),
-                  (self.eval in ("full", "none"), "--eval", "full (sampled) or none", self.eval),
-                  (self.eval_every >= 1, "--eval-every", ">= 1", self.eval_every),
-                  (self.checkpoint_every >= 0, "--checkpoint-every", ">= 0",
-                   self.checkpoint_every)]
-        for ok, opt, want, got in checks:
-            if not ok:
-                raise ShardError(f"{opt}: expected {want}, got {got}")
+        raise_first(self.common_checks() + [
+            (self.heads >= 1, "--heads", ">= 1", self.heads),
+            (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
+            (self.eval_batch_size >= 1, "--eval-batch-size", ">= 1", self.eval_batch_size),
+            (self.eval in ("full", "none"), "--eval", "full (sampled) or none", self.eval)]
+            + self.checkpoint_checks())
         check_fanouts(",".join(str(f) for f in self.fanouts), self.layers)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.train.config import default_of, from_args
 
 ENGINES: tuple[str, ...] = ("sampled",)
 #: Options of the shared group this engine takes.
@@ -33,10 +34,13 @@ def add_arguments(parser: Any) -> None:
         "evaluates val/test on the sampled path. See docs/sampling.md.")
     g.add_argument("--sample-replace", action="store_true",
                    help="sample neighbours with replacement (uniform, weighted)")
-    g.add_argument("--direction", choices=("out", "in"), default="out",
-                   help="directed graphs: aggregate over out- or in-neighbours (default: out)")
-    g.add_argument("--eval-batch-size", type=int, default=4096,
-                   help="seeds per evaluation step over all ranks (default: 4096)")
+    from shardgnn.train.sampled import SampledConfig
+
+    direction, eval_batch = (default_of(SampledConfig, k) for k in ("direction", "eval_batch_size"))
+    g.add_argument("--direction", choices=("out", "in"), default=direction,
+                   help=f"directed graphs: aggregate over out- or in-neighbours (default: {direction})")
+    g.add_argument("--eval-batch-size", type=int, default=eval_batch,
+                   help=f"seeds per evaluation step over all ranks (default: {eval_batch})")
     g.add_argument("--dataset", default=None, metavar="DIR",
                    help="the converted dataset the store was cut from (features, labels, masks; "
                    "default: the path in the store's meta.json)")
@@ -53,16 +57,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         layers = len(fanouts)
     if fanouts is None:
         fanouts = ([15, 10, 5] + [5] * max(0, layers - 3))[:layers]
-    cfg = SampledConfig(data=args.data, out=args.out, model=args.model, hidden=args.hidden,
-                        layers=layers, heads=args.heads, dropout=args.dropout, lr=args.lr,
-                        weight_decay=args.weight_decay, epochs=args.epochs, seed=args.seed,
-                        fanouts=list(fanouts), batch_size=args.batch_size,
-                        eval_batch_size=args.eval_batch_size, sampler=args.sampler or "uniform",
-                        replace=args.sample_replace, direction=args.direction,
-                        dataset=args.dataset, eval=args.eval or "full",
-                        eval_every=args.eval_every,
-                        checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                        resume=args.resume, allow_nan_loss=args.allow_nan_loss)
+    cfg = from_args(SampledConfig, args, rename={"replace": "sample_replace"}, layers=layers,
+                    fanouts=list(fanouts))
     if cfg.sampler not in SAMPLERS:
         raise ShardError(f"--sampler: expected {', '.join(SAMPLERS)} with --engine sampled, got "
                          f"{cfg.sampler}")

@@ -1,0 +1,126 @@
+"""Options every training engine shares: their defaults (the single source `shardgnn train` reads
+its defaults from), their checks, and building an engine's config dataclass from parsed
+arguments. No communication.
+
+Each engine's config dataclass (``AveragingConfig``, ``SampledConfig``, ``NAUConfig``,
+``RDMConfig``) derives from :class:`TrainConfig` (and the option groups it takes) and adds its own
+fields with their defaults; the command line shows those defaults through :func:`default_of`, and
+:func:`from_args` fills a config from the options given on the command line, leaving every other
+field at its dataclass default.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Mapping, TypeVar
+
+from shardgnn.errors import ShardError
+
+#: One check: (passed, option, what was expected, what was given).
+Check = tuple[bool, str, str, Any]
+C = TypeVar("C")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Options of every engine (`shardgnn train`'s common group)."""
+
+    data: str
+    hidden: int = 16
+    layers: int = 2
+    dropout: float = 0.5
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    epochs: int = 200
+    seed: int = 0
+    eval_every: int = 1
+    allow_nan_loss: bool = False
+
+    def common_checks(self, min_eval_every: int = 1) -> list[Check]:
+        """Checks of the common options (``--eval-every`` at least ``min_eval_every``)."""
+        finite = self.lr == self.lr and abs(self.lr) != float("inf")
+        wd_finite = self.weight_decay == self.weight_decay and abs(self.weight_decay) != float("inf")
+        return [(self.epochs >= 0, "--epochs", ">= 0", self.epochs),
+                (self.hidden >= 1, "--hidden", ">= 1", self.hidden),
+                (self.layers >= 1, "--layers", ">= 1", self.layers),
+                (0.0 <= self.dropout < 1.0, "--dropout", "in [0, 1)", self.dropout),
+                (finite and self.lr > 0, "--lr", "a finite number > 0", self.lr),
+                (wd_finite and self.weight_decay >= 0, "--weight-decay", "a finite number >= 0",
+                 self.weight_decay),
+                (self.eval_every >= min_eval_every, "--eval-every", f">= {min_eval_every}",
+                 self.eval_every)]
+
+
+@dataclass(kw_only=True)
+class CheckpointOptions:
+    """`--checkpoint`, `--checkpoint-every`, `--resume` (every engine but nau)."""
+
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    resume: str | None = None
+
+    def checkpoint_checks(self) -> list[Check]:
+        return [(self.checkpoint_every >= 0, "--checkpoint-every", ">= 0", self.checkpoint_every)]
+
+
+@dataclass(kw_only=True)
+class SaintOptions:
+    """GraphSAINT's `--saint-*` options (rdm --saint, averaging --sampler saint-*)."""
+
+    saint_budget: int = 0
+    saint_walk_length: int = 2
+    saint_steps: int = 0
+    saint_presample: int = 20
+
+    def saint_checks(self) -> list[Check]:
+        return [(self.saint_budget >= 0, "--saint-budget", ">= 0", self.saint_budget),
+                (self.saint_walk_length >= 1, "--saint-walk-length", ">= 1",
+                 self.saint_walk_length),
+                (self.saint_steps >= 0, "--saint-steps", ">= 0", self.saint_steps),
+                (self.saint_presample >= 1, "--saint-presample", ">= 1", self.saint_presample)]
+
+
+def raise_first(checks: list[Check]) -> None:
+    """Raise ShardError "OPTION: expected X, got Y" for the first failed check (rank-local,
+    identical on every rank for identical options)."""
+    for ok, opt, want, got in checks:
+        if not ok:
+            raise ShardError(f"{opt}: expected {want}, got {got}")
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of field ``name`` of dataclass ``cls`` (a default factory is called)."""
+    for f in fields(cls):
+        if f.name == name:
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+            raise KeyError(f"{cls.__name__}.{name} has no default")
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def from_args(cls: type[C], args: argparse.Namespace, rename: Mapping[str, str] | None = None,
+              **values: Any) -> C:
+    """``cls`` built from parsed `shardgnn train` arguments.
+
+    A field takes the argument of the same name (or ``rename[field]``) when that option was given
+    on the command line (``args.given_options``; every non-None argument when that is absent),
+    ``values[field]`` when passed, and its dataclass default otherwise.
+    """
+    given = getattr(args, "given_options", None)
+    kw: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        src = (rename or {}).get(f.name, f.name)
+        if f.name in values or not hasattr(args, src):
+            continue
+        v = getattr(args, src)
+        if v is None or (given is not None and src not in given):
+            continue
+        kw[f.name] = v
+    kw.update(values)
+    return cls(**kw)
+
+
+__all__ = ["TrainConfig", "CheckpointOptions", "SaintOptions", "Check", "raise_first",
+           "default_of", "from_args"]
