@@ -92,14 +92,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--features", type=int, default=32, help="feature dimension F (default: 32; 0: none)")
     c.add_argument("--feature-snr", type=float, default=1.0,
                    help="norm of each class mean; noise is N(0, I) (default: 1.0)")
-    c.add_argument("--train", type=float, default=0.6, help="train fraction (default: 0.6)")
-    c.add_argument("--val", type=float, default=0.2, help="validation fraction (default: 0.2)")
-    c.add_argument("--test", type=float, default=0.2, help="test fraction (default: 0.2)")
-    c.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    c.add_argument("--out", required=True, help="output dataset directory")
-    c.add_argument("--force", action="store_true", help="replace an existing output directory "
-                   "(an earlier shardgnn dataset or an empty folder only)")
-    c.set_defaults(func=run)
+    _add_split_and_output(c, "train fraction")
 
     h = gs.add_parser("hetero", help="heterogeneous dataset with a planted metapath signal",
                       description=HETERO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,14 +108,19 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--features", type=int, default=16, help="feature dimension (default: 16)")
     h.add_argument("--feature-snr", type=float, default=0.0,
                    help="norm of the target class means in the features (default: 0: none)")
-    h.add_argument("--train", type=float, default=0.6, help="train fraction of targets (0.6)")
-    h.add_argument("--val", type=float, default=0.2, help="validation fraction (default: 0.2)")
-    h.add_argument("--test", type=float, default=0.2, help="test fraction (default: 0.2)")
-    h.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    h.add_argument("--out", required=True, help="output dataset directory")
-    h.add_argument("--force", action="store_true", help="replace an existing output directory "
+    _add_split_and_output(h, "train fraction of targets")
+
+
+def _add_split_and_output(p: Any, train_help: str) -> None:
+    """--train/--val/--test fractions, --seed, --out, --force of a labelled generator."""
+    p.add_argument("--train", type=float, default=0.6, help=f"{train_help} (default: 0.6)")
+    p.add_argument("--val", type=float, default=0.2, help="validation fraction (default: 0.2)")
+    p.add_argument("--test", type=float, default=0.2, help="test fraction (default: 0.2)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--out", required=True, help="output dataset directory")
+    p.add_argument("--force", action="store_true", help="replace an existing output directory "
                    "(an earlier shardgnn dataset or an empty folder only)")
-    h.set_defaults(func=run)
+    p.set_defaults(func=run)
 
 
 def _rmat(args: argparse.Namespace) -> dict[str, Any]:

@@ -75,15 +75,20 @@ def _is_sep(c: int) -> bool:
 
 
 @njit(cache=True)
+def _sign(buf, i, n):  # pragma: no cover - numba
+    """(negative, index past an optional '+' or '-' at ``buf[i]``)."""
+    if i < n and (buf[i] == 45 or buf[i] == 43):
+        return buf[i] == 45, i + 1
+    return False, i
+
+
+@njit(cache=True)
 def _parse_float(buf, i, n):  # pragma: no cover - numba
     """Parse a decimal number (sign, digits, '.', digits, exponent) at ``buf[i]``.
 
     Returns (value, next index, ok); ``ok`` is False for anything else (nan, inf, text).
     """
-    neg = False
-    if i < n and (buf[i] == 45 or buf[i] == 43):
-        neg = buf[i] == 45
-        i += 1
+    neg, i = _sign(buf, i, n)
     mant = 0.0
     nd = 0
     while i < n and 48 <= buf[i] <= 57:
@@ -102,10 +107,7 @@ def _parse_float(buf, i, n):  # pragma: no cover - numba
         return 0.0, i, False
     if i < n and (buf[i] == 101 or buf[i] == 69):
         i += 1
-        eneg = False
-        if i < n and (buf[i] == 45 or buf[i] == 43):
-            eneg = buf[i] == 45
-            i += 1
+        eneg, i = _sign(buf, i, n)
         ev = 0
         ne = 0
         while i < n and 48 <= buf[i] <= 57:

@@ -200,6 +200,20 @@ class ResultWriter:
         self.close(ok=exc_type is None)
 
 
+def open_hdf5(path: str | os.PathLike, what: str, kind: str) -> Any:
+    """``path`` opened read-only with h5py; ShardError "PATH: no such WHAT" when it is missing and
+    "PATH: not KIND (why)" when it is not HDF5. Rank-local."""
+    import h5py
+
+    p = Path(path)
+    if not p.exists():
+        raise input_error(p, f"no such {what}")
+    try:
+        return h5py.File(p, "r")
+    except OSError as exc:
+        raise input_error(p, f"not {kind} ({exc})") from None
+
+
 def read_tree(path: str | os.PathLike, max_elems: int = 1000) -> dict[str, Any]:
     """Read a results file into a JSON-able dict: every group, attribute and small dataset.
 
@@ -208,13 +222,7 @@ def read_tree(path: str | os.PathLike, max_elems: int = 1000) -> dict[str, Any]:
     """
     import h5py
 
-    p = Path(path)
-    if not p.exists():
-        raise input_error(p, "no such results file")
-    try:
-        f = h5py.File(p, "r")
-    except OSError as exc:
-        raise input_error(p, f"not an HDF5 file ({exc})") from None
+    f = open_hdf5(path, "results file", "an HDF5 file")
 
     def conv(v: Any) -> Any:
         if isinstance(v, bytes):

@@ -26,6 +26,7 @@ import torch
 
 from shardgnn.errors import ShardError
 from shardgnn.nau.hdg import HDG
+from shardgnn.train.models import SparseMM
 
 MODES = ("hybrid", "scatter")
 #: Fused bottom-level kernels: ``"numba"`` (compiled segment reduction over the HDG's CSC, rows
@@ -233,19 +234,6 @@ class SegmentPlan:
                            np.ones(n, np.float32), (n, self.num_seg))
 
 
-class _SegSum(torch.autograd.Function):
-    """Sum of consecutive runs of rows (CSR with the implicit identity index array)."""
-
-    @staticmethod
-    def forward(ctx: Any, v: torch.Tensor, plan: SegmentPlan) -> torch.Tensor:  # type: ignore[override]
-        ctx.plan = plan
-        return torch.sparse.mm(plan.sum_a, v)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        return torch.sparse.mm(ctx.plan.sum_at, grad.contiguous()), None
-
-
 class Executor:
     """Runs NAU level operations in ``"hybrid"`` or ``"scatter"`` mode (module docstring)."""
 
@@ -273,7 +261,7 @@ class Executor:
     def seg_sum(self, v: torch.Tensor, plan: SegmentPlan) -> torch.Tensor:
         """Sum of the instance rows of each slot."""
         if self.hybrid:
-            return _SegSum.apply(v.contiguous(), plan)
+            return SparseMM.apply(v.contiguous(), (plan.sum_a, plan.sum_at))
         return v.new_zeros((plan.num_seg,) + tuple(v.shape[1:])).index_add_(0, plan.seg, v)
 
     def seg_softmax(self, s: torch.Tensor, plan: SegmentPlan) -> torch.Tensor:
@@ -283,7 +271,7 @@ class Executor:
             mx = torch.segment_reduce(s.detach(), "max", lengths=plan.lengths, unsafe=True)
             e = torch.exp(s - torch.repeat_interleave(mx, plan.lengths, dim=0,
                                                       output_size=s.shape[0]))
-            den = _SegSum.apply(e if e.dim() > 1 else e[:, None], plan)
+            den = SparseMM.apply(e if e.dim() > 1 else e[:, None], (plan.sum_a, plan.sum_at))
             den = den if e.dim() > 1 else den[:, 0]
             return e / torch.repeat_interleave(den, plan.lengths, dim=0, output_size=s.shape[0])
         idx = plan.seg.view(-1, *([1] * (s.dim() - 1))).expand_as(s)

@@ -68,13 +68,8 @@ def load(comm: Communicator, cfg: Any) -> dict[str, Any]:
     (``epoch``, ``config``, ``state``). Collective over comm."""
     ck = comm.run_agreed(checkpoint.read_state, cfg.resume, ENGINE)
     mine = _config(cfg, comm.size)
-    bad = [k for k in RESUME_KEYS if ck["config"].get(k) != mine.get(k)]
-    msg = ""
-    if bad:
-        k = bad[0]
-        msg = (f"{cfg.resume}: checkpoint has {k}={ck['config'].get(k)!r}, this run "
-               f"{mine.get(k)!r}; expected the same {', '.join(bad)}")
-    elif ck["epoch"] > cfg.epochs:
+    msg = checkpoint.config_mismatch(cfg.resume, ck["config"], mine, RESUME_KEYS)
+    if not msg and ck["epoch"] > cfg.epochs:
         msg = (f"{cfg.resume}: checkpoint after epoch {ck['epoch']}, expected --epochs >= it, got "
                f"{cfg.epochs}")
     comm.agree(not msg, msg)

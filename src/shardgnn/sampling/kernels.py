@@ -73,20 +73,23 @@ def edge01(key: np.uint64, u: int, t: int) -> float:
     return (float(x >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
 
 
+@numba.njit(inline="always")
+def floyd_place(out: np.ndarray, n: int, j: int, t: int) -> None:
+    """One step of Floyd's algorithm: out[n] = t, or j when t is already in out[:n]."""
+    for q in range(n):
+        if out[q] == t:
+            out[n] = j
+            return
+    out[n] = t
+
+
 @numba.njit(cache=True)
 def floyd_positions(key: np.uint64, d: int, k: int, out: np.ndarray) -> None:
     """k distinct positions of range(d) into out[:k] (Floyd's algorithm), keyed. O(k^2) compares."""
     n = 0
     for j in range(d - k, d):
         t = int(draw01(key, j) * (j + 1))
-        if t > j:
-            t = j
-        seen = False
-        for q in range(n):
-            if out[q] == t:
-                seen = True
-                break
-        out[n] = j if seen else t
+        floyd_place(out, n, j, t if t <= j else j)
         n += 1
 
 

@@ -20,6 +20,8 @@ from typing import Sequence
 import numba
 import numpy as np
 
+from shardgnn.sampling.kernels import floyd_place
+
 
 @dataclass
 class SampledSubgraph:
@@ -53,13 +55,7 @@ def _floyd_pick(d: int, k: int, out: np.ndarray) -> None:
     """Write k distinct values from range(d) into out[:k] (Floyd's algorithm, uniform subset)."""
     n = 0
     for j in range(d - k, d):
-        t = np.random.randint(0, j + 1)
-        seen = False
-        for q in range(n):
-            if out[q] == t:
-                seen = True
-                break
-        out[n] = j if seen else t
+        floyd_place(out, n, j, np.random.randint(0, j + 1))
         n += 1
 
 

@@ -29,6 +29,7 @@ import torch
 
 from shardgnn.errors import input_error
 from shardgnn.io import outputs
+from shardgnn.io.results import open_hdf5
 
 FORMAT = "shardgnn-checkpoint"
 
@@ -106,20 +107,33 @@ def write_checkpoint(path: str | os.PathLike, epoch: int, config: dict[str, Any]
                 h.attrs[k] = v
 
 
+def config_mismatch(path: str | os.PathLike | None, saved: dict[str, Any],
+                    mine: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """'' when the checkpoint's config ``saved`` and this run's ``mine`` agree on ``keys``
+    (compared as JSON), else the message naming the first that differs. Rank-local."""
+    mine = json.loads(json.dumps(mine, default=str))
+    bad = [k for k in keys if saved.get(k) != mine.get(k)]
+    if not bad:
+        return ""
+    k = bad[0]
+    return (f"{path}: checkpoint has {k}={saved.get(k)!r}, this run {mine.get(k)!r}; expected "
+            f"the same {', '.join(bad)}")
+
+
+def _open(p: Path) -> Any:
+    """The checkpoint file ``p`` opened read-only, its format checked (ShardError otherwise)."""
+    f = open_hdf5(p, "checkpoint file", "an HDF5 checkpoint")
+    if f.attrs.get("format") != FORMAT:
+        got = f.attrs.get("format")
+        f.close()
+        raise input_error(p, f"expected format {FORMAT!r}, got {got!r}")
+    return f
+
+
 def read_checkpoint(path: str | os.PathLike, parts: list[int]) -> dict[str, Any]:
     """Read the epoch, config, history and the states of partitions ``parts``. Rank-local."""
-    import h5py
-
     p = Path(path)
-    if not p.exists():
-        raise input_error(p, "no such checkpoint file")
-    try:
-        f = h5py.File(p, "r")
-    except OSError as exc:
-        raise input_error(p, f"not an HDF5 checkpoint ({exc})") from None
-    with f:
-        if f.attrs.get("format") != FORMAT:
-            raise input_error(p, f"expected format {FORMAT!r}, got {f.attrs.get('format')!r}")
+    with _open(p) as f:
         out: dict[str, Any] = {"epoch": int(f.attrs["epoch"]),
                                "config": json.loads(f.attrs["config"]),
                                "num_parts": int(f.attrs["parts"]), "parts": {}}
@@ -162,18 +176,8 @@ def write_state(path: str | os.PathLike, engine: str, epoch: int, config: dict[s
 def read_state(path: str | os.PathLike, engine: str) -> dict[str, Any]:
     """Read a checkpoint written by :func:`write_state` for ``engine``: ``epoch``, ``config``
     and ``state`` (nested dicts of arrays). Rank-local."""
-    import h5py
-
     p = Path(path)
-    if not p.exists():
-        raise input_error(p, "no such checkpoint file")
-    try:
-        f = h5py.File(p, "r")
-    except OSError as exc:
-        raise input_error(p, f"not an HDF5 checkpoint ({exc})") from None
-    with f:
-        if f.attrs.get("format") != FORMAT:
-            raise input_error(p, f"expected format {FORMAT!r}, got {f.attrs.get('format')!r}")
+    with _open(p) as f:
         got = f.attrs.get("engine", "averaging")
         if got != engine or "state" not in f:
             raise input_error(p, f"expected a checkpoint of --engine {engine}, got one of {got}")

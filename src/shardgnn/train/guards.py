@@ -208,6 +208,16 @@ def check_partitions(comm: Communicator, directory: str | Path, graphs: Sequence
 
 
 # ---------------------------------------------------------------------------- loss
+def nan_loss_stop(history: dict[str, Any], epoch: int, loss: float, cfg: Any) -> str:
+    """After an epoch: a non-finite ``loss`` records its first epoch as ``nan_loss_epoch`` in
+    ``history`` and returns the stop message, unless ``cfg.allow_nan_loss``; otherwise ''.
+    ``loss`` must be the all-reduced one, so every rank takes the same decision."""
+    if math.isfinite(loss):
+        return ""
+    history.setdefault("nan_loss_epoch", epoch)
+    return "" if cfg.allow_nan_loss else nan_loss_message(epoch, loss, cfg.out)
+
+
 def nan_loss_message(epoch: int, loss: float, out: str | Path | None) -> str:
     """The error of a run stopped by a non-finite loss."""
     wrote = f"; wrote {out} with epochs 1..{epoch} (train attribute nan_loss_epoch = {epoch})" \
@@ -272,6 +282,6 @@ def reject_unsupported(engine: str, given: Iterable[str], accepted: Iterable[str
 
 __all__ = ["UNLABELLED", "finite_float", "positive_float", "nonnegative_float", "probability",
            "Finding", "first", "agree_first", "find_nonfinite", "feature_finding", "label_finding",
-           "check_features", "check_labels", "check_partitions", "nan_loss_message", "Unset",
+           "check_features", "check_labels", "check_partitions", "nan_loss_message", "nan_loss_stop", "Unset",
            "track_explicit",
            "resolve_explicit", "reject_unsupported"]

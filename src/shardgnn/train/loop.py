@@ -6,7 +6,6 @@ results HDF5 (``/train``).
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict
@@ -49,14 +48,8 @@ def _resume(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker], mi
             ) -> tuple[int, dict[str, Any]]:
     """Load a checkpoint into the workers; returns (first epoch to run, history). Collective."""
     ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, mine)
-    mine_cfg = json.loads(json.dumps(asdict(cfg), default=str))
-    bad = [k for k in RESUME_KEYS if ck["config"].get(k) != mine_cfg.get(k)]
-    msg = ""
-    if bad:
-        k = bad[0]
-        msg = (f"{cfg.resume}: checkpoint has {k}={ck['config'].get(k)!r}, this run "
-               f"{mine_cfg.get(k)!r}; expected the same {', '.join(bad)}")
-    comm.agree(not bad, msg)  # the same verdict on every rank: the CLI exits 2 without abort
+    msg = checkpoint.config_mismatch(cfg.resume, ck["config"], asdict(cfg), RESUME_KEYS)
+    comm.agree(not msg, msg)  # the same verdict on every rank: the CLI exits 2 without abort
     for w in workers:
         w.torch_rng, w.np_rng = checkpoint.restore_partition(ck["parts"][w.graph.index],
                                                              w.model, w.opt)
@@ -198,11 +191,9 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
                 logger.info("epoch %d loss %.4f train %.4f val %.4f test %.4f (%.3fs, sync %.4fs)",
                             epoch, m["loss"], m.get("train_acc", float("nan")), m["val_acc"],
                             m["test_acc"], m["epoch_time"], m["sync_time"])
-            if not math.isfinite(m["loss"]):  # all-reduced: the same verdict on every rank
-                history.setdefault("nan_loss_epoch", epoch)
-                if not cfg.allow_nan_loss:
-                    stop = guards.nan_loss_message(epoch, m["loss"], cfg.out)
-                    break
+            stop = guards.nan_loss_stop(history, epoch, m["loss"], cfg)  # loss all-reduced
+            if stop:
+                break
             if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
                 _save(comm, cfg, ckpt, epoch, workers, history)
         summary = _summary(comm, cfg, history, counts, alpha, mine, sampled_edges)

@@ -220,17 +220,19 @@ def _csr(m: Any) -> torch.Tensor:
                                        check_invariants=False)
 
 
-class _SpMM(torch.autograd.Function):
-    """``adj.a @ h`` with the backward ``adj.at @ grad`` (the transpose precomputed)."""
+class SparseMM(torch.autograd.Function):
+    """``a @ h`` for a sparse ``a`` with the backward ``at @ grad``, ``pair = (a, at)`` (the
+    transpose precomputed once, so the backward needs no transpose of ``a``)."""
 
     @staticmethod
-    def forward(ctx: Any, h: torch.Tensor, adj: NormAdjacency) -> torch.Tensor:  # type: ignore[override]
-        ctx.adj = adj
-        return torch.sparse.mm(adj.a, h)
+    def forward(ctx: Any, h: torch.Tensor,  # type: ignore[override]
+                pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        ctx.at = pair[1]
+        return torch.sparse.mm(pair[0], h)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        return torch.sparse.mm(ctx.adj.at, grad.contiguous()), None
+        return torch.sparse.mm(ctx.at, grad.contiguous()), None
 
 
 class GCN(_Stack):
@@ -275,7 +277,7 @@ class GCN(_Stack):
         """Layer ``i``: dropout, ``lin``, aggregation over the :class:`NormAdjacency`, bias."""
         conv = self.convs[i]
         x = F.dropout(x, p=self.dropout, training=self.training)
-        x = _SpMM.apply(conv.lin(x), graph)
+        x = SparseMM.apply(conv.lin(x), (graph.a, graph.at))
         if conv.bias is not None:
             x = x + conv.bias
         return self.post(i, x)
@@ -470,7 +472,7 @@ class SGC(nn.Module):
         degrees in ``graph``); the linear map after the last step (evaluation only: no dropout)."""
         if i == 0:
             x = F.dropout(x, p=self.dropout, training=self.training)
-        x = _SpMM.apply(x, graph)
+        x = SparseMM.apply(x, (graph.a, graph.at))
         return self.conv.lin(x) if i == self.stages() - 1 else x
 
     def stage_graph(self, edge_index: torch.Tensor, num_nodes: int,

@@ -10,7 +10,6 @@ replica stays identical. Evaluation runs on the same sampled path over the val/t
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
@@ -227,10 +226,8 @@ def _save(comm: Communicator, cfg: SampledConfig, path: str, epoch: int, run: _R
 
 def _resume(comm: Communicator, cfg: SampledConfig, run: _Run) -> tuple[int, dict[str, Any]]:
     ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, [comm.rank])
-    mine = json.loads(json.dumps(asdict(cfg), default=str))
-    bad = [k for k in RESUME_KEYS + ("ranks",) if ck["config"].get(k) != mine.get(k)]
-    comm.agree(not bad, f"{cfg.resume}: checkpoint has {bad[0]}={ck['config'].get(bad[0])!r}, "
-               f"this run {mine.get(bad[0])!r}; expected the same {', '.join(bad)}" if bad else "")
+    msg = checkpoint.config_mismatch(cfg.resume, ck["config"], asdict(cfg), RESUME_KEYS + ("ranks",))
+    comm.agree(not msg, msg)
     run.torch_rng, run.np_rng = checkpoint.restore_partition(ck["parts"][comm.rank], run.model,
                                                              run.opt)
     hist = {k: list(ck["history"].get(k, [])) for k in SERIES}
@@ -282,11 +279,9 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
                     "%.2f compute %.2f allreduce %.2f)", epoch, st["loss"], st["train_acc"],
                     st["val_acc"], st["test_acc"], st["epoch_time"], st["sample_time"],
                     st["fetch_time"], st["compute_time"], st["allreduce_time"])
-        if not math.isfinite(st["loss"]):  # all-reduced: the same verdict on every rank
-            hist.setdefault("nan_loss_epoch", epoch)
-            if not cfg.allow_nan_loss:
-                stop = guards.nan_loss_message(epoch, st["loss"], cfg.out)
-                break
+        stop = guards.nan_loss_stop(hist, epoch, st["loss"], cfg)  # the loss is all-reduced
+        if stop:
+            break
         if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
             h = {k: hist[k] for k in SERIES}
             h.update(bytes_json=json.dumps(hist["bytes"]), load_json=json.dumps(hist["load"]))
