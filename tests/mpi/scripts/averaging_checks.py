@@ -3,11 +3,11 @@
 Writes OUT/rank-R.ok, or OUT/rank-R.fail with the failed check.
 """
 import sys
-import traceback
 from pathlib import Path
 
 import torch
 
+from rank_report import RankReport
 from shardgnn.comm import world
 from shardgnn.train import averaging
 
@@ -55,12 +55,8 @@ def checks(comm):
 def main():
     out = Path(sys.argv[1])
     comm = world()
-    try:
+    with RankReport(out, comm.rank):
         checks(comm)
-        (out / f"rank-{comm.rank}.ok").write_text("ok")
-    except Exception:  # noqa: BLE001 - reported to the test through the file
-        (out / f"rank-{comm.rank}.fail").write_text(traceback.format_exc())
-        raise
 
 
 if __name__ == "__main__":

@@ -21,13 +21,13 @@ Rank 0 of each run writes the files the test reads; every rank writes OUT/rank-R
 import json
 import sys
 import time
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from averaging_checks import checks  # noqa: E402
 
+from rank_report import RankReport  # noqa: E402
 from shardgnn.cli.main import build_parser, run_command  # noqa: E402
 from shardgnn.comm import world  # noqa: E402
 from shardgnn.errors import ShardError  # noqa: E402
@@ -59,7 +59,7 @@ def main():
     assert comm.size == 3, comm.size
     pair = comm.split(0 if comm.rank < 2 else 1)
     times = {}
-    try:
+    with RankReport(out, comm.rank) as report:
         t = time.perf_counter()
         checks(comm)
         checks(pair)
@@ -102,10 +102,7 @@ def main():
             (out / "bad-resume-error.json").write_text(json.dumps({"message": msg,
                                                                    "agreed": agreed}))
         comm.barrier()
-        (out / f"rank-{comm.rank}.ok").write_text(json.dumps(times))
-    except Exception:  # noqa: BLE001 - reported to the test through the file
-        (out / f"rank-{comm.rank}.fail").write_text(traceback.format_exc())
-        raise
+        report.text = json.dumps(times)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ Rank 0 writes OUT/checks.json; every rank writes OUT/rank-R.ok or OUT/rank-R.fai
 import json
 import shutil
 import sys
-import traceback
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from rank_report import RankReport
 from shardgnn.cli.main import build_parser, run_command
 from shardgnn.comm import world
 from shardgnn.errors import ShardError
@@ -89,7 +89,7 @@ def main():
     stores = [Path(a) for a in sys.argv[3:]]
     comm = world()
     solo = comm.split(comm.rank)
-    try:
+    with RankReport(out, comm.rank):
         full = _EvalGraph({"dataset": str(data)}) if comm.rank == 0 else None
         results = []
         for k, s in enumerate(stores):
@@ -137,10 +137,6 @@ def main():
             (out / "checks.json").write_text(json.dumps(
                 {"results": [r for lst in allres for r in lst], "errors": allerr}, indent=1))
         comm.barrier()
-        (out / f"rank-{comm.rank}.ok").write_text("ok")
-    except Exception:  # noqa: BLE001 - reported to the test through the file
-        (out / f"rank-{comm.rank}.fail").write_text(traceback.format_exc())
-        raise
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ Every rank writes ROOT/out/rank-R.ok at the end (or rank-R.fail with the traceba
 """
 import json
 import sys
-import traceback
 from pathlib import Path
 
+from rank_report import RankReport
 from shardgnn.cli.main import build_parser, run_command
 from shardgnn.comm import world
 from shardgnn.errors import ShardError
@@ -21,7 +21,7 @@ def main():
     out = root / "out"
     comm = world()
     cases = json.loads((root / "cases.json").read_text())
-    try:
+    with RankReport(out, comm.rank):
         for name, argv in cases.items():
             argv = [a.replace("ROOT", str(root)) for a in argv]
             res = {}
@@ -31,10 +31,6 @@ def main():
                 res.update(error=str(exc), agreed=bool(exc.agreed))
             (out / f"{name}.rank-{comm.rank}.json").write_text(json.dumps(res))
             comm.barrier()
-        (out / f"rank-{comm.rank}.ok").write_text("ok")
-    except Exception:  # noqa: BLE001 - reported to the test through the file
-        (out / f"rank-{comm.rank}.fail").write_text(traceback.format_exc())
-        raise
 
 
 if __name__ == "__main__":

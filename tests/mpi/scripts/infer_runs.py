@@ -8,9 +8,9 @@ every rank writes WORK/rank-R.ok (JSON of the refusals) or WORK/rank-R.fail (tra
 """
 import json
 import sys
-import traceback
 from pathlib import Path
 
+from rank_report import RankReport
 from shardgnn.cli.main import build_parser, run_command
 from shardgnn.comm import self_comm, world
 from shardgnn.errors import ShardError
@@ -61,12 +61,9 @@ def runs(comm, w):
 def main(work):
     comm = world()
     w = Path(work)
-    try:
+    with RankReport(w, comm.rank) as report:
         got = runs(comm, w)
-        (w / f"rank-{comm.rank}.ok").write_text(json.dumps(got))
-    except Exception:  # noqa: BLE001 - reported to the test
-        (w / f"rank-{comm.rank}.fail").write_text(traceback.format_exc())
-        raise
+        report.text = json.dumps(got)
     return 0
 
 

@@ -15,9 +15,9 @@ Rank 0 of each run writes the files; every rank writes OUT/rank-R.ok (or rank-R.
 """
 import json
 import sys
-import traceback
 from pathlib import Path
 
+from rank_report import RankReport
 from shardgnn.cli.main import build_parser, run_command
 from shardgnn.comm import world
 from shardgnn.errors import ShardError
@@ -43,7 +43,7 @@ def main():
     data, out = Path(sys.argv[1]), Path(sys.argv[2])
     comm = world()
     alone = comm.split(comm.rank)
-    try:
+    with RankReport(out, comm.rank):
         for eng in ("rdm", "cagnet1d"):
             train(comm, data, out / f"u2-{eng}.h5", "--engine", eng, "--epochs", 5,
                   "--checkpoint-every", 3, "--checkpoint", out / f"ck2-{eng}.h5")
@@ -64,10 +64,6 @@ def main():
                                       "--resume", out / "us.h5.ckpt.h5")}
             (out / "refused.json").write_text(json.dumps(errs))
         comm.barrier()
-        (out / f"rank-{comm.rank}.ok").write_text("ok")
-    except Exception:  # noqa: BLE001 - reported to the test through the file
-        (out / f"rank-{comm.rank}.fail").write_text(traceback.format_exc())
-        raise
 
 
 if __name__ == "__main__":
