@@ -320,7 +320,7 @@ def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
                     force: bool = False) -> Path:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io.canonical import write_dataset
-    from shardgnn.io.convert import check_replaceable
+    from shardgnn.io.outputs import check_replaceable
 
     d = Path(out)
     check_replaceable(d, force)

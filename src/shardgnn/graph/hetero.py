@@ -140,7 +140,7 @@ def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io import outputs
     from shardgnn.io.canonical import SIDECAR, write_dataset
-    from shardgnn.io.convert import check_replaceable
+    from shardgnn.io.outputs import check_replaceable
 
     d = Path(out)
     check_replaceable(d, force)

@@ -74,33 +74,6 @@ class NodeData:
     split_seed: int = 0
 
 
-def check_replaceable(out: Path, force: bool, inputs: tuple[Path, ...] = ()) -> None:
-    """Refuse an output path that would destroy something the user made.
-
-    ``out`` may be new; with ``force`` it may also be an earlier shardgnn output (a dataset
-    with its ``graph.json``, a partition store with its ``meta.json``) or an empty folder, but
-    never a file, a folder of other files, or a folder holding one of ``inputs``. Rank-local.
-    """
-    if out.exists() and not out.is_dir():
-        raise input_error(out, "output path is an existing file (expected a directory name)")
-    if not out.exists():
-        if out.parent.exists() and not out.parent.is_dir():
-            raise input_error(out.parent, "expected a directory for the output, got a file")
-        return
-    if not force:
-        raise input_error(out, "output directory exists (use --force to replace it)")
-    real = out.resolve()
-    for src in inputs:
-        s = Path(src).resolve()
-        if s == real or real in s.parents:
-            raise input_error(out, f"--force would delete the input {src} (expected an output "
-                              "directory that does not hold the input)")
-    if any(out.iterdir()) and outputs.shardgnn_output_kind(out) is None:
-        raise input_error(out, "--force replaces only a shardgnn output (a folder with "
-                          "graph.json or meta.json), got a folder of other files; choose a new "
-                          "--out or remove it yourself")
-
-
 class IdSet:
     """The set of node ids seen so far: a presence bitmap while ids are small, else sorted ids.
 
@@ -241,13 +214,13 @@ def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
     out = Path(out)
     extra_inputs = (nodes.features_path, nodes.labels_path) if nodes else ()
     inputs = (Path(src.path),) + tuple(Path(p) for p in extra_inputs if p is not None)
-    check_replaceable(out, opt.force, inputs)
+    outputs.check_replaceable(out, opt.force, inputs)
     t0 = time.perf_counter()
     with outputs.atomic_dir(out) as tmp:
         meta = _convert_into(src, tmp, opt, nodes or NodeData())
         meta.extra.setdefault("convert_seconds", round(time.perf_counter() - t0, 3))
         (tmp / cn.SIDECAR).write_text(meta.to_json())
-        check_replaceable(out, opt.force, inputs)   # an output that appeared while we ran
+        outputs.check_replaceable(out, opt.force, inputs)   # an output that appeared while we ran
     return meta
 
 

@@ -171,6 +171,33 @@ def shardgnn_output_kind(d: str | os.PathLike) -> str | None:
     return None
 
 
+def check_replaceable(out: Path, force: bool, inputs: tuple[str | os.PathLike, ...] = ()) -> None:
+    """Refuse an output path that would destroy something the user made.
+
+    ``out`` may be new; with ``force`` it may also be an earlier shardgnn output (a dataset
+    with its ``graph.json``, a partition store with its ``meta.json``) or an empty folder, but
+    never a file, a folder of other files, or a folder holding one of ``inputs``. Rank-local.
+    """
+    if out.exists() and not out.is_dir():
+        raise input_error(out, "output path is an existing file (expected a directory name)")
+    if not out.exists():
+        if out.parent.exists() and not out.parent.is_dir():
+            raise input_error(out.parent, "expected a directory for the output, got a file")
+        return
+    if not force:
+        raise input_error(out, "output directory exists (use --force to replace it)")
+    real = out.resolve()
+    for src in inputs:
+        s = Path(src).resolve()
+        if s == real or real in s.parents:
+            raise input_error(out, f"--force would delete the input {src} (expected an output "
+                              "directory that does not hold the input)")
+    if any(out.iterdir()) and shardgnn_output_kind(out) is None:
+        raise input_error(out, "--force replaces only a shardgnn output (a folder with "
+                          "graph.json or meta.json), got a folder of other files; choose a new "
+                          "--out or remove it yourself")
+
+
 # ---------------------------------------------------------------------------- locks
 def _read_lock(p: Path) -> dict[str, str]:
     try:

@@ -29,7 +29,6 @@ Roots and leaves are *global* vertex ids, so the HDGs of any subset of roots are
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -264,30 +263,6 @@ def records(h: HDG) -> list[tuple[int, int, tuple[int, ...], float]]:
         out.append((int(h.roots[slot[i] // h.num_types]), int(slot[i] % h.num_types),
                     tuple(int(v) for v in h.leaf[ptr[i]:ptr[i + 1]]), w))
     return out
-
-
-def concat_types(parts: Sequence[HDG], schema: SchemaTree) -> HDG:
-    """Merge single-type HDG sets over the same roots into one set with ``len(parts)`` types."""
-    roots = parts[0].roots
-    n = roots.size
-    rr, tt, sizes, leaves, weights = [], [], [], [], []
-    for t, h in enumerate(parts):
-        if h.num_types != 1 or not np.array_equal(h.roots, roots):
-            raise ShardError("HDG merge: expected single-type parts over the same roots")
-        cnt = np.diff(h.slot_ptr)
-        rr.append(np.repeat(np.arange(n, dtype=np.int64), cnt))
-        tt.append(np.full(h.num_instances, t, dtype=np.int64))
-        sizes.append(h.instance_sizes())
-        leaves.append(h.leaf)
-        weights.append(np.ones(h.num_instances, np.float32) if h.weight is None else h.weight)
-    all_sizes = np.concatenate(sizes)
-    ptr = np.zeros(all_sizes.size + 1, dtype=np.int64)
-    np.cumsum(all_sizes, out=ptr[1:])
-    flat = all(h.flat for h in parts)
-    any_w = any(h.weight is not None for h in parts)
-    return from_records(schema, roots, np.concatenate(rr), np.concatenate(tt),
-                        None if flat else ptr, np.concatenate(leaves),
-                        np.concatenate(weights) if any_w else None)
 
 
 def memory_report(h: HDG, graph_nbytes: int) -> dict[str, float | str]:

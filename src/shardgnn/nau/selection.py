@@ -33,17 +33,6 @@ def gather_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return pos, idx
 
 
-def gcn_neighbours(graph: TypedGraph, roots: np.ndarray) -> Records:
-    """In-neighbours plus the root itself, weighted ``1/sqrt((d_u+1)(d_v+1))`` (GCN, self-loops)."""
-    ptr, src = in_neighbours(graph)
-    dinv = 1.0 / np.sqrt(np.diff(ptr).astype(np.float64) + 1.0)
-    pos, idx = gather_rows(ptr, roots)
-    pos = np.concatenate([pos, np.arange(roots.size, dtype=np.int64)])
-    leaf = np.concatenate([src[idx], roots]).astype(np.int64)
-    w = (dinv[leaf] * dinv[roots[pos]]).astype(np.float32)
-    return Records(pos, np.zeros(pos.size, np.int64), leaf, None, w)
-
-
 @numba.njit(cache=True)
 def _walks(indptr: np.ndarray, indices: np.ndarray, starts: np.ndarray, u: np.ndarray) -> np.ndarray:
     """One walk per start, ``u.shape[1]`` hops, driven by uniforms ``u``; -1 after a dead end."""
