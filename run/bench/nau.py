@@ -265,8 +265,14 @@ def sec_pyg(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+def _train_summary(cfg: Any, g: Any) -> dict[str, Any]:
+    from shardgnn.nau.engine import train
+
+    return train(cfg, g)[1]
+
+
 def sec_accuracy(a: argparse.Namespace) -> dict[str, Any]:
-    from shardgnn.nau.engine import NAUConfig, train
+    from shardgnn.nau.engine import NAUConfig
 
     res: dict[str, Any] = {}
     cases = [("gcn_cora", "cora", dict(model="gcn", hidden=16, epochs=a.cora_epochs,
@@ -280,13 +286,19 @@ def sec_accuracy(a: argparse.Namespace) -> dict[str, Any]:
         if key not in wanted:
             continue
         g = graphs(gname, a.ml100k)
-        accs, final = [], []
-        for seed in range(seeds):
-            cfg = NAUConfig(data=gname, out="", seed=seed, **kw)  # type: ignore[arg-type]
-            _, s = train(cfg, g)
-            accs.append(s["test_acc"])
-            final.append(s["final"]["test_acc"])
-            print(key, seed, f"{s['test_acc']:.4f} final {final[-1]:.4f}", flush=True)
+        cfgs = [NAUConfig(data=gname, out="", seed=seed, **kw)  # type: ignore[arg-type]
+                for seed in range(seeds)]
+        if a.jobs > 1:  # untimed: seeds in parallel processes
+            import multiprocessing as mp
+
+            with mp.get_context("fork").Pool(min(a.jobs, seeds)) as pool:
+                sums = pool.starmap(_train_summary, [(c, g) for c in cfgs])
+        else:
+            sums = [_train_summary(c, g) for c in cfgs]
+        accs = [s["test_acc"] for s in sums]
+        final = [s["final"]["test_acc"] for s in sums]
+        for seed, s in enumerate(sums):
+            print(key, seed, f"{s['test_acc']:.4f} final {final[seed]:.4f}", flush=True)
         res[key] = {"config": kw, "test_acc": accs, "mean": float(np.mean(accs)),
                     "std": float(np.std(accs)), "test_acc_final_epoch": final,
                     "mean_final_epoch": float(np.mean(final)),
@@ -300,8 +312,30 @@ def sec_accuracy(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-SECTIONS = {"fused": sec_fused, "hybrid": sec_hybrid, "magnn_ref": sec_magnn_ref,
-            "pyg": sec_pyg, "accuracy": sec_accuracy}
+def sec_memory(a: argparse.Namespace) -> dict[str, Any]:
+    """HDG bytes per model and graph relative to the input graph (untimed; FlexGraph Table 5)."""
+    from shardgnn.nau.hdg import memory_report
+
+    cases = [("gcn", "cora", {}), ("gcn", a.graph, {}), ("pinsage", "cora", {}),
+             ("pinsage", a.graph, {}), ("jknet", "cora", {}), ("pgnn", "cora", {}),
+             ("magnn", "ml100k", dict(layers=1, max_instances=32)),
+             ("magnn", f"hetero{a.hetero_small}", dict(layers=1, max_instances=32))]
+    res = {}
+    for model, gname, kw in cases:
+        if gname == "ml100k" and a.ml100k is None:
+            continue
+        g = graphs(gname, a.ml100k)
+        tr = trainer(g, model, "hybrid", **kw)
+        rep = memory_report(tr.hdgs.hdg, g.nbytes())
+        rep["graph_index_dtype"] = str(g.indices.dtype)
+        rep["hdg_index_dtype"] = str(tr.hdgs.hdg.leaf.dtype)
+        res[f"{model}_{gname}"] = rep
+        print("memory", model, gname, f"{100 * float(rep['hdg_vs_graph']):.1f}%", flush=True)
+    return res
+
+
+SECTIONS = {"memory": sec_memory, "fused": sec_fused, "hybrid": sec_hybrid,
+            "magnn_ref": sec_magnn_ref, "pyg": sec_pyg, "accuracy": sec_accuracy}
 
 
 def main() -> None:
@@ -336,6 +370,8 @@ def main() -> None:
                     help="epochs of the ml-100k accuracy runs (default 60)")
     ap.add_argument("--cora-epochs", type=int, default=200,
                     help="epochs of the Cora GCN accuracy runs (default 200)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="accuracy: seeds run in this many processes (untimed; default 1)")
     ap.add_argument("--cora-seeds", type=int, default=5, help="seeds of Cora GCN (default 5)")
     ap.add_argument("--acc-cases", default="",
                     help="accuracy cases to run: gcn_cora, magnn_ml100k, gcn_ml100k_homogeneous "

@@ -28,13 +28,18 @@ class PinSageLayer(NAULayer):
         self.q = nn.Linear(in_dim, out_dim)
         self.w = nn.Linear(in_dim + out_dim, out_dim)
         self.last, self.dropout = last, dropout
+        self._root = torch.empty(0)
 
     def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
-        h = F.relu(self.q(F.dropout(feats, self.dropout, self.training)))
+        hd = F.dropout(feats, self.dropout, self.training)
+        self._root = hdgs.root_feats(hd)  # the roots' dropped-out features, for update
+        h = F.relu(self.q(hd))
         return aggregation(h, hdgs, [lambda lv, x: lv.reduce(x), None])
 
     def update(self, feats: torch.Tensor, nbr_feats: torch.Tensor) -> torch.Tensor:
-        h = F.dropout(feats, self.dropout, self.training)
+        # one dropout mask per layer input, shared by the neighbour and the root paths (as in
+        # PyG's SAGEConv); ``feats`` are the same rows before dropout
+        h = self._root if self.training and self.dropout > 0 else feats
         out = self.w(torch.cat([h, nbr_feats], dim=1))
         if self.last:
             return out
