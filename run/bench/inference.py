@@ -1,29 +1,34 @@
-"""Benchmark of `shardgnn infer` (issue 16): layerwise vs sample-wise, PDS vs NS/DS/PS chunk
-reads and dynamic hit ratio, peak RSS per rank at N and 2N (fixed P), fill vs model time per
-layer, and the embedding files' compression filters.
+"""Benchmark of `shardgnn infer` (issue 16): layerwise vs the two sample-wise baselines, the
+NS/DS/PS/PDS chunk reads and dynamic hit ratio, peak RSS per rank, fill vs model time per layer,
+and the embedding files' compression filters.
 
-In one run, on a CSBM graph (default 100k nodes, degree 10, 32 features) cut by AdaDNE into
-P = 2 partitions (and the same at 2N), a 2-layer GraphSAGE (hidden 64, 4 classes; weights from
-a fixed seed, written as a `sampled` checkpoint), every command on 2 ranks in its own process:
+One invocation = one graph and one model depth (``--graph``, ``--layers``), some ``--sections``;
+its figures go under ``runs[NAME]`` of ``--out`` (other runs in that file are kept), so a sweep
+is several short locked invocations. Graphs: ``csbm`` (``--nodes``, degree ``--degree``, 32
+features), ``rmat`` (2^``--scale`` vertices, edge factor 8, random features), ``github``
+(musae-github from the shared datasets, random features); cut by AdaDNE into ``--ranks``
+partitions; a GraphSAGE (hidden 64, 4 classes, weights from seed 0, written as a ``sampled``
+checkpoint). Every command runs on ``--ranks`` ranks in its own process.
 
-* layerwise (PDS, full neighbourhoods) vs ``--samplewise`` (full neighbourhoods): whole-command
-  wall seconds and the engine's own time (results ``/infer`` attrs ``total_time``);
-* ``--order pds|ns|ds|ps`` at ``--chunk-rows`` 1024 (so a rank's file has tens of chunks, as a
-  GLISP partition has at 32768 rows) with the default dynamic cache (5% of the chunks, FIFO):
-  chunk requests, chunk reads and hit ratio summed over ranks and layers;
-* peak RSS per rank (``/infer/peak_rss``) at N and 2N;
-* fill and model seconds per layer (max over ranks);
-* lzf / gzip / blosc (hdf5plugin, when installed) / none on one layer file: bytes, write and
-  read seconds.
+* ``wise``: layerwise (PDS, default chunks) vs ``--samplewise target`` (each target's own k-hop
+  subgraph: the issue's baseline) vs ``--samplewise batch`` (deduplicated per batch), full
+  neighbourhoods. With ``--sw-fraction F`` < 1 the baselines run on a seeded F of the targets and
+  their loop time (sampling + fetch + model, max over ranks) is scaled by the fraction done; the
+  measured and the extrapolated engine times are both recorded.
+* ``orders``: ``--order pds|ns|ds|ps`` at ``--chunk-rows`` C with the default dynamic cache (5% of
+  the chunks, FIFO; ``--policy lru`` for LRU): requests (GLISP's "chunks read from the caching
+  system"), reads from the files, hits, hit ratio, and the least number of reads a fill could do
+  (``chunks_needed``), summed over ranks, layers >= 2 (layer 1 reads the features in id order).
+* ``compression``: lzf / gzip / blosc / zstd / none on rank 0's layer-1 file: bytes, write and
+  read seconds (best of 3).
 
-Timings on the shared 2-core machine are noisy (the load average is recorded); counts and bytes
-are exact. Run heavy: ``flock /tmp/shardgnn-heavy.lock nice -n 10 python run/bench/inference.py``.
+Timings: run under the heavy lock (``flock /tmp/shardgnn-heavy.lock python run/bench/inference.py
+...``); counts, bytes and RSS are exact.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -32,6 +37,9 @@ import numpy as np
 import harness
 
 ROOT = harness.ROOT
+STATS = ("fill_time", "model_time", "sample_time", "write_time", "requests", "reads", "hits",
+         "peak_rss", "static_rows", "remote_rows", "targets", "targets_done", "computed_rows",
+         "chunks_needed", "edges")
 
 
 def sh(cmd: list, ranks: int = 0) -> float:
@@ -40,33 +48,56 @@ def sh(cmd: list, ranks: int = 0) -> float:
     t0 = time.perf_counter()
     proc = harness.sh(full)
     if proc.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(full)}\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"failed: {' '.join(map(str, full))}\n{proc.stderr[-3000:]}")
     return time.perf_counter() - t0
 
 
-def checkpoint(path: Path, store: Path, features: int, hidden: int, classes: int) -> None:
+def checkpoint(path: Path, store: Path, features: int, layers: int) -> None:
     import torch
 
     from shardgnn.train import checkpoint as ck, models
 
     torch.manual_seed(0)
-    m = models.build("sage", features, hidden, classes, 2, 0.5)
-    cfg = {"model": "sage", "hidden": hidden, "layers": 2, "heads": 4, "dropout": 0.5,
-           "data": str(store), "sampler": "uniform", "direction": "out", "fanouts": [-1, -1]}
+    m = models.build("sage", features, 64, 4, layers, 0.5)
+    cfg = {"model": "sage", "hidden": 64, "layers": layers, "heads": 4, "dropout": 0.5,
+           "data": str(store), "sampler": "uniform", "direction": "out",
+           "fanouts": [-1] * layers}
     st = {"model": {k: v.numpy().copy() for k, v in m.state_dict().items()}, "optim": {},
           "param_groups": "[]", "torch_rng": torch.get_rng_state().numpy(), "numpy_rng": "{}"}
     ck.write_checkpoint(path, 1, cfg, {0: st}, {})
 
 
-def prepare(work: Path, n: int, P: int, features: int) -> tuple[Path, Path]:
-    data, store, ckp = work / f"csbm-{n}", work / f"vparts-{n}", work / f"ck-{n}.h5"
-    if not (data / "graph.json").exists():
-        sh(["generate", "csbm", "--nodes", n, "--features", features, "--avg-degree", 10,
-            "--out", data, "--force"])
+def _features(data: Path, n: int) -> None:
+    if not (data / "x.npy").exists():
+        np.save(data / "x.npy", np.random.default_rng(0).normal(size=(n, 32)).astype(np.float32))
+
+
+def prepare(work: Path, a: argparse.Namespace) -> tuple[str, Path, Path]:
+    """(run name prefix, store, dataset) of ``--graph``, generating and cutting it once."""
+    if a.graph == "csbm":
+        name, data = f"csbm{a.nodes // 1000}k-d{a.degree}", work / f"csbm-{a.nodes}-{a.degree}"
+        if not (data / "graph.json").exists():
+            sh(["generate", "csbm", "--nodes", a.nodes, "--features", 32, "--avg-degree",
+                a.degree, "--out", data, "--force"])
+    elif a.graph == "rmat":
+        name, data = f"rmat{a.scale}", work / f"rmat-{a.scale}"
+        if not (data / "graph.json").exists():
+            sh(["generate", "rmat", "--scale", a.scale, "--edge-factor", 8, "--canonical",
+                "--out", data, "--force"])
+    else:
+        name, data = "github", work / "github"
+        if not (data / "graph.json").exists():
+            src = harness.dataset("musae-github")
+            np.save(work / "github-x.npy",
+                    np.random.default_rng(0).normal(size=(37700, 32)).astype(np.float32))
+            sh(["convert", src / "edges.csv", "--labels", src / "target.csv", "--features",
+                work / "github-x.npy", "--out", data, "--force"])
+    _features(data, int(json.loads((data / "graph.json").read_text())["num_nodes"]))
+    store = Path(f"{data}.ada{a.ranks}")
     if not (store / "meta.json").exists():
-        sh(["partition", data, "--algo", "adadne", "--parts", P, "--out", store], ranks=P)
-    checkpoint(ckp, store, features, 64, 4)
-    return store, ckp
+        sh(["partition", data, "--algo", "adadne", "--parts", a.ranks, "--out", store],
+           ranks=a.ranks)
+    return name, store, data
 
 
 def infer(ckp: Path, store: Path, out: Path, P: int, *extra) -> dict:
@@ -75,21 +106,36 @@ def infer(ckp: Path, store: Path, out: Path, P: int, *extra) -> dict:
     wall = sh(["infer", ckp, store, "--out", out, "--no-resume", *extra], ranks=P)
     with h5py.File(out) as f:
         a = {k: (v.item() if hasattr(v, "item") else v) for k, v in f["infer"].attrs.items()}
-        per = {k: f[f"infer/{k}"][()] for k in ("fill_time", "model_time", "requests", "reads",
-                                               "hits", "peak_rss", "static_rows",
-                                               "remote_rows")}
+        per = {k: np.asarray(f[f"infer/{k}"][()], np.float64) for k in STATS}
+    n = float(a["vertices"])
+    loop = (per["sample_time"] + per["fill_time"] + per["model_time"]).sum(1).max()
+    done = float(a["targets_done"]) / n
+    est = float(a["total_time"]) - loop + loop / max(done, 1e-12)
+    lay = slice(1, None)
     return {"wall_s": round(wall, 3), "engine_s": round(float(a["total_time"]), 3),
+            "targets_done_fraction": round(done, 5),
+            "engine_s_all_targets": round(est if done < 1 else float(a["total_time"]), 3),
+            "mode": a["mode"], "computed_rows": int(a["computed_rows"]),
+            "edges": int(per["edges"].sum()),
             "fill_s_per_layer": per["fill_time"].max(0).round(4).tolist(),
             "model_s_per_layer": per["model_time"].max(0).round(4).tolist(),
-            "chunk_requests": int(per["requests"].sum()), "chunk_reads": int(per["reads"].sum()),
-            "chunk_hits": int(per["hits"].sum()),
-            "reads_per_layer": per["reads"].sum(0).astype(int).tolist(),
+            "sample_s_per_layer": per["sample_time"].max(0).round(4).tolist(),
+            "write_s_per_layer": per["write_time"].max(0).round(4).tolist(),
+            "fill_over_model_per_layer": (per["fill_time"].max(0) / np.maximum(
+                per["model_time"].max(0), 1e-9)).round(3).tolist(),
+            "owned_per_rank": per["targets"].reshape(-1).astype(int).tolist(),
             "requests_per_layer": per["requests"].sum(0).astype(int).tolist(),
-            "hit_ratio_per_layer": (per["hits"].sum(0) / np.maximum(per["requests"].sum(0), 1)
-                                    ).round(4).tolist(),
-            "hit_ratio": round(float(per["hits"].sum() / max(per["requests"].sum(), 1)), 4),
-            "static_rows_per_rank_layer": per["static_rows"].tolist(),
-            "remote_rows_per_rank_layer": per["remote_rows"].tolist(),
+            "reads_per_layer": per["reads"].sum(0).astype(int).tolist(),
+            "hits_per_layer": per["hits"].sum(0).astype(int).tolist(),
+            "chunks_needed_per_layer": per["chunks_needed"].sum(0).astype(int).tolist(),
+            "requests_l2plus": int(per["requests"][:, lay].sum()),
+            "reads_l2plus": int(per["reads"][:, lay].sum()),
+            "hits_l2plus": int(per["hits"][:, lay].sum()),
+            "chunks_needed_l2plus": int(per["chunks_needed"][:, lay].sum()),
+            "hit_ratio_l2plus": round(float(per["hits"][:, lay].sum()
+                                            / max(per["requests"][:, lay].sum(), 1)), 4),
+            "static_rows_per_rank_layer": per["static_rows"].astype(int).tolist(),
+            "remote_rows_per_rank_layer": per["remote_rows"].astype(int).tolist(),
             "peak_rss_mib_per_rank": (per["peak_rss"].reshape(-1) / 2**20).round(1).tolist()}
 
 
@@ -100,83 +146,101 @@ def compression(layer_file: Path, work: Path) -> dict:
 
     with h5py.File(layer_file) as f:
         emb = f["emb"][()]
-    out = {}
+    out: dict = {"raw_bytes": int(emb.nbytes), "shape": list(emb.shape),
+                 "zero_fraction": round(float((emb == 0).mean()), 4)}
     for c in es.COMPRESSIONS:
         try:
             kw = es.filter_kwargs(c)
         except ImportError:
             out[c] = "hdf5plugin not installed"
             continue
-        p = work / f"comp-{c}.h5"
-        t0 = time.perf_counter()
-        with h5py.File(p, "w") as f:
-            f.create_dataset("emb", data=emb, chunks=(min(32768, len(emb)), emb.shape[1]), **kw)
-        tw = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with h5py.File(p, "r", rdcc_nbytes=0) as f:
-            f["emb"][()]
-        tr = time.perf_counter() - t0
+        p, ws, rs = work / f"comp-{c}.h5", [], []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            with h5py.File(p, "w") as f:
+                f.create_dataset("emb", data=emb, chunks=(min(32768, len(emb)), emb.shape[1]),
+                                 **kw)
+            ws.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with h5py.File(p, "r", rdcc_nbytes=0) as f:
+                f["emb"][()]
+            rs.append(time.perf_counter() - t0)
         out[c] = {"bytes": p.stat().st_size, "ratio": round(emb.nbytes / p.stat().st_size, 3),
-                  "write_s": round(tw, 4), "read_s": round(tr, 4)}
-    out["raw_bytes"] = int(emb.nbytes)
-    out["shape"] = list(emb.shape)
+                  "write_s": round(min(ws), 4), "read_s": round(min(rs), 4)}
+        p.unlink()
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=100_000)
+    ap.add_argument("--graph", choices=("csbm", "rmat", "github"), default="csbm")
+    ap.add_argument("--nodes", type=int, default=100_000, help="csbm nodes")
+    ap.add_argument("--degree", type=int, default=10, help="csbm average degree")
+    ap.add_argument("--scale", type=int, default=20, help="rmat: 2^SCALE vertices")
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--features", type=int, default=32)
+    ap.add_argument("--sections", default="wise",
+                    help="comma list of wise, sw-batch (with wise: also --samplewise batch), "
+                    "orders, compression, layerwise (only the layerwise run)")
+    ap.add_argument("--sw-fraction", type=float, default=1.0,
+                    help="--target-fraction of the sample-wise runs")
+    ap.add_argument("--sw-batch-size", type=int, default=1024,
+                    help="--batch-size of the sample-wise runs")
+    ap.add_argument("--chunk-rows", type=int, default=1024, help="orders: --chunk-rows")
+    ap.add_argument("--policy", default="fifo", help="orders: --cache-policy")
     ap.add_argument("--work", default=str(ROOT / "work" / "bench-inference"))
     ap.add_argument("--out", default=str(ROOT / "run" / "bench" / "results" / "inference.json"))
-    ap.add_argument("--skip-samplewise", action="store_true")
-    ap.add_argument("--sections", default="wise,orders,compression,2n",
-                    help="comma list of wise (layerwise vs samplewise), orders, compression, 2n; "
-                    "the others are kept from an existing --out file")
-    ap.add_argument("--no-lock-note", default="",
-                    help="recorded in the JSON when the run could not take the heavy lock")
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    P, n = a.ranks, a.nodes
-    res: dict = {"nodes": n, "ranks": P, "features": a.features, "model": "sage 2 layers hidden 64",
-                 "note": a.no_lock_note}
     load0 = harness.loadavg()
-    secs = set(a.sections.split(","))
-    if Path(a.out).exists():
-        res = {**json.loads(Path(a.out).read_text()), **res}
     t0 = time.perf_counter()
-    store, ckp = prepare(work, n, P, a.features)
-    if "wise" in secs or "2n" in secs:
-        res["layerwise"] = infer(ckp, store, work / "lw.h5", P)
-    if "wise" in secs and not a.skip_samplewise:
-        res["samplewise"] = infer(ckp, store, work / "sw.h5", P, "--samplewise")
-        res["speedup_engine"] = round(res["samplewise"]["engine_s"] / res["layerwise"]["engine_s"], 2)
-        res["speedup_wall"] = round(res["samplewise"]["wall_s"] / res["layerwise"]["wall_s"], 2)
+    prefix, store, data = prepare(work, a)
+    name = f"{prefix}-L{a.layers}-P{a.ranks}"
+    ckp = work / f"ck-{name}.h5"
+    checkpoint(ckp, store, 32, a.layers)
+    secs = set(a.sections.split(","))
+    res: dict = {"graph": a.graph, "dataset": str(data), "layers": a.layers, "ranks": a.ranks,
+                 "model": f"sage {a.layers} layers hidden 64, 32 features",
+                 "meta_graph": json.loads((data / "graph.json").read_text()),
+                 "loadavg_before": load0}
+    if secs & {"wise", "layerwise", "compression"}:
+        res["layerwise"] = infer(ckp, store, work / f"{name}-lw.h5", a.ranks)
+    if "wise" in secs:
+        frac = ["--target-fraction", a.sw_fraction, "--batch-size", a.sw_batch_size]
+        res["samplewise_target"] = infer(ckp, store, work / f"{name}-swt.h5", a.ranks,
+                                         "--samplewise", "target", *frac)
+        lw = res["layerwise"]["engine_s"]
+        res["speedup_vs_target"] = round(res["samplewise_target"]["engine_s_all_targets"] / lw, 2)
+        if "sw-batch" in secs:
+            res["samplewise_batch"] = infer(ckp, store, work / f"{name}-swb.h5", a.ranks,
+                                            "--samplewise", "batch", *frac)
+            res["speedup_vs_batch"] = round(
+                res["samplewise_batch"]["engine_s_all_targets"] / lw, 2)
     if "orders" in secs:
-        res["orders_chunk1024"] = {o: infer(ckp, store, work / f"o-{o}.h5", P, "--order", o,
-                                            "--chunk-rows", 1024)
-                                   for o in ("pds", "ns", "ds", "ps")}
-        o = res["orders_chunk1024"]
-        res["pds_reads_vs_ns"] = round(o["pds"]["chunk_reads"] / max(o["ns"]["chunk_reads"], 1), 4)
-        res["layer2_reads"] = {k: v["reads_per_layer"][1] for k, v in o.items()}
-        res["layer2_hit_ratio"] = {k: v["hit_ratio_per_layer"][1] for k, v in o.items()}
+        o = {k: infer(ckp, store, work / f"{name}-o-{k}.h5", a.ranks, "--order", k,
+                      "--chunk-rows", a.chunk_rows, "--cache-policy", a.policy)
+             for k in ("pds", "ns", "ds", "ps")}
+        res[f"orders_c{a.chunk_rows}_{a.policy}"] = {k: {kk: v[kk] for kk in (
+            "requests_l2plus", "reads_l2plus", "hits_l2plus", "hit_ratio_l2plus",
+            "chunks_needed_l2plus", "requests_per_layer", "reads_per_layer",
+            "chunks_needed_per_layer", "engine_s", "fill_s_per_layer")} for k, v in o.items()}
+        res[f"pds_over_ns_c{a.chunk_rows}_{a.policy}"] = {
+            kk: round(o["pds"][kk] / max(o["ns"][kk], 1), 4)
+            for kk in ("requests_l2plus", "reads_l2plus")}
     if "compression" in secs:
-        res["compression"] = compression(work / "lw.h5.layers" / "layer-01" / "rank-00000.h5",
-                                         work)
-    if "2n" in secs:
-        store2, ck2 = prepare(work, 2 * n, P, a.features)
-        res["layerwise_2n"] = infer(ck2, store2, work / "lw2.h5", P)
-        res["rss_2n_over_n"] = round(max(res["layerwise_2n"]["peak_rss_mib_per_rank"])
-                                     / max(res["layerwise"]["peak_rss_mib_per_rank"]), 3)
+        res["compression"] = compression(
+            work / f"{name}-lw.h5.layers" / "layer-01" / "rank-00000.h5", work)
     res["bench_seconds"] = round(time.perf_counter() - t0, 1)
-    for old in ("load_before", "load_after", "machine", "version", "commit"):
-        res.pop(old, None)   # recorded under "meta" now
-    harness.write_result(Path(a.out), res, load0)
-    print(json.dumps(res, indent=2))
+    out = Path(a.out)
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    runs = doc.get("runs", {})
+    runs[name] = {**runs.get(name, {}), **res, "loadavg_after": harness.loadavg(),
+                  "git": harness.git_state()}
+    harness.write_result(out, {"runs": runs}, load0)
+    print(json.dumps(res, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

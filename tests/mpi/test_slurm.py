@@ -67,8 +67,13 @@ def test_templates_run_through_srun_shim(slurm_env):
     assert (tmp / "profile.toml").exists()
     _sbatch("train-sampled.sbatch", env, {"PARTS_DIR": str(tmp / "vparts"), "RESULT":
                                           str(tmp / "sampled.h5"), "FANOUTS": "5,5",
-                                          "BATCH_SIZE": "64", "EPOCHS": "1"})
+                                          "BATCH_SIZE": "64", "EPOCHS": "1",
+                                          "TRAIN_ARGS": "--checkpoint-every 1"})
     assert (tmp / "sampled.h5").exists()
+    out = _sbatch("infer.sbatch", env, {"CHECKPOINT": str(tmp / "sampled.h5.ckpt.h5"),
+                                        "PARTS_DIR": str(tmp / "vparts"),
+                                        "RESULT": str(tmp / "emb.h5"), "FANOUTS": "5,5"})
+    assert "embeddings" in out.stdout and (tmp / "emb.h5.layers" / "layer-02.h5").exists()
 
 
 def test_pipeline_template_runs_a_job(slurm_env, tmp_path):

@@ -64,6 +64,10 @@ def add_parser(sub: Any) -> None:
                    "mini-batch inference)")
     p.add_argument("--batch-size", type=int, default=1024,
                    help="--samplewise: targets per rank and batch (default: 1024)")
+    p.add_argument("--target-fraction", type=float, default=1.0, metavar="F",
+                   help="--samplewise only: infer a seeded subset of about F of every rank's "
+                   "targets (the others' rows are NaN) to time the baseline per target on "
+                   "graphs where it would take too long (default: 1 = all)")
     p.add_argument("--score-edges", default=None, metavar="EDGEFILE",
                    help="also score these edges (text lines 'u v' or an (m, 2) .npy) by the dot "
                    "product of their final embeddings, read from the store: /infer/scores")
@@ -87,7 +91,8 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                       cache_chunks=args.cache_chunks, cache_policy=args.cache_policy,
                       order=args.order, chunk_rows=args.chunk_rows,
                       compression=args.compression, samplewise=args.samplewise,
-                      batch_size=args.batch_size, score_edges=args.score_edges,
+                      batch_size=args.batch_size, target_fraction=args.target_fraction,
+                      score_edges=args.score_edges,
                       dataset=args.dataset, seed=args.seed, resume=args.resume)
     s = main(comm, cfg, command=" ".join(sys.argv))
     if comm.rank == 0:

@@ -36,7 +36,8 @@ from shardgnn.sampling.service import GatherApplySampler
 from shardgnn.train.models import TorchBlock
 
 STATS = ("fill_time", "model_time", "sample_time", "write_time", "requests", "hits", "reads",
-         "bytes_read", "static_rows", "remote_rows", "edges", "computed_rows")
+         "bytes_read", "static_rows", "remote_rows", "edges", "computed_rows", "targets_done",
+         "chunks_needed")
 
 
 @dataclass
@@ -55,6 +56,7 @@ class InferConfig:
     compression: str = "lzf"
     samplewise: str = ""
     batch_size: int = 1024
+    target_fraction: float = 1.0
     score_edges: str | None = None
     dataset: str | None = None
     seed: int = 0
@@ -74,7 +76,10 @@ class InferConfig:
                    "/".join(es.COMPRESSIONS), self.compression),
                   (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
                   (self.samplewise in ("", *sw.MODES), "--samplewise", "/".join(sw.MODES),
-                   self.samplewise)]
+                   self.samplewise),
+                  (0 < self.target_fraction <= 1 and (self.samplewise or self.target_fraction
+                                                      == 1), "--target-fraction",
+                   "a fraction in (0, 1], below 1 only with --samplewise", self.target_fraction)]
         for ok, opt, want, got in checks:
             if not ok:
                 raise ShardError(f"{opt}: expected {want}, got {got}")
@@ -178,7 +183,7 @@ def run_key(lm: LoadedModel, cfg: InferConfig, meta: dict[str, Any], fanouts: li
     """What a finished layer file must have been computed from (resume matches it)."""
     text = repr((lm.key, str(Path(cfg.store).resolve()), meta.get("num_nodes"),
                  meta.get("num_edges"), meta.get("num_parts"), fanouts, cfg.order, cfg.seed,
-                 P, cfg.chunk_rows, lm.direction, cfg.samplewise))
+                 P, cfg.chunk_rows, lm.direction, cfg.samplewise, cfg.target_fraction))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -266,9 +271,12 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
         if k != "hit_ratio":
             st[k] += v
     st["static_rows"] += cached.size
+    where, row = src.where(cached)   # the least number of chunk reads the fill could do
+    st["chunks_needed"] += np.unique(where * (1 << 40) + row // cfg.chunk_rows).size
     st["remote_rows"] += int(np.count_nonzero(plan.owner[cached] != comm.rank))
     st["edges"] += nbr.size
     st["computed_rows"] += t.size
+    st["targets_done"] = t.size
     t1 = time.perf_counter()
     out: np.ndarray | None = None
     prog = log.Progress(int(t.size), f"infer layer {i + 1}/{lm.layers}", unit="vertex",
@@ -406,8 +414,15 @@ def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pl
     last layer is written. Collective over comm."""
     feats, _ = load_vertex_data(comm, ds, plan.owner, need_labels=False)
     st = {k: 0.0 for k in STATS}
-    out = sw.run(comm, lm, cfg.samplewise, plan.targets, plan.deg, sampler, feats, fanouts,
-                 cfg.batch_size, st)
+    t = plan.targets
+    keep = np.ones(t.size, bool)
+    if cfg.target_fraction < 1:   # a seeded subset of every rank's targets (time per target)
+        h = _mix(t ^ np.int64(cfg.seed)).astype(np.float64) / 2.0 ** 64
+        keep = h < cfg.target_fraction
+    out = np.full((t.size, lm.out_channels), np.nan, np.float32)
+    out[keep] = sw.run(comm, lm, cfg.samplewise, t[keep], plan.deg, sampler, feats, fanouts,
+                       cfg.batch_size, st)
+    st["targets_done"] = float(keep.sum())
     t3 = time.perf_counter()
     layers.write(lm.layers, out)
     st["write_time"] = time.perf_counter() - t3
@@ -494,7 +509,8 @@ def _write(comm: Communicator, cfg: InferConfig, lm: LoadedModel, plan: _Plan, l
                "hit_ratio": hits / req if req else 0.0, "score_time": t_score,
                "layers_dir": str(layers.root.resolve()), "run_key": layers.key,
                "mode": f"samplewise-{cfg.samplewise}" if cfg.samplewise else "layerwise",
-               "computed_rows": comm.allreduce_scalar(float(hist["computed_rows"].sum()))}
+               "computed_rows": comm.allreduce_scalar(float(hist["computed_rows"].sum())),
+               "targets_done": comm.allreduce_scalar(float(hist["targets_done"].max(initial=0)))}
     with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
         for k in STATS:
             rw.per_rank(f"infer/{k}", hist[k])
