@@ -91,15 +91,23 @@ class HaloPlan:
         self.fill = [nsrt[np.searchsorted(need[nsrt], r)] for r in reps]
         self.bytes = 0
 
-    def exchange(self, owned_rows: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Replica rows of every local partition from the owned rows of every partition
-        (``owned_rows[k]``: partition k's owned rows, all ranks the same width). Collective."""
+    def exchange_rows(self, owned_rows: Sequence[np.ndarray]) -> np.ndarray:
+        """The rows of every replica this rank's partitions need, each distinct vertex once
+        (partition k's replicas are ``result[self.fill[k]]``), from the owned rows of every
+        local partition (``owned_rows[k]``: partition k's, all ranks the same width).
+        Collective."""
         table = np.concatenate(owned_rows)
         send = np.ascontiguousarray(table[self.serve])
+        del table
         before = self.comm.bytes.get("halo", 0)
         recv = self.comm.alltoallv(send, self.send_counts, recvcounts=self.recv_counts,
                                    op_name="halo")
         self.bytes += self.comm.bytes.get("halo", 0) - before
+        return recv
+
+    def exchange(self, owned_rows: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Replica rows of every local partition (see :meth:`exchange_rows`). Collective."""
+        recv = self.exchange_rows(owned_rows)
         return [recv[f] for f in self.fill]
 
 
@@ -168,23 +176,42 @@ class DistEvaluator:
         return self._graphs
 
     def logits(self, model: torch.nn.Module) -> list[torch.Tensor]:
-        """The model's output rows at each local partition's owned vertices. Collective."""
+        """The model's output rows at each local partition's owned vertices. Collective.
+
+        Memory: one partition's local activations at a time. The local way runs each partition
+        through every layer before the next; the halo way keeps, between layers, only every
+        partition's owned rows and one copy of the replica rows the exchange brought (each
+        distinct vertex once), and assembles a partition's layer input just before its layer.
+        """
         model.eval()
         gs = self._stage_graphs(model)
+        owned = [g.num_owned for g in self.graphs]
         with torch.no_grad():
             if not self.staged:
-                return [models.forward(model, x, ei, d)[: g.num_owned]
-                        for g, x, ei, d in zip(self.graphs, self.x, gs, self.deg)]
-            hs = list(self.x)
+                return [models.forward(model, x, ei, d)[:k].clone()
+                        for k, x, ei, d in zip(owned, self.x, gs, self.deg)]
             n = model.stages()
+            if self.way == "local":
+                out = []
+                for k, x, sg in zip(owned, self.x, gs):
+                    h = x
+                    for i in range(n):
+                        h = model.stage(i, h, sg)
+                    out.append(h[:k].clone())
+                return out
+            own: list[torch.Tensor] = []
+            recv = None
             for i in range(n):
-                hs = [model.stage(i, h, sg) for h, sg in zip(hs, gs)]
-                if self.way == "halo" and i < n - 1:
-                    reps = self.plan.exchange([h[: g.num_owned].numpy()
-                                               for h, g in zip(hs, self.graphs)])
-                    hs = [torch.cat([h[: g.num_owned], torch.from_numpy(r)])
-                          for h, g, r in zip(hs, self.graphs, reps)]
-        return [h[: g.num_owned] for h, g in zip(hs, self.graphs)]
+                nxt = []
+                for j, (k, x, sg) in enumerate(zip(owned, self.x, gs)):
+                    h = x if recv is None else torch.cat(
+                        [own[j], torch.from_numpy(recv[self.plan.fill[j]])])
+                    nxt.append(model.stage(i, h, sg)[:k].clone())
+                    del h
+                own, recv = nxt, None
+                if i < n - 1:
+                    recv = self.plan.exchange_rows([o.numpy() for o in own])
+        return own
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
         """Accuracy (= micro-F1) on the train/val/test masks of the whole graph: per-partition
