@@ -67,12 +67,13 @@ def _csr(dataset: Path):
     return indptr, d[order]
 
 
-def _run(comm, sampler, batches, fanouts, deg, p):
-    """Sample this rank's batches; returns timing, edges and the DistDGL load of the trace."""
+def _run(comm, sampler, batches, fanouts, deg, p, owners):
+    """Sample this rank's batches; returns timing, edges and the DistDGL load of the trace
+    under every edge-cut owner map of ``owners`` (name -> partition of each vertex)."""
     comm.barrier()
     l0 = sampler.load.as_array().copy()
-    dist_req = np.zeros(p, np.int64)
-    dist_ret = np.zeros(p, np.int64)
+    dist_req = {k: np.zeros(p, np.int64) for k in owners}
+    dist_ret = {k: np.zeros(p, np.int64) for k in owners}
     edges = 0
     t0 = time.perf_counter()
     trace = []
@@ -84,15 +85,17 @@ def _run(comm, sampler, batches, fanouts, deg, p):
     for nodes in trace:
         for h, fr in enumerate(nodes):
             k = fanouts[h]
-            own = fr % p
-            dist_req += np.bincount(own, minlength=p)
             ret = deg[fr] if k < 0 else np.minimum(deg[fr], k)
-            dist_ret += np.bincount(own, weights=ret, minlength=p).astype(np.int64)
+            for name, owner in owners.items():
+                own = owner[fr]
+                dist_req[name] += np.bincount(own, minlength=p)
+                dist_ret[name] += np.bincount(own, weights=ret, minlength=p).astype(np.int64)
     load = sampler.load.as_array() - l0
     comm.barrier()
     wall = time.perf_counter() - t0
-    comm.allreduce(dist_req)
-    comm.allreduce(dist_ret)
+    for name in owners:
+        comm.allreduce(dist_req[name])
+        comm.allreduce(dist_ret[name])
     loads = np.asarray(comm.allgather_obj(load.tolist()))
     rates = comm.allgather_obj(edges / secs if secs > 0 else 0.0)
 
@@ -106,75 +109,44 @@ def _run(comm, sampler, batches, fanouts, deg, p):
             "ga_load_per_rank": loads.tolist(),
             "ga_balance_requests": bal(loads[:, 0]), "ga_balance_returned": bal(loads[:, 2]),
             "ga_balance_scanned": bal(loads[:, 1]),
-            "distdgl_hash_requests_per_server": dist_req.tolist(),
-            "distdgl_hash_returned_per_server": dist_ret.tolist(),
-            "distdgl_balance_requests": bal(dist_req), "distdgl_balance_returned": bal(dist_ret)}
+            "distdgl": {name: {"requests_per_server": dist_req[name].tolist(),
+                               "returned_per_server": dist_ret[name].tolist(),
+                               "balance_requests": bal(dist_req[name]),
+                               "balance_returned": bal(dist_ret[name])} for name in owners},
+            "distdgl_balance_returned": bal(dist_ret["hash"])}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--store", required=True)
-    ap.add_argument("--dataset", default=None)
-    ap.add_argument("--fanouts", default="15,10,5")
-    ap.add_argument("--batch-size", type=int, default=1024)
-    ap.add_argument("--batches", type=int, default=8, help="timed batches per rank")
-    ap.add_argument("--modes", default="uniform,weighted,wreplace,keyed")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    load0 = harness.loadavg()
-    comm = world()
-    fanouts = [int(f) for f in a.fanouts.split(",")]
-    store, ds = open_store(a.store, a.dataset)
-    p = store.num_parts
-    deg = _degrees(ds)
-    rng = np.random.default_rng(a.seed)
-    cand = np.flatnonzero(deg > 0)
+def _owners(spec: str, n: int, p: int) -> dict[str, np.ndarray]:
+    """Edge-cut owner maps: ``hash`` (gid % p) and one per ``NAME=STORE`` edge-cut store of p
+    partitions (a vertex's owner partition, as DistDGL sends its whole request there)."""
+    from shardgnn.partition.store import open_store as open_edgecut
+
+    owners = {"hash": np.arange(n, dtype=np.int64) % p}
+    for item in filter(None, spec.split(",")):
+        name, path = item.split("=")
+        st = open_edgecut(path)
+        own = np.full(n, -1, np.int64)
+        for i in range(p):
+            own[np.asarray(st.owned(i), dtype=np.int64)] = i
+        owners[name] = np.where(own < 0, np.arange(n) % p, own)  # isolated: never requested
+    return owners
+
+
+def _batches(pool, rng, comm, a):
+    """This rank's batches of seeds drawn from ``pool`` (the same draw on every rank)."""
     need = a.batch_size * a.batches * comm.size
-    seeds = rng.choice(cand, size=min(need, cand.size), replace=False)
-    mine = [np.sort(seeds[(i * comm.size + comm.rank) * a.batch_size:
-                          (i * comm.size + comm.rank + 1) * a.batch_size])
-            for i in range(a.batches)]
-    res = {"store": str(a.store), "dataset": str(ds), "ranks": comm.size, "parts": p,
-           "num_nodes": int(store.meta["num_nodes"]), "num_edges": int(store.meta["num_edges"]),
-           "fanouts": fanouts, "batch_size": a.batch_size, "batches_per_rank": a.batches,
-           "modes": {}}
-    t0 = time.perf_counter()
-    samplers = {}
-    for mode in a.modes.split(","):
-        kw = {"uniform": dict(mode="uniform"), "keyed": dict(mode="keyed"),
-              "weighted": dict(mode="weighted", weights=_weights),
-              "wreplace": dict(mode="weighted", replace=True, weights=_weights)}[mode]
-        samplers[mode] = GatherApplySampler(comm, store, seed=a.seed, **kw)
-    res["setup_seconds"] = time.perf_counter() - t0
-    for mode, s in samplers.items():
-        _run(comm, s, mine[:1], fanouts, deg, p)  # warm-up (numba compile, page cache)
-        res["modes"][mode] = _run(comm, s, mine, fanouts, deg, p)
-    # GLISP Fig. 10 worst case: every seed held by partition 0
-    s = samplers[next(iter(samplers))]
-    p0 = np.flatnonzero(np.unpackbits(s.membership, axis=1, bitorder="little")[:, 0])
-    p0 = rng.choice(p0, size=min(need, p0.size), replace=False)
-    mine0 = [np.sort(p0[(i * comm.size + comm.rank) * a.batch_size:
-                        (i * comm.size + comm.rank + 1) * a.batch_size]) for i in range(a.batches)]
-    res["partition0_seeds"] = _run(comm, s, mine0, fanouts, deg, p)
-    # the same worst case for the DistDGL scheme: every seed owned by its hash partition 0
-    h0 = np.flatnonzero((np.arange(deg.size) % p == 0) & (deg > 0))
-    h0 = rng.choice(h0, size=min(need, h0.size), replace=False)
-    mineh = [np.sort(h0[(i * comm.size + comm.rank) * a.batch_size:
-                        (i * comm.size + comm.rank + 1) * a.batch_size]) for i in range(a.batches)]
-    res["hash_partition0_seeds"] = _run(comm, s, mineh, fanouts, deg, p)
-    sizes = sum(f.stat().st_size for f in Path(a.store).glob("part-*/*.npy"))
-    res["store_bytes"] = int(sizes)
-    res["store_bytes_per_edge"] = sizes / max(res["num_edges"], 1)
-    res["store_bytes_per_stored_record"] = sizes / max(2 * res["num_edges"], 1)
-    res["directory_bytes_per_rank"] = int(s.membership.nbytes)
-    res["peak_rss_per_rank_before_baseline"] = comm.allgather_obj(peak_rss_bytes())
-    # the local single-process sampler on the whole graph, same batches, on every rank
+    s = rng.choice(pool, size=min(need, pool.size), replace=False)
+    return [np.sort(s[(i * comm.size + comm.rank) * a.batch_size:
+                      (i * comm.size + comm.rank + 1) * a.batch_size]) for i in range(a.batches)]
+
+
+def _local_baseline(comm, res, ds, fanouts, mine, seed):
+    """The local single-process sampler on the whole graph, same batches, on every rank."""
     from shardgnn.sampling.neighbor import UniformNeighborSampler
 
     indptr, indices = _csr(ds)
     loc = UniformNeighborSampler(indptr, indices, fanouts)
-    g = np.random.default_rng(a.seed)
+    g = np.random.default_rng(seed)
     loc.sample(mine[0], g)
     t1 = time.perf_counter()
     ledges = sum(loc.sample(b, g).num_edges for b in mine)
@@ -192,15 +164,74 @@ def main(argv=None):
         for mode, r in res["modes"].items():
             r["time_ratio_to_uniform_per_edge"] = (u["median_edges_per_s_per_rank"]
                                                    / r["median_edges_per_s_per_rank"])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--dataset", default=None)
+    ap.add_argument("--fanouts", default="15,10,5")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--batches", type=int, default=8, help="timed batches per rank")
+    ap.add_argument("--modes", default="uniform,weighted,wreplace,keyed")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--edgecut", default="", help="NAME=STORE,...: edge-cut stores (e.g. SPRING) "
+                    "of the same p for the DistDGL scheme (hash is always measured)")
+    ap.add_argument("--balance-only", action="store_true",
+                    help="skip the local baseline and the modes other than the first")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    load0 = harness.loadavg()
+    comm = world()
+    fanouts = [int(f) for f in a.fanouts.split(",")]
+    store, ds = open_store(a.store, a.dataset)
+    p = store.num_parts
+    deg = _degrees(ds)
+    rng = np.random.default_rng(a.seed)
+    cand = np.flatnonzero(deg > 0)
+    mine = _batches(cand, rng, comm, a)
+    owners = _owners(a.edgecut, deg.size, p)
+    res = {"store": str(a.store), "dataset": str(ds), "ranks": comm.size, "parts": p,
+           "num_nodes": int(store.meta["num_nodes"]), "num_edges": int(store.meta["num_edges"]),
+           "fanouts": fanouts, "batch_size": a.batch_size, "batches_per_rank": a.batches,
+           "modes": {}}
+    t0 = time.perf_counter()
+    samplers = {}
+    for mode in a.modes.split(",")[:1] if a.balance_only else a.modes.split(","):
+        kw = {"uniform": dict(mode="uniform"), "keyed": dict(mode="keyed"),
+              "weighted": dict(mode="weighted", weights=_weights),
+              "wreplace": dict(mode="weighted", replace=True, weights=_weights)}[mode]
+        samplers[mode] = GatherApplySampler(comm, store, seed=a.seed, **kw)
+    res["setup_seconds"] = time.perf_counter() - t0
+    for mode, s in samplers.items():
+        _run(comm, s, mine[:1], fanouts, deg, p, owners)  # warm-up (numba compile, page cache)
+        res["modes"][mode] = _run(comm, s, mine, fanouts, deg, p, owners)
+    s = samplers[next(iter(samplers))]
+    # GLISP Fig. 10 worst case: every seed held by partition 0 (AdaDNE), and every seed owned
+    # by partition 0 of each edge-cut scheme (that scheme's own worst case)
+    p0 = np.flatnonzero(np.unpackbits(s.membership, axis=1, bitorder="little")[:, 0])
+    res["partition0_seeds"] = _run(comm, s, _batches(p0, rng, comm, a), fanouts, deg, p, owners)
+    for name, owner in owners.items():
+        pool = np.flatnonzero((owner == 0) & (deg > 0))
+        res[f"{name}_partition0_seeds"] = _run(comm, s, _batches(pool, rng, comm, a), fanouts,
+                                               deg, p, owners)
+    sizes = sum(f.stat().st_size for f in Path(a.store).glob("part-*/*.npy"))
+    res["store_bytes"] = int(sizes)
+    res["store_bytes_per_edge"] = sizes / max(res["num_edges"], 1)
+    res["store_bytes_per_stored_record"] = sizes / max(2 * res["num_edges"], 1)
+    res["directory_bytes_per_rank"] = int(s.membership.nbytes)
+    res["peak_rss_per_rank_before_baseline"] = comm.allgather_obj(peak_rss_bytes())
+    if not a.balance_only:
+        _local_baseline(comm, res, ds, fanouts, mine, a.seed)
     if comm.rank == 0:
         harness.write_result(Path(a.out), res, load0)
-        print(json.dumps({m: {k: r[k] for k in ("median_edges_per_s_per_rank",
-                                                 "ga_balance_returned", "distdgl_balance_returned")}
-                          for m, r in list(res["modes"].items()) + [
-                              ("p0", res["partition0_seeds"]),
-                              ("hash_p0", res["hash_partition0_seeds"])]},
-                         indent=1))
-        print("local", res["local_baseline"]["median_edges_per_s_per_rank"],
+        rows = list(res["modes"].items()) + [(k, v) for k, v in res.items()
+                                             if k.endswith("partition0_seeds")]
+        print(json.dumps({m: {"edges/s/rank": r["median_edges_per_s_per_rank"],
+                              "GA": r["ga_balance_returned"],
+                              **{f"DistDGL-{k}": d["balance_returned"]
+                                 for k, d in r["distdgl"].items()}} for m, r in rows}, indent=1))
+        print("local", res.get("local_baseline", {}).get("median_edges_per_s_per_rank"),
               "bytes/edge", res["store_bytes_per_edge"])
     return 0
 

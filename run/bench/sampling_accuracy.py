@@ -1,8 +1,9 @@
 """GraphSAGE accuracy of `train --engine sampled` at P ranks against one rank with the same
 sampler (issue 15), on vertex-cut stores of Planetoid graphs.
 
-Run one launch per P (the global batch is kept equal: --global-batch seeds per step, split over
-the ranks), then compare::
+Run one launch per P on the same store (--global-batch seeds per step, split over the ranks by
+the engine: the global batch, the samples and the dropout masks are the same at every P), then
+compare::
 
     mpiexec -n 2 python run/bench/sampling_accuracy.py run --stores cora=S1,citeseer=S2 --out P2.json
     python run/bench/sampling_accuracy.py run ... --out P1.json          (one rank)
@@ -38,7 +39,7 @@ def _run(a: argparse.Namespace) -> int:
         for seed in [int(s) for s in a.seeds.split(",")]:
             out = outdir / f"{name}-s{seed}.h5"
             argv = ["train", "--engine", "sampled", store, "--model", "sage", "--fanouts",
-                    a.fanouts, "--batch-size", str(a.global_batch // comm.size), "--epochs",
+                    a.fanouts, "--batch-size", str(a.global_batch), "--epochs",
                     str(a.epochs), "--eval-every", str(a.eval_every), "--seed", str(seed),
                     "--hidden", str(a.hidden), "--lr", str(a.lr), "--out", str(out)]
             t0 = time.perf_counter()
@@ -56,7 +57,9 @@ def _run(a: argparse.Namespace) -> int:
                                  "final_test_acc": float(t["test_acc"][()][-1]),
                                  "wall_seconds": wall, "breakdown_seconds": br,
                                  "bytes_last_epoch": {k: int(v[()][-1]) for k, v in
-                                                      t["bytes"].items()}})
+                                                      t["bytes"].items()},
+                                 "loss": t["loss"][()].tolist(),
+                                 "peak_rss_per_rank": f["train/peak_rss"][()].ravel().tolist()})
     if comm.rank == 0:
         res = {"ranks": comm.size, "config": vars(a), "runs": rows}
         harness.write_result(Path(a.out), res, load0)
@@ -67,11 +70,21 @@ def _compare(a: argparse.Namespace) -> int:
     one, many = (json.loads(Path(p).read_text()) for p in (a.one, a.many))
     out = {"one_rank": a.one, "many_ranks": a.many, "ranks": many["ranks"], "datasets": {}}
     for ds in sorted({r["dataset"] for r in one["runs"]}):
-        t1 = [r["test_acc"] for r in one["runs"] if r["dataset"] == ds]
-        tp = [r["test_acc"] for r in many["runs"] if r["dataset"] == ds]
-        out["datasets"][ds] = {"seeds": len(t1), "one_rank_mean": float(np.mean(t1)),
+        r1 = {r["seed"]: r for r in one["runs"] if r["dataset"] == ds}
+        rp = {r["seed"]: r for r in many["runs"] if r["dataset"] == ds}
+        seeds = sorted(set(r1) & set(rp))
+        t1 = [r1[s]["test_acc"] for s in seeds]
+        tp = [rp[s]["test_acc"] for s in seeds]
+        dl = [float(np.max(np.abs(np.subtract(r1[s]["loss"], rp[s]["loss"])))) for s in seeds
+              if "loss" in r1[s] and "loss" in rp[s]]
+        bd = {k: float(np.mean([rp[s]["breakdown_seconds"][k] for s in seeds]))
+              for k in rp[seeds[0]]["breakdown_seconds"]} if seeds else {}
+        out["datasets"][ds] = {"seeds": seeds, "one_rank_test": t1, "many_ranks_test": tp,
+                               "one_rank_mean": float(np.mean(t1)),
                                "many_ranks_mean": float(np.mean(tp)),
-                               "gap_points": 100 * float(np.mean(tp) - np.mean(t1))}
+                               "gap_points": 100 * float(np.mean(tp) - np.mean(t1)),
+                               "max_abs_loss_difference": max(dl) if dl else None,
+                               "many_ranks_breakdown_seconds_mean": bd}
     harness.write_result(Path(a.out), out)
     print(json.dumps(out, indent=1))
     return 0

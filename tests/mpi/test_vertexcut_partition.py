@@ -87,9 +87,17 @@ def check_store(out, edges, types, directed, p):
     parts = [store.partition(i) for i in range(p)]
     for part in parts:
         assert set(part.arrays) == set(PART_FILES)
-        assert all(isinstance(a, np.memmap) for a in part.arrays.values())
+        # the arrays on disk are memory maps (version 3 derives the rest: see the store)
+        assert all(isinstance(part.arrays[k], np.memmap) for k in meta["files"]
+                   if k in PART_FILES)
         gid = np.asarray(part.global_id)
         assert gid.dtype == np.int64 and np.all(np.diff(gid) > 0)
+        # version 3: int32 local ids; an undirected store writes no in-side, an untyped one no
+        # type groups (the reader derives them)
+        assert meta["version"] == 3 and part.out_indices.dtype == np.int32
+        d = Path(out) / f"part-{part.index:05d}"
+        assert (d / "in_indices.npy").exists() == directed
+        assert (d / "out_type_ids.npy").exists() == (types is not None)
     # union of stores == input multiset, each record in exactly one partition
     es, ed, et = _expected_out(edges, types, directed)
     got = Counter()

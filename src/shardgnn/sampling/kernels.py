@@ -100,28 +100,9 @@ def uniform_positions(seed: int, step: int, hop: int, v: int, t: int, d: int, k:
     floyd_positions(vertex_key(seed, step, hop, v, t), d, k, out)
 
 
-@numba.njit(inline="always")
-def _push(vals: np.ndarray, keys: np.ndarray, types: np.ndarray, m: int, u: int, key: float,
-          t: int):
-    if m >= vals.shape[0]:
-        cap = vals.shape[0] * 2 + 16
-        v2 = np.empty(cap, np.int64)
-        k2 = np.empty(cap, np.float64)
-        t2 = np.empty(cap, np.int32)
-        v2[:m] = vals[:m]
-        k2[:m] = keys[:m]
-        t2[:m] = types[:m]
-        vals, keys, types = v2, k2, t2
-    vals[m] = u
-    keys[m] = key
-    types[m] = t
-    return vals, keys, types
-
-
 @numba.njit(cache=True)
-def _keyed_topk(key: np.uint64, k: int, lo: int, hi: int, global_id: np.ndarray,
-                indices: np.ndarray, wgt: np.ndarray, t: int, hk: np.ndarray,
-                hv: np.ndarray) -> int:
+def _keyed_topk(key: np.uint64, k: int, lo: int, hi: int, nbr: np.ndarray, wgt: np.ndarray,
+                t: int, hk: np.ndarray, hv: np.ndarray) -> int:
     """The (up to) k largest A-ES keys ``log(r)/w`` of edges lo..hi into hk/hv (a min-heap).
 
     Edges of weight <= 0 are never chosen. Returns how many were kept.
@@ -131,7 +112,7 @@ def _keyed_topk(key: np.uint64, k: int, lo: int, hi: int, global_id: np.ndarray,
         w = wgt[e] if wgt.shape[0] else 1.0
         if not w > 0.0:
             continue
-        u = global_id[indices[e]]
+        u = nbr[e]
         kk = np.log(edge01(key, u, t)) / w
         if n < k:  # sift up
             i = n
@@ -226,39 +207,90 @@ def _weighted_picks(key: np.uint64, k: int, lo: int, hi: int, wo: float, wt: flo
 
 
 @numba.njit(cache=True)
+def _lookup(req_gid: np.ndarray, global_id: np.ndarray) -> np.ndarray:
+    """Local id of every requested global id (-1 if absent); galloping through sorted runs."""
+    m = req_gid.shape[0]
+    lids = np.empty(m, np.int64)
+    prev = 0
+    for r in range(m):
+        lid = _local_id(global_id, req_gid[r], prev)
+        lids[r] = lid
+        if lid >= 0:
+            prev = lid
+    return lids
+
+
+@numba.njit(inline="always")
+def _group_fanout(type_fanout: np.ndarray, t: int) -> int:
+    return type_fanout[t] if t < type_fanout.shape[0] else -2
+
+
+@numba.njit(cache=True)
+def _bounds(lids: np.ndarray, mode: int, gptr: np.ndarray, gtype: np.ndarray,
+            gmeta: np.ndarray, type_fanout: np.ndarray) -> np.ndarray:
+    """Exclusive prefix (length m + 1) of an upper bound of each request's answer length."""
+    m = lids.shape[0]
+    bound = np.zeros(m + 1, np.int64)
+    for r in range(m):
+        b = 0
+        lid = lids[r]
+        if lid >= 0:
+            for g in range(gptr[lid], gptr[lid + 1]):
+                k = _group_fanout(type_fanout, gtype[g])
+                c = gmeta[g, 1] - gmeta[g, 0]
+                if k == -2:
+                    continue
+                if k == -1 or mode == MODE_UNIFORM or mode == MODE_KEYED:
+                    b += c if (k == -1 or k > c) else k
+                else:
+                    b += k
+        bound[r + 1] = bound[r] + b
+    return bound
+
+
+@numba.njit(cache=True)
 def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: int,
-          global_id: np.ndarray, gptr: np.ndarray, gtype: np.ndarray, gend: np.ndarray,
-          gstart: np.ndarray, goff: np.ndarray, gtot: np.ndarray, indices: np.ndarray,
-          type_fanout: np.ndarray, wcum: np.ndarray, woff: np.ndarray, wtot: np.ndarray,
-          wgt: np.ndarray):
-    """Answer one-hop requests from one partition (the server side of Gather).
+          global_id: np.ndarray, gptr: np.ndarray, gtype: np.ndarray, gmeta: np.ndarray,
+          nbr: np.ndarray, type_fanout: np.ndarray, wcum: np.ndarray, wmeta: np.ndarray,
+          wgt: np.ndarray, want_keys: bool, want_types: bool):
+    """Answer one-hop requests from one partition (the server side of Gather), in request order.
 
     Parameters
     ----------
     req_gid, req_step
-        Requested vertices (global ids, present in this partition) and each request's step.
-    gptr, gtype, gstart, gend
+        Requested vertices (global ids, sorted within runs for the galloping search) and each
+        request's step.
+    gptr, gtype, gmeta
         Groups of each local vertex: ``gptr[lid]:gptr[lid+1]`` index groups; group g holds the
-        edges ``indices[gstart[g]:gend[g]]`` of type ``gtype[g]``.
-    goff, gtot
-        Per group: neighbours of the same (vertex, type) in lower partitions, and in all.
+        edges ``gmeta[g, 0]:gmeta[g, 1]`` of type ``gtype[g]``; ``gmeta[g, 2]`` neighbours of the
+        same (vertex, type) in lower partitions, ``gmeta[g, 3]`` in all partitions.
+    nbr
+        Global id of every local edge's neighbour (int32 or int64).
     type_fanout
         Fanout per type (``-1`` all, ``-2`` type not sampled).
-    wcum, woff, wtot, wgt
-        Weighted modes: prefix sums of edge weights (length E + 1), per-group weight offset and
-        total, per-edge weights (``MODE_KEYED``); empty arrays otherwise.
+    wcum, wmeta, wgt
+        Weighted modes: prefix sums of edge weights (length E + 1), per group the weight in lower
+        partitions and in all (``wmeta[g, 0:2]``), per-edge weights (``MODE_KEYED``); empty
+        arrays otherwise.
+    want_keys, want_types
+        Return the A-ES keys / edge types (empty arrays otherwise).
 
     Returns
     -------
     counts, values, keys, types, scanned
-        Answers per request, neighbour global ids, keys (``MODE_KEYED``), types, and the number
-        of adjacency entries read.
+        Answers per request, neighbour global ids (``nbr``'s dtype), keys, types, and the
+        number of adjacency entries read.
+
+    Two passes (an upper bound per request, then the answers written in place and compacted):
+    no growing buffers, one output array per kind.
     """
+    lids = _lookup(req_gid, global_id)
+    bound = _bounds(lids, mode, gptr, gtype, gmeta, type_fanout)
     m = req_gid.shape[0]
     counts = np.zeros(m, np.int64)
-    vals = np.empty(max(16, 4 * m), np.int64)
-    keys = np.empty(vals.shape[0], np.float64)
-    types = np.empty(vals.shape[0], np.int32)
+    vals = np.empty(bound[m], nbr.dtype)
+    keys = np.empty(bound[m] if want_keys else 0, np.float64)
+    types = np.empty(bound[m] if want_types else 0, np.int32)
     maxk = 1
     for t in range(type_fanout.shape[0]):
         maxk = max(maxk, type_fanout[t])
@@ -267,45 +299,57 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
     hv = np.empty(maxk, np.int64)
     nv = 0
     scanned = 0
-    prev = 0
     for r in range(m):
-        v = req_gid[r]
-        lid = _local_id(global_id, v, prev)
+        lid = lids[r]
         if lid < 0:
             continue
-        prev = lid
-        start = nv
+        v = req_gid[r]
+        w = bound[r]  # the answers go to [bound[r], ...), then move down to nv
         for g in range(gptr[lid], gptr[lid + 1]):
             t = gtype[g]
-            k = type_fanout[t] if t < type_fanout.shape[0] else -2
+            k = _group_fanout(type_fanout, t)
             if k == -2:
                 continue
-            lo, hi = gstart[g], gend[g]
-            d, off = gtot[g], goff[g]
+            lo, hi, off, d = gmeta[g, 0], gmeta[g, 1], gmeta[g, 2], gmeta[g, 3]
             key = vertex_key(seed, req_step[r], hop, v, t)
+            w0 = w
             if k == -1 or (mode == MODE_UNIFORM and k >= d):
                 for e in range(lo, hi):
-                    vals, keys, types = _push(vals, keys, types, nv, global_id[indices[e]], 0.0, t)
-                    nv += 1
+                    vals[w] = nbr[e]
+                    w += 1
                 scanned += hi - lo
             elif mode != MODE_KEYED:
                 if mode == MODE_WEIGHTED_REPLACE:
-                    n_pick = _weighted_picks(key, k, lo, hi, woff[g], wtot[g], wcum, pos)
+                    n_pick = _weighted_picks(key, k, lo, hi, wmeta[g, 0], wmeta[g, 1], wcum, pos)
                 else:
                     n_pick = _uniform_picks(mode, key, d, k, off, lo, hi, pos)
                 for j in range(n_pick):
-                    vals, keys, types = _push(vals, keys, types, nv, global_id[indices[pos[j]]],
-                                              0.0, t)
-                    nv += 1
+                    vals[w] = nbr[pos[j]]
+                    w += 1
                 scanned += n_pick
             else:
-                n_top = _keyed_topk(key, k, lo, hi, global_id, indices, wgt, t, hk, hv)
+                n_top = _keyed_topk(key, k, lo, hi, nbr, wgt, t, hk, hv)
                 for j in range(n_top):
-                    vals, keys, types = _push(vals, keys, types, nv, hv[j], hk[j], t)
-                    nv += 1
+                    vals[w] = hv[j]
+                    if want_keys:
+                        keys[w] = hk[j]
+                    w += 1
                 scanned += hi - lo
-        counts[r] = nv - start
-    return counts, vals[:nv].copy(), keys[:nv].copy(), types[:nv].copy(), scanned
+            if want_types:
+                for q in range(w0, w):
+                    types[q] = t
+        n = w - bound[r]
+        if nv != bound[r]:
+            for q in range(n):
+                vals[nv + q] = vals[bound[r] + q]
+                if want_keys:
+                    keys[nv + q] = keys[bound[r] + q]
+                if want_types:
+                    types[nv + q] = types[bound[r] + q]
+        counts[r] = n
+        nv += n
+    return (counts, vals[:nv], keys[:nv if want_keys else 0], types[:nv if want_types else 0],
+            scanned)
 
 
 @numba.njit(cache=True)

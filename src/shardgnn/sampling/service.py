@@ -59,17 +59,13 @@ class _Served:
 
     index: int
     global_id: np.ndarray
-    indices: np.ndarray
+    nbr: np.ndarray  # global id of each local edge's neighbour (int32 when n < 2^31)
     gptr: np.ndarray
     gtype: np.ndarray
-    gstart: np.ndarray
-    gend: np.ndarray
-    goff: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    gtot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gmeta: np.ndarray  # (groups, 4): edge start, edge end, neighbours in lower parts, in all
     wgt: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     wcum: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
-    woff: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
-    wtot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
+    wmeta: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.float64))
 
 
 def _groups(part: StorePartition, side: str, by_type: bool) -> tuple[np.ndarray, ...]:
@@ -111,6 +107,59 @@ def _prefix_by_group(new: np.ndarray, counts: np.ndarray, wsum: np.ndarray):
             wtot[q] = wacc
         i = j
     return off, tot, woff, wtot
+
+
+@numba.njit(cache=True)
+def _request_rows(frontier: np.ndarray, steps: np.ndarray, order: np.ndarray, memb: np.ndarray,
+                  num_parts: int, size: int):
+    """The Gather request rows of a frontier, one per (vertex, partition holding it): rows
+    (gid, partition, step) grouped by host rank ``partition % size``, then partition, then gid
+    (``order`` sorts the frontier); each row's frontier position; rows per host rank."""
+    per_part = np.zeros(num_parts, np.int64)
+    for i in range(frontier.shape[0]):
+        v = frontier[i]
+        for b in range(memb.shape[1]):
+            byte = memb[v, b]
+            while byte:
+                low = byte & (-byte)
+                per_part[8 * b + _BITPOS[low]] += 1
+                byte ^= low
+    start = np.zeros(num_parts, np.int64)  # partitions ordered by (host rank, partition)
+    acc = 0
+    counts = np.zeros(size, np.int64)
+    for r in range(size):
+        for q in range(r, num_parts, size):
+            start[q] = acc
+            acc += per_part[q]
+            counts[r] += per_part[q]
+    req = np.empty((acc, 3), np.int64)
+    fi = np.empty(acc, np.int64)
+    for i in order:
+        v = frontier[i]
+        for b in range(memb.shape[1]):
+            byte = memb[v, b]
+            while byte:
+                low = byte & (-byte)
+                q = 8 * b + _BITPOS[low]
+                w = start[q]
+                req[w, 0], req[w, 1], req[w, 2] = v, q, steps[i]
+                fi[w] = i
+                start[q] = w + 1
+                byte ^= low
+    return req, fi, counts
+
+
+#: Bit position of a one-bit byte.
+_BITPOS = np.zeros(256, np.int64)
+for _b in range(8):
+    _BITPOS[1 << _b] = _b
+
+
+def _block_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` over consecutive blocks of ``counts`` entries. Pure."""
+    ends = np.cumsum(counts)
+    cs = np.concatenate([[0], np.cumsum(values)])
+    return (cs[ends] - cs[ends - counts]).astype(np.int64)
 
 
 def _segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -177,19 +226,22 @@ class GatherApplySampler:
         self.num_parts = int(store.num_parts)
         self.num_nodes = int(store.meta["num_nodes"])
         self.hosted = list(range(comm.rank, self.num_parts, comm.size))
+        self.vdtype = np.int32 if self.num_nodes < 2**31 else np.int64  # neighbour ids
         parts = comm.run_agreed(lambda: [store.partition(i) for i in self.hosted])
         self.served = [self._prepare(pt, weights) for pt in parts]
         self.membership = self._directory(parts)
         self._exchange_offsets()
         self.load = ServerLoad()
-        self._mapping = np.full(self.num_nodes, -1, np.int64)  # relabelling scratch
+        self._mapping = np.full(self.num_nodes, -1, np.int32)  # relabelling scratch
 
     # ------------------------------------------------------------------ setup
     def _prepare(self, part: StorePartition, weights: WeightSource | None) -> _Served:
         gptr, gtype, gstart, gend = _groups(part, self.side, self.by_type)
-        s = _Served(part.index, np.asarray(part.global_id, dtype=np.int64),
-                    np.asarray(part.arrays[f"{self.side}_indices"], dtype=np.int64),
-                    gptr, gtype, gstart, gend)
+        gid = np.asarray(part.global_id, dtype=np.int64)
+        nbr = gid.astype(self.vdtype)[np.asarray(part.arrays[f"{self.side}_indices"])]
+        gmeta = np.zeros((gtype.size, 4), np.int64)
+        gmeta[:, 0], gmeta[:, 1] = gstart, gend
+        s = _Served(part.index, gid, nbr, gptr, gtype, gmeta)
         if self.mode == "weighted" and weights is not None:
             w = np.asarray(weights(part.index, part), dtype=np.float64)
             if self.side == "in":
@@ -215,10 +267,10 @@ class GatherApplySampler:
         for s in self.served:
             nv = s.gptr.size - 1
             lid = np.repeat(np.arange(nv, dtype=np.int64), np.diff(s.gptr))
-            cnt = s.gend - s.gstart
+            cnt = s.gmeta[:, 1] - s.gmeta[:, 0]
             recs.append(np.stack([s.global_id[lid], s.gtype.astype(np.int64),
                                   np.full(lid.size, s.index, np.int64), cnt], axis=1))
-            wsums.append(s.wcum[s.gend] - s.wcum[s.gstart] if s.wcum.size else
+            wsums.append(s.wcum[s.gmeta[:, 1]] - s.wcum[s.gmeta[:, 0]] if s.wcum.size else
                          np.zeros(lid.size))
         rec = np.concatenate(recs) if recs else np.zeros((0, 4), np.int64)
         ws = np.concatenate(wsums).astype(np.float64) if wsums else np.zeros(0)
@@ -249,8 +301,8 @@ class GatherApplySampler:
         pos = 0
         for s in self.served:
             n = s.gtype.size
-            s.goff, s.gtot = res[pos:pos + n, 0].copy(), res[pos:pos + n, 1].copy()
-            s.woff, s.wtot = wres[pos:pos + n, 0].copy(), wres[pos:pos + n, 1].copy()
+            s.gmeta[:, 2:] = res[pos:pos + n]
+            s.wmeta = wres[pos:pos + n].copy() if s.wcum.size else s.wmeta
             pos += n
 
     # ------------------------------------------------------------------ one hop
@@ -261,47 +313,54 @@ class GatherApplySampler:
 
     def _requests(self, frontier: np.ndarray, step: Any) -> tuple[np.ndarray, np.ndarray,
                                                                   np.ndarray]:
-        """Request rows (gid, partition, step) sorted by destination rank; their frontier
-        positions; rows per destination."""
-        bits = np.unpackbits(self.membership[frontier], axis=1, bitorder="little")
-        fi, part = np.nonzero(bits[:, :self.num_parts])
-        dest = part % self.comm.size
-        order = np.lexsort((fi, frontier[fi], part, dest))
-        fi, part, dest = fi[order], part[order], dest[order]
-        steps = np.broadcast_to(np.asarray(step, dtype=np.int64), frontier.shape)
-        req = np.stack([frontier[fi], part.astype(np.int64), steps[fi]], axis=1)
-        return req, fi.astype(np.int64), np.bincount(dest, minlength=self.comm.size)
+        """Request rows (gid, partition, step) sorted by (destination rank, partition, gid);
+        their frontier positions; rows per destination (:func:`_request_rows`)."""
+        steps = np.ascontiguousarray(np.broadcast_to(np.asarray(step, dtype=np.int64),
+                                                     frontier.shape))
+        order = np.argsort(frontier, kind="stable")
+        req, fi, counts = _request_rows(frontier, steps, order, self.membership, self.num_parts,
+                                        self.comm.size)
+        return req, fi, counts
 
     def _serve(self, req: np.ndarray, hop: int, tfan: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Answer received request rows in their order: (counts, nbr, keys, types)."""
         t0 = time.perf_counter()
         m = req.shape[0]
-        counts = np.zeros(m, np.int64)
-        pieces: list[tuple[np.ndarray, ...]] = []
-        starts = np.zeros(m, np.int64)
-        base = 0
+        want_keys = self.kmode == kernels.MODE_KEYED
+        one = len(self.served) == 1
+        outs = []
         for s in self.served:
-            rows = np.flatnonzero(req[:, 1] == s.index)
-            if rows.size == 0:
+            rows = (np.arange(m) if one else np.flatnonzero(req[:, 1] == s.index))
+            if rows.size == 0 and not one:
                 continue
             c, v, k, t, scanned = kernels.serve(
                 np.ascontiguousarray(req[rows, 0]), np.ascontiguousarray(req[rows, 2]), hop,
-                self.seed, self.kmode, s.global_id, s.gptr, s.gtype, s.gend, s.gstart, s.goff,
-                s.gtot, s.indices, tfan, s.wcum, s.woff, s.wtot, s.wgt)
-            counts[rows] = c
-            starts[rows] = base + np.cumsum(c) - c
-            base += int(v.size)
-            pieces.append((v, k, t))
+                self.seed, self.kmode, s.global_id, s.gptr, s.gtype, s.gmeta, s.nbr, tfan,
+                s.wcum, s.wmeta, s.wgt, want_keys, self.by_type)
+            outs.append((rows, c, v, k, t))
             self.load.scanned += int(scanned)
-        nbr = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros(0, np.int64)
-        keys = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0)
-        types = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0, np.int32)
-        idx = _segment_index(starts, counts)
+        if one:
+            _, counts, nbr, keys, types = outs[0]
+        else:  # several hosted partitions: back to request order
+            counts = np.zeros(m, np.int64)
+            starts = np.zeros(m, np.int64)
+            base = 0
+            for rows, c, v, _, _ in outs:
+                counts[rows] = c
+                starts[rows] = base + np.cumsum(c) - c
+                base += int(v.size)
+            idx = _segment_index(starts, counts)
+            nbr = (np.concatenate([o[2] for o in outs]) if outs
+                   else np.zeros(0, self.vdtype))[idx]
+            keys = (np.concatenate([o[3] for o in outs]) if outs and want_keys
+                    else np.zeros(0))[idx if want_keys else slice(0)]
+            types = (np.concatenate([o[4] for o in outs]) if outs and self.by_type
+                     else np.zeros(0, np.int32))[idx if self.by_type else slice(0)]
         self.load.requests += m
-        self.load.returned += int(idx.size)
+        self.load.returned += int(nbr.size)
         self.load.seconds += time.perf_counter() - t0
-        return counts, nbr[idx], keys[idx], types[idx]
+        return counts, nbr, keys, types
 
     def hop(self, frontier: np.ndarray, step: Any, hop: int, fanout: int | Sequence[int]
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -319,12 +378,8 @@ class GatherApplySampler:
                              op_name="sample_request")
         cnt, nbr, keys, types = self._serve(got, hop, tfan)
         back_cnt = comm.alltoallv(cnt, rcount, recvcounts=scount, op_name="sample_count")
-        bounds = np.concatenate([[0], np.cumsum(rcount)])
-        vsend = np.array([int(cnt[bounds[r]:bounds[r + 1]].sum()) for r in range(comm.size)],
-                         np.int64)
-        cb = np.concatenate([[0], np.cumsum(scount)])
-        vrecv = np.array([int(back_cnt[cb[r]:cb[r + 1]].sum()) for r in range(comm.size)],
-                         np.int64)
+        vsend = _block_sums(cnt, rcount)
+        vrecv = _block_sums(back_cnt, scount)
         nb = comm.alltoallv(nbr, vsend, recvcounts=vrecv, op_name="sample_values")
         tb = (comm.alltoallv(types, vsend, recvcounts=vrecv, op_name="sample_values")
               if self.by_type else np.zeros(nb.size, np.int32))
@@ -333,7 +388,7 @@ class GatherApplySampler:
             kb = comm.alltoallv(keys, vsend, recvcounts=vrecv, op_name="sample_values")
             keep = _top_k(dst, tb, kb, tfan)
             dst, nb, tb = dst[keep], nb[keep], tb[keep]
-        return dst, nb, tb.astype(np.int32)
+        return dst, nb.astype(np.int64), tb.astype(np.int32)
 
     def sample(self, seeds: np.ndarray, fanouts: Sequence[Any], step: int) -> MiniBatch:
         """Sample the k-hop blocks of ``seeds`` (distinct global ids; may be empty).

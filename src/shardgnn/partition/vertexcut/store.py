@@ -5,7 +5,8 @@ Layout of ``OUT`` (``docs/vertexcut.md``)::
     OUT/meta.json                         counts, dtypes, parameters of the run
     OUT/part-00000/global_id.npy          int64 sorted global ids (local id = position)
                   /out_indptr.npy         int64 (n_i + 1) CSR offsets of out-edges
-                  /out_indices.npy        int64 local ids of destinations, sorted by (src, type, dst)
+                  /out_indices.npy        local ids of destinations, sorted by (src, type, dst):
+                                          int32 while n_i < 2^31 (version 3), else int64
                   /out_type_indptr.npy    int64 (n_i + 1) offsets into out_type_ids / out_type_ends
                   /out_type_ids.npy       int32 edge-type ids per (vertex, type) group, ascending
                   /out_type_ends.npy      int64 cumulative end position of each group in out_indices
@@ -13,8 +14,8 @@ Layout of ``OUT`` (``docs/vertexcut.md``)::
                   /in_indices.npy         int64 local ids of sources, sorted by (dst, type, src)
                   /in_eids.npy            int64 edge id (position in out_indices) of each in-edge
                   /in_type_indptr.npy, in_type_ids.npy, in_type_ends.npy   as for out-edges
-                  /out_degree.npy         int64 global out-degree per local vertex
-                  /in_degree.npy          int64 global in-degree per local vertex
+                  /out_degree.npy         global out-degree per local vertex (int32 when it fits)
+                  /in_degree.npy          global in-degree per local vertex (int32 when it fits)
                   /partition_set.npy      uint8 (n_i, ceil(p/8)) bit j%8 of byte j//8: in partition j
                   /out_weight.npy         float32 weight of each out-edge, aligned with out_indices
                   /in_weight.npy          float32 weight of each in-edge, aligned with in_indices
@@ -24,6 +25,14 @@ Layout of ``OUT`` (``docs/vertexcut.md``)::
 An undirected graph stores each edge in both directions (u->v and v->u) in its partition; a
 directed graph stores it once as an out-edge of u and an in-edge of v. No per-edge type id is
 stored: the type of edge ``e`` is found by binary search in the vertex's type groups.
+
+Version 3 (what :func:`write_store` writes) leaves out what the reader can derive, listed in
+``meta.json["files"]``: an undirected store has no ``in_*`` arrays and no ``in_degree`` (the
+in-side of a vertex is its out-side; the reader aliases them and computes ``in_eids``, the
+position of each edge's reverse, on first use), and a graph without edge types has no
+``*_type_*`` arrays (one group per vertex, derived from the ``indptr``). Local ids are int32
+where they fit. R-MAT 2^20 at p = 2: 9 bytes per input edge instead of 52 (version 2).
+Versions 1 and 2 (every array written, int64) are read as before.
 The writer is collective over comm; loading and queries are rank-local. This module is the only
 reader and writer of the format; read it through :func:`open_store` / :class:`PartitionStore`.
 """
@@ -45,9 +54,10 @@ from shardgnn.io.edgeattrs import EdgeAttrs
 from shardgnn.io.sidecar import read_sidecar
 
 FORMAT = "shardgnn-vertexcut-store"
-VERSION = 2
-#: Versions the reader accepts (version 2 added optional weights and node types).
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+#: Versions the reader accepts (version 2 added optional weights and node types; version 3
+#: leaves out the arrays the reader derives and stores local ids as int32 where they fit).
+READABLE_VERSIONS = (1, 2, 3)
 PART_FILES = ("global_id", "out_indptr", "out_indices", "out_type_indptr", "out_type_ids",
               "out_type_ends", "in_indptr", "in_indices", "in_eids", "in_type_indptr",
               "in_type_ids", "in_type_ends", "out_degree", "in_degree", "partition_set")
@@ -75,14 +85,17 @@ def _type_index(key_v: np.ndarray, key_t: np.ndarray, nv: int) -> tuple[np.ndarr
 
 
 def _partition_arrays(src: np.ndarray, dst: np.ndarray, etype: np.ndarray | None,
-                      directed: bool, n: int | None = None, weight: np.ndarray | None = None):
+                      directed: bool, n: int | None = None, weight: np.ndarray | None = None,
+                      compact: bool = False, typed: bool = True):
     """Yield ``(name, array)`` of one partition's structure, one array at a time. Pure.
 
     Memory-lean: local ids are int32 while they fit, the global->local map is an O(n) lookup
     table, and each output array is yielded (to be written and dropped) before the next is
     built, so the peak is a few O(|E_i|) int64 temporaries. Yields every field of
     :data:`PART_FILES` except degrees and ``partition_set``, plus ``out_weight`` /
-    ``in_weight`` when ``weight`` (one per record) is given.
+    ``in_weight`` when ``weight`` (one per record) is given. ``compact`` (version 3) yields
+    local ids in their narrow dtype and leaves out what :func:`derive_arrays` rebuilds: the
+    in-side of an undirected graph and, unless ``typed``, the type arrays.
     """
     src = np.asarray(src)
     dst = np.asarray(dst)
@@ -127,15 +140,18 @@ def _partition_arrays(src: np.ndarray, dst: np.ndarray, etype: np.ndarray | None
         key += b
         return np.argsort(key, kind="stable")
 
-    for side, (a, b) in (("out", (s, d)), ("in", (d, s))):
+    sides = (("out", (s, d)), ("in", (d, s)))
+    for side, (a, b) in sides[:1] if (compact and not directed) else sides:
         indptr = np.zeros(nv + 1, np.int64)
         np.cumsum(np.bincount(a, minlength=nv), out=indptr[1:])
         order = sort_by(a, b)
         yield f"{side}_indptr", indptr
-        yield f"{side}_indices", b[order].astype(np.int64)
+        yield f"{side}_indices", b[order].astype(ldt if compact else np.int64)
         if w is not None:
             yield f"{side}_weight", w[order]
-        if t is None:
+        if compact and not typed:
+            pass
+        elif t is None:
             deg = np.diff(indptr)
             has = deg > 0
             yield f"{side}_type_indptr", np.concatenate([[0], np.cumsum(has)]).astype(np.int64)
@@ -148,11 +164,11 @@ def _partition_arrays(src: np.ndarray, dst: np.ndarray, etype: np.ndarray | None
             yield f"{side}_type_ids", tt
             yield f"{side}_type_ends", te
             del ti, tt, te
-        if side == "out":
+        if side == "out" and (directed or not compact):
             pos = np.empty(m, dtype=np.int64)
             pos[order] = np.arange(m, dtype=np.int64)
             del order
-        else:
+        elif side == "in":
             yield "in_eids", pos[order]
             del order, pos
         del indptr
@@ -173,6 +189,55 @@ def membership_bytes(member_rows: np.ndarray, p: int) -> np.ndarray:
     """(k, W) uint64 membership rows as (k, ceil(p/8)) uint8, bit j%8 of byte j//8. Pure."""
     rows = np.ascontiguousarray(member_rows.astype("<u8"))
     return np.ascontiguousarray(rows.view(np.uint8).reshape(rows.shape[0], rows.shape[1] * 8)[:, :(p + 7) // 8])
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """int32 when every value fits, else int64."""
+    return a.astype(np.int32 if int(a.max(initial=0)) < 2**31 else np.int64)
+
+
+def _typed(info: dict[str, Any]) -> bool:
+    return bool(info.get("edge_types")) or int(info.get("num_edge_types", 1)) > 1
+
+
+def written_files(directed: bool, typed: bool) -> list[str]:
+    """The :data:`PART_FILES` a version-3 store writes (the rest are derived on reading)."""
+    return [f for f in PART_FILES
+            if (directed or not (f.startswith("in_") or f == "in_degree"))
+            and (typed or "_type_" not in f)]
+
+
+def _untyped_groups(indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(type_indptr, type_ids, type_ends) of an untyped partition: one group per vertex with
+    edges. Pure."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    has = np.diff(indptr) > 0
+    return (np.concatenate([[0], np.cumsum(has)]).astype(np.int64),
+            np.zeros(int(has.sum()), np.int32), indptr[1:][has])
+
+
+def reverse_edge_ids(indptr: np.ndarray, indices: np.ndarray, type_indptr: np.ndarray,
+                     type_ids: np.ndarray, type_ends: np.ndarray) -> np.ndarray:
+    """``in_eids`` of an undirected partition whose in-side is its out-side: for edge e
+    (v -> u, type t) the position of the edge u -> v of type t (duplicates matched in order).
+
+    The in-edges' (u, t, v) triples are the out-edges' (a, t, b) triples, which are stored in
+    sorted order, so the answer is the stable sorting permutation of the triples, inverted. Pure.
+    """
+    indptr = np.asarray(indptr, dtype=np.int64)
+    m, nv = int(indptr[-1]), indptr.size - 1
+    v = np.repeat(np.arange(nv, dtype=np.int64), np.diff(indptr))
+    u = np.asarray(indices, dtype=np.int64)
+    gcount = np.diff(np.concatenate([[0], np.asarray(type_ends, dtype=np.int64)]))
+    t = np.repeat(np.asarray(type_ids, dtype=np.int64), gcount)
+    ntypes = int(t.max(initial=0)) + 1
+    if float(nv) * nv * ntypes < 2.0**62:
+        order = np.argsort((u * ntypes + t) * max(nv, 1) + v, kind="stable")
+    else:
+        order = np.lexsort((v, t, u))
+    out = np.empty(m, np.int64)
+    out[order] = np.arange(m, dtype=np.int64)
+    return out
 
 
 def _save(path: Path, arr: np.ndarray) -> None:
@@ -261,18 +326,20 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
     del order
     with outputs.output_dir(comm, out) as tmp:   # OUT locked; OUT.tmp-PID renamed at the end
         parts_meta = _write_parts(comm, tmp, got, p, n, directed, odeg, ideg, member, attrs,
-                                  ntype)
+                                  ntype, _typed(info))
         gathered = comm.gather_obj(parts_meta, root=0)
         meta: dict[str, Any] = {}
         err = ""
         if comm.rank == 0:
             allparts = sorted((m for lst in gathered for m in lst), key=lambda m: m["id"])
+            files = written_files(directed, _typed(info))
             meta = {"format": FORMAT, "version": VERSION, **info, "parts": allparts,
-                    "files": list(PART_FILES) + (["out_weight", "in_weight"] if attrs else [])
+                    "files": files + (["out_weight"] + (["in_weight"] if directed else [])
+                                      if attrs else [])
                     + (["node_type"] if ntype is not None else []),
                     "edge_weights": attrs is not None, "node_types": ntype is not None,
                     "partition_set_bytes": (p + 7) // 8,
-                    "local_id_dtype": "int64"}
+                    "local_id_dtype": "int32 where a partition has < 2^31 vertices"}
             try:
                 (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True,
                                                           default=str))
@@ -284,7 +351,8 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
 
 def _write_parts(comm: Communicator, tmp: Path, got: dict[str, np.ndarray], p: int, n: int,
                  directed: bool, odeg: np.ndarray, ideg: np.ndarray, member: np.ndarray,
-                 attrs: EdgeAttrs | None, ntype: np.ndarray | None) -> list[dict[str, Any]]:
+                 attrs: EdgeAttrs | None, ntype: np.ndarray | None,
+                 typed: bool = True) -> list[dict[str, Any]]:
     """Write this rank's partitions (``i % P == rank``) into ``tmp``. Collective (agree)."""
     err = ""
     parts_meta: list[dict[str, Any]] = []
@@ -303,13 +371,14 @@ def _write_parts(comm: Communicator, tmp: Path, got: dict[str, np.ndarray], p: i
             d.mkdir()
             nv = nout = 0
             pw = None if attrs is None else _record_weights(attrs, ps, pd, pt)
-            gen = _partition_arrays(ps, pd, pt, directed, n, pw)
+            gen = _partition_arrays(ps, pd, pt, directed, n, pw, compact=True, typed=typed)
             del ps, pd, pt, sel
             for name, arr in gen:
                 if name == "global_id":
                     nv = int(arr.size)
-                    _save(d / "out_degree.npy", odeg[arr])
-                    _save(d / "in_degree.npy", ideg[arr])
+                    _save(d / "out_degree.npy", _narrow(odeg[arr]))
+                    if directed:
+                        _save(d / "in_degree.npy", _narrow(ideg[arr]))
                     _save(d / "partition_set.npy", membership_bytes(member[arr], p))
                     if ntype is not None:
                         _save(d / "node_type.npy", np.asarray(ntype[arr], dtype=np.int32))
@@ -324,6 +393,46 @@ def _write_parts(comm: Communicator, tmp: Path, got: dict[str, np.ndarray], p: i
         err = f"{tmp}: cannot write a partition: {outputs.describe_os_error(exc)}"
     comm.agree(not err, err)
     return parts_meta
+
+
+class _Arrays(dict):
+    """A partition's arrays by name; a value may be a function computing it on first access."""
+
+    def __getitem__(self, key: str) -> Any:
+        v = super().__getitem__(key)
+        if callable(v):
+            v = v()
+            super().__setitem__(key, v)
+        return v
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def values(self) -> Any:
+        return [self[k] for k in self]
+
+    def items(self) -> Any:
+        return [(k, self[k]) for k in self]
+
+
+def derive_arrays(arrays: dict[str, Any], directed: bool) -> None:
+    """Fill in what a version-3 partition leaves out (aliases, O(n) type groups; ``in_eids``
+    and ``in_weight`` computed on first use). Pure on ``arrays``."""
+    for side in ("out",) + (("in",) if "in_indptr" in arrays else ()):
+        if f"{side}_type_indptr" not in arrays:
+            (arrays[f"{side}_type_indptr"], arrays[f"{side}_type_ids"],
+             arrays[f"{side}_type_ends"]) = _untyped_groups(arrays[f"{side}_indptr"])
+    if directed or "in_indptr" in arrays:
+        return
+    for name in ("indptr", "indices", "type_indptr", "type_ids", "type_ends"):
+        arrays[f"in_{name}"] = arrays[f"out_{name}"]
+    arrays["in_degree"] = arrays["out_degree"]
+    a = arrays
+    arrays["in_eids"] = lambda: reverse_edge_ids(a["out_indptr"], a["out_indices"],
+                                                 a["out_type_indptr"], a["out_type_ids"],
+                                                 a["out_type_ends"])
+    if "out_weight" in arrays and "in_weight" not in arrays:
+        arrays["in_weight"] = lambda: np.asarray(a["out_weight"])[a["in_eids"]]
 
 
 @dataclass
@@ -341,6 +450,10 @@ class StorePartition:
         if name in arrays:
             return arrays[name]
         raise AttributeError(name)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.arrays, _Arrays):
+            self.arrays = _Arrays(self.arrays)
 
     @property
     def num_vertices(self) -> int:
@@ -427,7 +540,7 @@ class PartitionStore:
     """A vertex-cut partition store: its checked ``meta`` plus memory-mapped partitions.
 
     Rank-local. Opening checks the format and version (``expected format
-    'shardgnn-vertexcut-store' version 1 or 2, got ...``), the required keys and that every
+    'shardgnn-vertexcut-store' version 1, 2 or 3, got ...``), the required keys and that every
     partition folder exists. Read one partition with :meth:`partition` (CSR both ways, global
     ids, ``partition_set`` bits, global degrees), the dataset it was cut from with
     :meth:`dataset` and its vertices' feature rows with :meth:`features`.
@@ -454,16 +567,17 @@ class PartitionStore:
         if not 0 <= i < self.num_parts:
             raise ShardError(f"{self.path}: expected a partition id in [0, {self.num_parts}), got {i}")
         d = self.path / part_dir(i)
-        arrays = {}
-        for name in PART_FILES:
-            f = d / f"{name}.npy"
-            if not f.exists():
-                raise input_error(f, "missing partition array")
-            arrays[name] = np.load(f, mmap_mode="r" if mmap else None)
-        for name in OPTIONAL_FILES:
+        arrays = _Arrays()
+        directed = bool(self.meta.get("directed"))
+        v3 = int(self.meta.get("version", 1)) >= 3
+        derivable = set(PART_FILES) - set(written_files(directed, False)) if v3 else set()
+        for name in PART_FILES + OPTIONAL_FILES:
             f = d / f"{name}.npy"
             if f.exists():
                 arrays[name] = np.load(f, mmap_mode="r" if mmap else None)
+            elif name in PART_FILES and name not in derivable:
+                raise input_error(f, "missing partition array")
+        derive_arrays(arrays, directed)
         return StorePartition(i, arrays)
 
     def dataset(self, dataset: str | os.PathLike | None = None) -> Path:
