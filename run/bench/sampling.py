@@ -13,10 +13,11 @@ Measures, on the same random seeds (vertices with at least one edge, same on eve
   rank after the distributed part on the same batches (same fanouts, same batch size);
 * balance: max / mean over ranks of the server load (requests, edges returned) with
   Gather-Apply, against the DistDGL scheme (each vertex's whole one-hop request answered by its
-  owner on a hash edge-cut of p parts) computed exactly on the same request trace (the
-  frontiers of every hop); the same with every seed taken from partition 0 (GLISP Fig. 10):
-  ``partition0_seeds`` (vertices of AdaDNE partition 0) and ``hash_partition0_seeds`` (vertices
-  the hash edge-cut gives to partition 0: the DistDGL scheme's worst case);
+  owner partition) computed exactly on the same request trace (the frontiers of every hop), on a
+  hash edge-cut (``gid % p``) and on every ``--edgecut NAME=STORE`` edge-cut store of p parts
+  (e.g. SPRING); the same with every seed taken from partition 0 (GLISP Fig. 10):
+  ``partition0_seeds`` (vertices of AdaDNE partition 0) and ``NAME_partition0_seeds`` (vertices
+  each edge-cut scheme gives to its partition 0: that scheme's worst case);
 * memory: store bytes per edge, peak RSS per rank (before the local baseline loads the whole
   graph).
 
