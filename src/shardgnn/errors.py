@@ -1,6 +1,11 @@
 """User-facing error type: bad input, bad configuration. Rank-local; no communication."""
 from __future__ import annotations
 
+from typing import Any
+
+#: One option check: (passed, option, what was expected, what was given).
+Check = tuple[bool, str, str, Any]
+
 
 class ShardError(Exception):
     """An error the user can fix (bad file, bad flag). The CLI prints it as one line, exit 2.
@@ -17,3 +22,11 @@ def input_error(path: object, problem: str, where: str | None = None) -> ShardEr
     """Build a ShardError of the form ``PATH[:WHERE]: PROBLEM``."""
     loc = f"{path}:{where}" if where else f"{path}"
     return ShardError(f"{loc}: {problem}")
+
+
+def raise_first(checks: list[Check]) -> None:
+    """Raise ShardError "OPTION: expected X, got Y" for the first failed check (rank-local,
+    identical on every rank for identical options)."""
+    for ok, opt, want, got in checks:
+        if not ok:
+            raise ShardError(f"{opt}: expected {want}, got {got}")

@@ -14,10 +14,8 @@ import argparse
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping, TypeVar
 
-from shardgnn.errors import ShardError
+from shardgnn.errors import Check, raise_first
 
-#: One check: (passed, option, what was expected, what was given).
-Check = tuple[bool, str, str, Any]
 C = TypeVar("C")
 
 
@@ -78,14 +76,6 @@ class SaintOptions:
                  self.saint_walk_length),
                 (self.saint_steps >= 0, "--saint-steps", ">= 0", self.saint_steps),
                 (self.saint_presample >= 1, "--saint-presample", ">= 1", self.saint_presample)]
-
-
-def raise_first(checks: list[Check]) -> None:
-    """Raise ShardError "OPTION: expected X, got Y" for the first failed check (rank-local,
-    identical on every rank for identical options)."""
-    for ok, opt, want, got in checks:
-        if not ok:
-            raise ShardError(f"{opt}: expected {want}, got {got}")
 
 
 def default_of(cls: type, name: str) -> Any:

@@ -17,7 +17,7 @@ import numpy as np
 
 from shardgnn import log
 from shardgnn.comm import Communicator, peak_rss_bytes
-from shardgnn.errors import ShardError
+from shardgnn.errors import ShardError, raise_first
 from shardgnn.io.results import ResultWriter
 from shardgnn.partition.vertexcut.adaptive import RESPONSES
 from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
@@ -97,29 +97,20 @@ def config_from_args(args: argparse.Namespace, size: int) -> ExpansionConfig:
     if p < 1 or p % size:
         raise ShardError(f"--parts: expected a positive multiple of the {size} ranks for "
                          f"--algo {args.algo}, got {p}")
-    if not 0 < args.dne_lambda <= 1:
-        raise ShardError(f"--dne-lambda: expected a value in (0, 1], got {args.dne_lambda}")
-    if args.dne_balance < 1:
-        raise ShardError(f"--dne-balance: expected a value >= 1, got {args.dne_balance}")
-    if args.ada_wv < 0 or args.ada_we < 0 or abs(args.ada_wv + args.ada_we - 1) > 1e-9:
-        raise ShardError(f"--ada-wv/--ada-we: expected non-negative weights summing to 1, got "
-                         f"{args.ada_wv} + {args.ada_we}")
-    if not 0 < args.ada_lambda_min <= 1:
-        raise ShardError(f"--ada-lambda-min: expected a value in (0, 1], got {args.ada_lambda_min}")
-    if args.ada_cap != 0 and args.ada_cap < 1:
-        raise ShardError(f"--ada-cap: expected 0 or a value >= 1, got {args.ada_cap}")
-    if not 0 <= args.ada_tail < 1:
-        raise ShardError(f"--ada-tail: expected a value in [0, 1), got {args.ada_tail}")
-    if args.ada_hub_defer < 0:
-        raise ShardError(f"--ada-hub-defer: expected a value >= 0, got {args.ada_hub_defer}")
-    if args.ada_refine < 0:
-        raise ShardError(f"--ada-refine: expected >= 0 rounds, got {args.ada_refine}")
-    if args.dne_seed_growth < 1:
-        raise ShardError(f"--dne-seed-growth: expected a value >= 1, got {args.dne_seed_growth}")
-    if args.dne_seed_samples < 1:
-        raise ShardError(f"--dne-seed-samples: expected >= 1, got {args.dne_seed_samples}")
-    if args.max_iterations < 1:
-        raise ShardError(f"--max-iterations: expected >= 1, got {args.max_iterations}")
+    a = args
+    raise_first([
+        (0 < a.dne_lambda <= 1, "--dne-lambda", "a value in (0, 1]", a.dne_lambda),
+        (a.dne_balance >= 1, "--dne-balance", "a value >= 1", a.dne_balance),
+        (a.ada_wv >= 0 and a.ada_we >= 0 and abs(a.ada_wv + a.ada_we - 1) <= 1e-9,
+         "--ada-wv/--ada-we", "non-negative weights summing to 1", f"{a.ada_wv} + {a.ada_we}"),
+        (0 < a.ada_lambda_min <= 1, "--ada-lambda-min", "a value in (0, 1]", a.ada_lambda_min),
+        (a.ada_cap == 0 or a.ada_cap >= 1, "--ada-cap", "0 or a value >= 1", a.ada_cap),
+        (0 <= a.ada_tail < 1, "--ada-tail", "a value in [0, 1)", a.ada_tail),
+        (a.ada_hub_defer >= 0, "--ada-hub-defer", "a value >= 0", a.ada_hub_defer),
+        (a.ada_refine >= 0, "--ada-refine", ">= 0 rounds", a.ada_refine),
+        (a.dne_seed_growth >= 1, "--dne-seed-growth", "a value >= 1", a.dne_seed_growth),
+        (a.dne_seed_samples >= 1, "--dne-seed-samples", ">= 1", a.dne_seed_samples),
+        (a.max_iterations >= 1, "--max-iterations", ">= 1", a.max_iterations)])
     return ExpansionConfig(algo=args.algo.lower(), parts=p, lam=args.dne_lambda,
                            balance=args.dne_balance, w_v=args.ada_wv, w_e=args.ada_we,
                            lam_min=args.ada_lambda_min, response=args.ada_response,
