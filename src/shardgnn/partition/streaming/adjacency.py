@@ -108,9 +108,13 @@ class AdjacencyShard:
 
 
 def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str | os.PathLike | None,
-          timer: passes.PassTimer) -> AdjacencyShard:
+          timer: passes.PassTimer, memory: int = 0, name: str = "adjacency") -> AdjacencyShard:
     """Route this rank's lines to the source-range owners and write its range's targets file
-    (module docstring). ``deg``: global degrees. Collective over comm."""
+    (module docstring). ``deg``: global degrees. When the range's targets take at most
+    ``memory`` bytes they are scattered in memory and written once, sequentially (scattering
+    straight into the memory-mapped file makes the kernel write dirty pages back while they
+    are still being filled); else into the memory-mapped file. ``name``: the pass's timer
+    entry. Collective over comm."""
     t0 = time.perf_counter()
     P, r = comm.size, comm.rank
     dt = stream.meta.np_dtype
@@ -124,7 +128,9 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
     outputs.register_temp(folder)
     path = folder / "targets.bin"
     total = int(indptr[-1])
-    out = np.memmap(path, dtype=dt, mode="w+", shape=(max(total, 1),))
+    in_memory = total * np.dtype(dt).itemsize <= memory
+    out = np.empty(max(total, 1), dt) if in_memory else \
+        np.memmap(path, dtype=dt, mode="w+", shape=(max(total, 1),))
     if P == 1:
         cursor = [indptr[:-1].copy()]
     else:
@@ -158,9 +164,12 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
             if c:
                 scatter_lines(got[pos:pos + c], lo, cursor[q], out)
                 pos += c
-    out.flush()
+    if in_memory:
+        out.tofile(path)
+    else:
+        out.flush()
     del out
-    timer.add("adjacency", time.perf_counter() - t0, stream.hi - stream.lo)
+    timer.add(name, time.perf_counter() - t0, stream.hi - stream.lo)
     return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk)
 
 

@@ -38,7 +38,14 @@ def add_arguments(parser: Any) -> None:
         "Memory per rank: O(|V|) for SPRING as Algorithm 1 and Hash (degrees, 16-byte "
         "clustering state, owners, an (|V|, ceil(p/64)) presence bitmask) plus one chunk of "
         "edges; O(|V|*p) with --refine (SPRING's default) and for HDRF/DBH/Greedy/2PS-L/user "
-        "classes (an int32 |V| x p count matrix). Every rank spills the edges it routes to its "
+        "classes (an int32 |V| x p count matrix). Default write (--write-from csr; undirected, "
+        "--hops >= 1, sorted edges.bin): every rank keeps its source range of the graph's CSR "
+        "(the adjacency pass's targets file, 4 bytes per bidirected line with int32 ids, in "
+        "memory while built when it fits --write-memory) in OUT's temp folder or beside --out, "
+        "and partition i is written by rank i mod P from two reads of the rows it needs, "
+        "without sorting; write-step memory per rank: --write-memory (one bucket of indices) "
+        "+ about 25 bytes per vertex of the graph + 16 per vertex of the partition + 4 * "
+        "--chunk entries. Otherwise every rank spills the edges it routes to its "
         "own files in OUT's temp folder (no exchange; edges held by >= half the partitions "
         "once, with a presence mask), so that folder must be on a filesystem all ranks share. "
         "Partition i is written by rank i mod P from them, reading its spill data twice "
@@ -121,6 +128,12 @@ def add_arguments(parser: Any) -> None:
                    f"{WRITE_MEMORY_FRACTION:g} of the node's available memory (MemAvailable) "
                    "divided by the ranks on the node, at least "
                    f"{WRITE_MEMORY_MIN >> 20}M; the value used is in meta.json")
+    g.add_argument("--write-from", choices=("csr", "spill"), default="csr",
+                   help="how the partition files are built: csr = from the graph's CSR kept "
+                   "by the adjacency pass (two reads of each partition's rows, no sort; used "
+                   "for undirected graphs with --hops >= 1 and a sorted edges.bin, else the "
+                   "spill), spill = route every edge copy to spill files and counting-sort "
+                   "them (the earlier writer; same content) (default: %(default)s)")
     g.add_argument("--store-compression", choices=COMPRESSIONS, default="none",
                    help="HDF5 filter of each partition's indices (lzf/gzip: chunked, with "
                    "shuffle; readable by any h5py, slower to write and read, see "
@@ -176,7 +189,8 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
                             twops_port=args.twops_port, twops_balance=args.twops_balance,
                             vcut_balance=args.vcut_balance,
                             seed=args.seed),
-        auto=auto, write_memory=args.write_memory, compression=args.store_compression)
+        auto=auto, write_memory=args.write_memory, compression=args.store_compression,
+        write_from=args.write_from)
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from shardgnn.io import outputs
 from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_meta
 from shardgnn.io.edgeattrs import EdgeAttrs
 from shardgnn.io.results import ResultWriter
-from shardgnn.partition import metrics, store, store_write
+from shardgnn.partition import metrics, store, store_csr, store_write
 from shardgnn.partition.streaming import adjacency, kernels, passes
 from shardgnn.partition.streaming.baselines import (BaselineParams, hash_owner, load_user_class,
                                                     vertexcut_owner)
@@ -65,6 +65,7 @@ class PartitionConfig:
     auto: AutoParts | None = None
     write_memory: int | None = None   # bytes of CSR indices per bucket; None = write_budget()
     compression: str = "none"
+    write_from: str = "csr"   # csr: from the sorted CSR where usable (store_csr); spill: always
 
 
 #: Default share of the node's available memory the store write may hold (split over its ranks).
@@ -153,15 +154,20 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
 
 
 def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
-            timer: passes.PassTimer) -> tuple[np.ndarray, dict[str, Any]]:
+            timer: passes.PassTimer, keep: bool, memory: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Owners; ``info["degrees"]`` the global degrees where computed, ``info["adjacency"]``
+    SPRING's targets file when ``keep``."""
     n = stream.meta.num_nodes
     if cfg.algo == "hash":
         return hash_owner(n, p, cfg.seed), {}
     deg = passes.degree_pass(stream, comm, timer)
     if cfg.algo == "spring":
-        return spring_owner(stream, comm, deg, p, cfg.spring, timer)
-    user = None if cfg.algo in ALGORITHMS else load_user_class(cfg.algo)
-    return vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user)
+        owner, info = spring_owner(stream, comm, deg, p, cfg.spring, timer, keep, memory)
+    else:
+        user = None if cfg.algo in ALGORITHMS else load_user_class(cfg.algo)
+        owner, info = vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user)
+    info["degrees"] = deg
+    return owner, info
 
 
 def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
@@ -188,16 +194,38 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
     """Owners, refinement, hops, routing and the partition files into ``tmp``. Collective."""
     stream = passes.open_stream(cfg.dataset, comm, cfg.chunk)
     timer = passes.PassTimer()
+    use_csr = cfg.write_from == "csr" and store_csr.usable(bool(meta.directed), cfg.hops,
+                                                           meta.extra)
     t0 = time.perf_counter()
     with jit.compiling("the streaming partition kernels"):
         kernels.warmup()
-        if cfg.algo == "spring" and cfg.spring.stream_order == "adjacency":
+        if use_csr or (cfg.algo == "spring" and cfg.spring.stream_order == "adjacency"):
             adjacency.warmup()
+        if use_csr:
+            store_csr.warmup()
     if cfg.algo == "spring" and cfg.spring.stream_order == "adjacency":
         if cfg.spring.scratch is None:  # the targets file goes beside the output
             cfg = replace(cfg, spring=replace(cfg.spring, scratch=str(Path(cfg.out).absolute().parent)))
     timer.add("jit", time.perf_counter() - t0, 0)
-    owner, info = _owners(cfg, comm, stream, p, timer)
+    budget = cfg.write_memory if cfg.write_memory is not None else write_budget(comm)
+    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, budget)
+    shard: adjacency.AdjacencyShard | None = info.pop("adjacency", None)
+    try:
+        m = _place(comm, cfg, meta, p, tmp, stream, timer, owner, info, shard, use_csr, budget)
+    finally:
+        if shard is not None:
+            shard.remove()
+    m["seconds_total"] = time.perf_counter() - t_start
+    return m
+
+
+def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
+           stream: Any, timer: passes.PassTimer, owner: np.ndarray, info: dict[str, Any],
+           shard: adjacency.AdjacencyShard | None, use_csr: bool,
+           budget: int) -> dict[str, Any]:
+    """Refinement, hops and the partition files (from the CSR or the spill); the metrics.
+    Collective over comm."""
+    deg = info.pop("degrees", None)
     labels = info.pop("labels", None)
     if cfg.refine:
         cap = cfg.refine_balance * meta.num_nodes / p
@@ -221,6 +249,15 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
             pres = passes.owner_bits(owner, p)
             for h in range(cfg.hops):
                 pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}")
+        if use_csr:
+            if deg is None:
+                deg = passes.degree_pass(stream, comm, timer)
+            if shard is None:
+                shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr")
+            stats = _write_parts_csr(comm, cfg, meta, tmp, owner, pres, deg, shard, p, budget,
+                                     timer)
+            shard.remove()
+            return _metrics(comm, meta, p, stats, info, timer)
         err = ""
         try:  # rank-local: every rank spills its own copies of every partition (no exchange)
             sink = store.SpillSink(tmp, list(range(p)), meta.np_dtype, comm.rank, comm.size,
@@ -234,11 +271,17 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
         if sink is None:   # agree() above raised on every rank when opening the sink failed
             raise ShardError(f"{tmp}: cannot write the spill files")
         sink.set_totals(comm.allgather_obj(sink.tally()))
-        stats = _write_parts(comm, cfg, meta, tmp, owner, sink, p, timer)
+        stats = _write_parts(comm, cfg, meta, tmp, owner, sink, p, budget, timer)
     except BaseException:
         if sink is not None:
             sink.close()
         raise
+    return _metrics(comm, meta, p, stats, info, timer)
+
+
+def _metrics(comm: Communicator, meta: GraphMeta, p: int, stats: dict[int, dict[str, Any]],
+             info: dict[str, Any], timer: passes.PassTimer) -> dict[str, Any]:
+    """The job's metrics from every partition's write stats and the timers. Collective."""
     m = metrics.summarize([stats[i]["owned"] for i in range(p)],
                           [stats[i]["vertices"] for i in range(p)],
                           [stats[i]["edges"] for i in range(p)], meta.num_nodes)
@@ -252,7 +295,6 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
     counted = comm.allgather_obj(timer.edges)
     m["edges_per_second"] = {k: sum(c.get(k, 0) for c in counted) / v
                              for k, v in per_pass.items() if v > 0 and timer.edges.get(k)}
-    m["seconds_total"] = time.perf_counter() - t_start
     cpu = comm.allgather_obj(timer.cpu)
     m["cpu_seconds_per_pass"] = {k: max(c.get(k, 0.0) for c in cpu) for k in timer.cpu}
     m["cpu_seconds_total"] = comm.allgather_obj(time.process_time())
@@ -262,12 +304,11 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
 
 
 def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
-                 owner: np.ndarray, sink: store.SpillSink, p: int,
+                 owner: np.ndarray, sink: store.SpillSink, p: int, budget: int,
                  timer: passes.PassTimer) -> dict[int, dict[str, Any]]:
     """Write this rank's partitions from their spill files; all ranks get every count.
     Collective over comm."""
     t0 = time.perf_counter()
-    budget = cfg.write_memory if cfg.write_memory is not None else write_budget(comm)
     node_data = {k: a for k in NODE_FILES
                  if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
     stats: dict[int, dict[str, Any]] = {}
@@ -288,6 +329,38 @@ def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp:
     for d in comm.allgather_obj(stats):   # every partition written: the shared records can go
         merged.update(d)
     sink.remove_shared()
+    return merged
+
+
+def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
+                     owner: np.ndarray, pres: np.ndarray, deg: np.ndarray,
+                     shard: adjacency.AdjacencyShard, p: int, budget: int,
+                     timer: passes.PassTimer) -> dict[int, dict[str, Any]]:
+    """Write this rank's partitions from every rank's adjacency targets file (the graph's
+    sorted CSR, ``store_csr``); all ranks get every count. Collective over comm."""
+    t0 = time.perf_counter()
+    node_data = {k: a for k in NODE_FILES
+                 if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
+    indptr = np.zeros(deg.shape[0] + 1, np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    csr = store_csr.GlobalCSR(indptr, adjacency.source_bounds(deg, comm.size),
+                              comm.allgather_obj(str(shard.path)), meta.np_dtype)
+    bad = csr.check()
+    comm.agree(not bad, bad)
+    attrs = EdgeAttrs(cfg.dataset, meta)
+    stats: dict[int, dict[str, Any]] = {}
+    with csr:
+        for i in range(comm.rank, p, comm.size):
+            present = (pres[:, i // 64] >> np.uint64(i % 64)) & np.uint64(1) != 0
+            stats[i] = store_csr.write_partition_csr(
+                tmp / store.part_name(i), i, p, np.flatnonzero(owner == i), present, csr,
+                node_data, chunk=cfg.chunk, budget=budget, compression=cfg.compression,
+                edge_attrs=attrs)
+            stats[i]["budget"] = budget
+    timer.add("write", time.perf_counter() - t0, sum(s["entries"] for s in stats.values()))
+    merged: dict[int, dict[str, Any]] = {}
+    for d in comm.allgather_obj(stats):   # also: no rank reads the targets files any more
+        merged.update(d)
     return merged
 
 

@@ -165,10 +165,14 @@ def merge_and_assign(cl: Clustering, deg: np.ndarray, p: int,
     return owner.astype(np.int64), label.astype(np.int64).reshape(-1), info
 
 
-def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int, params: SpringParams,
-                 timer: PassTimer) -> tuple[np.ndarray, dict[str, Any]]:
+def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int,
+                 params: SpringParams, timer: PassTimer, keep: bool = False,
+                 memory: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
     """Owner partition of every vertex by SPRING (``info["labels"]``: merged and streaming
-    cluster of every vertex, coarse first). Collective over comm."""
+    cluster of every vertex, coarse first). ``memory``: bytes the adjacency order's targets
+    may take in memory while built (:func:`adjacency.build`). With ``keep``, its targets file
+    is kept for the store write (``info["adjacency"]``; the caller removes it). Collective
+    over comm."""
     tau_vol = params.tau * directed_lines(stream) / p
     # Interleaved (u,v),(v,u): after line (u,v) both ends share a cluster or both volumes
     # exceed tau, so line (v,u) moves nothing and repeats the same richest-neighbour updates;
@@ -179,15 +183,21 @@ def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int
     modes = (0,) if stream.meta.directed or params.stream_order != "concat" else (0, 1)
     source = None
     if params.stream_order == "adjacency" and not stream.meta.directed:
-        source = adjacency.build(stream, comm, deg, params.scratch, timer)
+        source = adjacency.build(stream, comm, deg, params.scratch, timer, memory=memory)
     try:
         cl = cluster_pass(stream, comm, deg, tau_vol, modes, timer, source=source)
-    finally:
+    except BaseException:
         if source is not None:
             source.remove()
+        raise
+    if source is not None and not keep:
+        source.remove()
+        source = None
     t0 = time.perf_counter()
     owner, label, info = merge_and_assign(cl, deg, p, params)
     info["labels"] = [label, cl.c]
     timer.add("merge_assign", time.perf_counter() - t0, 0)
     info["tau_vol"] = float(tau_vol)
+    if source is not None:
+        info["adjacency"] = source
     return owner, info
