@@ -84,7 +84,7 @@ for case, attr, fake, msg in (("spill-full", "__call__", full_disk, "cannot writ
         setattr(store.SpillSink, attr, fake)
     try:
         main(comm, PartitionConfig(dataset=str(cora), algo="spring", parts=3,
-                                   out=str(out / f"{case}-P{P}")))
+                                   out=str(out / f"{case}-P{P}"), write_from="spill"))
         raise AssertionError(f"{case}: no error")
     except ShardError as exc:
         assert exc.agreed and msg in str(exc), (case, str(exc))

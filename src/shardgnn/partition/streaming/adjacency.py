@@ -164,10 +164,10 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
             if c:
                 scatter_lines(got[pos:pos + c], lo, cursor[q], out)
                 pos += c
-    if in_memory:
-        out.tofile(path)
-    else:
+    if isinstance(out, np.memmap):
         out.flush()
+    else:
+        out.tofile(path)
     del out
     timer.add(name, time.perf_counter() - t0, stream.hi - stream.lo)
     return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk)

@@ -250,6 +250,7 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
             for h in range(cfg.hops):
                 pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}")
         if use_csr:
+            assert pres is not None   # store_csr.usable: --hops >= 1
             if deg is None:
                 deg = passes.degree_pass(stream, comm, timer)
             if shard is None:
