@@ -35,14 +35,15 @@ One SPMD program: launch every stage with `mpiexec -n P shardgnn ...` or `srun s
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, subcommands included."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full argument parser, subcommands included (only ``only``'s when it names one: a
+    command then imports its own modules only, e.g. ``partition`` does not load torch)."""
     parser = argparse.ArgumentParser(prog="shardgnn", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"shardgnn {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on every rank")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in COMMANDS if only not in COMMANDS else (only,):
         importlib.import_module(f"shardgnn.cli.{name}").add_parser(sub)
     return parser
 
@@ -54,8 +55,9 @@ def run_command(comm: Communicator, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(next((w for w in words if not w.startswith("-")), None))
+    args = parser.parse_args(words)
     from shardgnn.comm import world
     from shardgnn.io import outputs, provenance
 
