@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of the shared group of `shardgnn train` this engine takes.
 SHARED_OPTIONS: tuple[str, ...] = ("model", "eval_every")
+#: Options of another family's group this engine takes (``--partition``, from rdm's group).
+BORROWED_OPTIONS: tuple[str, ...] = ("partition",)
 
 
 def add_arguments(parser: Any) -> None:
@@ -29,7 +31,7 @@ def add_arguments(parser: Any) -> None:
         return default_of(NAUConfig, name)
 
     g = parser.add_argument_group(
-        "nau engine (FlexGraph NAU, one rank, DATA = converted dataset; --model gcn | pinsage | "
+        "nau engine (FlexGraph NAU, DATA = converted dataset; --model gcn | pinsage | "
         "magnn | jknet | pgnn)")
     g.add_argument("--aggregation", choices=("hybrid", "scatter"), default=d("aggregation"),
                    help="hybrid: fused bottom level (compiled segment reduction, no E x d message "
@@ -69,6 +71,30 @@ def add_arguments(parser: Any) -> None:
                    help=f"pgnn: anchor sets, redrawn every epoch (default: {d('anchor_sets')})")
     g.add_argument("--anchor-hops", type=int, default=d("anchor_hops"),
                    help=f"pgnn: hops q within which anchor-set members count (default: {d('anchor_hops')})")
+    dg = parser.add_argument_group(
+        "nau engine, distributed (mpiexec -n P; FlexGraph section 5, see docs/nau.md; "
+        "also --partition)")
+    dg.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=d("pipeline"),
+                    help="pipelined partial aggregation: each rank pre-reduces its leaves per "
+                    "remote (row, rank), sends them non-blocking and aggregates its local leaves "
+                    "meanwhile; --no-pipeline: exchange the remote leaves' features before each "
+                    "layer (models whose bottom level is not a weighted sum always do) "
+                    f"(default: {'on' if d('pipeline') else 'off'})")
+    dg.add_argument("--balance", action=argparse.BooleanOptionalAction, default=d("balance"),
+                    help="ADB workload balancing: fit a per-root cost polynomial from timings, "
+                    "migrate roots and their HDGs from overloaded to underloaded ranks once "
+                    f"(default: {'on' if d('balance') else 'off'})")
+    dg.add_argument("--balance-after", type=int, default=d("balance_after"), metavar="E",
+                    help=f"balance before epoch E, after E epochs (default: {d('balance_after')})")
+    dg.add_argument("--balance-tolerance", type=float, default=d("balance_tolerance"),
+                    metavar="T", help="ranks above (1 + T) x the mean predicted cost are "
+                    f"overloaded (default: {d('balance_tolerance')})")
+    dg.add_argument("--balance-plans", type=int, default=d("balance_plans"), metavar="K",
+                    help="balancing plans per overloaded rank; the one cutting the fewest "
+                    f"root-leaf edges is applied (default: {d('balance_plans')})")
+    dg.add_argument("--balance-chunks", type=int, default=d("balance_chunks"), metavar="C",
+                    help="root slices per rank timed to fit the cost function "
+                    f"(default: {d('balance_chunks')})")
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the validated :class:`NAUConfig` from parsed arguments."""
@@ -83,7 +109,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def run(comm: "Communicator", args: argparse.Namespace) -> int:
-    """Train with the NAU engine. Collective over comm (one rank)."""
+    """Train with the NAU engine. Collective over comm."""
     from shardgnn.nau.engine import main
 
     cfg = config_from_args(args)

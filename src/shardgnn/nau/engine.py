@@ -4,7 +4,8 @@
 model's HDGs (NeighborSelection, once or every epoch as the model declares), trains with Adam
 and writes the results HDF5: ``/train`` per-epoch loss, accuracies and the time of each stage
 (NeighborSelection / Aggregation / Update / backward), ``/nau`` the HDG memory and model figures.
-:func:`main` is collective over comm (it checks that comm has one rank, on every rank).
+:func:`main` is collective over comm; on more than one rank (or with ``--partition`` /
+``--balance``) it runs the distributed engine of :mod:`shardgnn.nau.dist_engine`.
 """
 from __future__ import annotations
 
@@ -52,6 +53,14 @@ class NAUConfig(TrainConfig):
     anchor_hops: int = 2
     exclude_edge_types: tuple[str, ...] = ()
     normalize_features: bool = False
+    # distributed runs (nau/dist_engine.py; docs/nau.md "Distributed training")
+    partition: str | None = None
+    pipeline: bool = True
+    balance: bool = False
+    balance_after: int = 1
+    balance_tolerance: float = 0.05
+    balance_plans: int = 4
+    balance_chunks: int = 8
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
@@ -67,7 +76,11 @@ class NAUConfig(TrainConfig):
             (self.heads >= 1, "--attn-heads", ">= 1", self.heads),
             (self.max_instances >= 0, "--max-instances", ">= 0", self.max_instances),
             (self.anchor_sets >= 1, "--anchor-sets", ">= 1", self.anchor_sets),
-            (self.anchor_hops >= 1, "--anchor-hops", ">= 1", self.anchor_hops)])
+            (self.anchor_hops >= 1, "--anchor-hops", ">= 1", self.anchor_hops),
+            (self.balance_after >= 1, "--balance-after", ">= 1", self.balance_after),
+            (self.balance_tolerance >= 0, "--balance-tolerance", ">= 0", self.balance_tolerance),
+            (self.balance_plans >= 1, "--balance-plans", ">= 1", self.balance_plans),
+            (self.balance_chunks >= 1, "--balance-chunks", ">= 1", self.balance_chunks)])
 
 
 def target_type(graph: TypedGraph, name: str | None) -> int:
@@ -230,9 +243,10 @@ def main(comm: Communicator, cfg: NAUConfig, command: str = "") -> dict[str, Any
     from shardgnn.io.results import ResultWriter
 
     cfg.validate()
-    if comm.size != 1:
-        raise ShardError(f"--engine nau: runs on one rank, got {comm.size} (the distributed NAU "
-                         "engine is a separate issue)")
+    if comm.size > 1 or cfg.partition is not None or cfg.balance:
+        from shardgnn.nau.dist_engine import main_dist
+
+        return main_dist(comm, cfg, command)
     graph = load_dataset(cfg.data, tuple(cfg.exclude_edge_types))
     hist, summary = train(cfg, graph)
     summary["peak_rss_bytes"] = peak_rss_bytes()

@@ -1,0 +1,217 @@
+"""Pipelined partial aggregation of NAU's bottom level across ranks (FlexGraph §5, §7.7).
+
+Where the bottom-level aggregation (leaves -> instances, or -> slots for flat models) is a
+weighted sum (sum, mean and the weighted sums of GCN / PinSage / JK-Net / P-GNN / MAGNN's mean
+encoder), a rank need not receive every remote leaf: the leaf's owner reduces its own leaves'
+contributions to each remote destination row (a slot or an instance of a root owned elsewhere)
+into **one pre-reduced message per (row, destination rank)**, posts them with one non-blocking
+``ialltoallv``, and the destination aggregates its local leaves while the messages travel, then
+adds what arrived. The backward pass mirrors it (gradients of the received rows go back to
+their senders, the local transposed product runs while they travel).
+
+:func:`build_partial` makes the :class:`PartialPlan` of a rank's HDGs (one exchange of the
+remote edges with their owners, collective); :class:`PartialHDGSet` is an HDG set whose bottom
+level runs through it, so a model's aggregation UDFs run unchanged. Models whose bottom level
+is not a weighted sum (an LSTM or attention over the leaves) declare
+``partial_aggregation = False`` and use the batched halo exchange of :mod:`shardgnn.nau.dist`
+instead. Collective over comm where a function takes ``comm``; the kernels are rank-local.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardgnn.comm import Communicator
+from shardgnn.nau.aggregation import Executor, LeafPlan
+from shardgnn.nau.hdg import HDG
+from shardgnn.nau.layer import HDGSet, NAUModel
+
+
+def supports_partial(model: NAUModel) -> bool:
+    """True when the model's bottom level is a weighted sum reached only through ``lv.reduce``.
+
+    A model says so with the class attribute ``partial_aggregation``; without it, the built-in
+    models (``shardgnn.nau.models``) do and user models do not.
+    """
+    default = type(model).__module__.startswith("shardgnn.nau.models.")
+    return bool(getattr(model, "partial_aggregation", default))
+
+
+def bottom_edges(h: HDG) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ptr, src, w)`` of the bottom level: ``out[d] = sum w * x[src]`` over ``ptr[d]:ptr[d+1]``.
+
+    The same weights as the one-rank plan (:func:`shardgnn.nau.aggregation.leaf_plan`): the
+    instance weights on flat HDGs (1 when none), the instance mean ``1/size`` otherwise.
+    """
+    if h.flat:
+        w = np.ones(h.num_instances, np.float32) if h.weight is None else h.weight
+        return (np.asarray(h.slot_ptr, np.int64), np.asarray(h.leaf, np.int64),
+                np.asarray(w, np.float32))
+    sizes = h.instance_sizes()
+    w = np.repeat(1.0 / np.maximum(sizes, 1), sizes).astype(np.float32)
+    return np.asarray(h.instance_ptr(), np.int64), np.asarray(h.leaf, np.int64), w
+
+
+def _plan(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+          shape: tuple[int, int]) -> LeafPlan:
+    """A one-rank bottom-level plan (the engine's fused kernel) from COO, duplicates summed."""
+    import scipy.sparse as sp
+
+    a = sp.csr_matrix((vals.astype(np.float32), (rows, cols)), shape=shape)
+    a.sum_duplicates()
+    plan = LeafPlan(a.indptr, a.indices, a.data, shape[1])
+    plan.prepare(True)
+    return plan
+
+
+class PartialPlan:
+    """The distributed bottom level of one rank's HDGs (see the module docstring).
+
+    ``a`` (rows x own vertices): the local leaves; ``b`` (messages x own vertices): this rank's
+    pre-reductions for the other ranks' rows, grouped by destination (``send_counts``), both
+    :class:`~shardgnn.nau.aggregation.LeafPlan` (the one-rank fused kernel);
+    ``recv_rows``: the destination row of every message received, grouped by source
+    (``recv_counts``). ``tag`` names the collective in the byte counters; ``wait`` accumulates
+    seconds blocked waiting for messages, per tag.
+    """
+
+    def __init__(self, comm: Communicator, num_dst: int, n_own: int, a: LeafPlan, b: LeafPlan,
+                 send_counts: np.ndarray, recv_counts: np.ndarray, recv_rows: np.ndarray) -> None:
+        self.comm = comm
+        self.num_dst, self.n_own = int(num_dst), int(n_own)
+        self.a, self.b = a, b
+        self.send_counts, self.recv_counts = send_counts, recv_counts
+        self.recv_rows = torch.from_numpy(recv_rows)
+        self.tag = "nau_partial"
+        self.wait: dict[str, float] = {}
+
+    def prepare(self, hybrid: bool) -> None:
+        """Nothing left to build (the plans are prepared when made)."""
+
+    @property
+    def messages_out(self) -> int:
+        return int(self.send_counts.sum() - self.send_counts[self.comm.rank])
+
+
+def build_partial(comm: Communicator, h: HDG, owner: np.ndarray, own: np.ndarray,
+                  op_name: str = "nau_plan") -> PartialPlan:
+    """The :class:`PartialPlan` of this rank's HDGs ``h`` (global leaf ids). ``own``: the
+    rank's own vertices, sorted. The remote edges go to their leaves' owners once (two
+    ``Alltoallv``, counted under ``op_name``). Collective over comm."""
+    ptr, src, w = bottom_edges(h)
+    num_dst = int(ptr.shape[0] - 1)
+    dst = np.repeat(np.arange(num_dst, dtype=np.int64), np.diff(ptr))
+    o = owner[src].astype(np.int64)
+    loc = o == comm.rank
+    a = _plan(dst[loc], np.searchsorted(own, src[loc]), w[loc], (num_dst, own.size))
+    rem = ~loc
+    rd, rs, rw, ro = dst[rem], src[rem], w[rem], o[rem]
+    order = np.lexsort((rs, rd, ro))
+    rd, rs, rw, ro = rd[order], rs[order], rw[order], ro[order]
+    pairs, inv = np.unique(ro * max(num_dst, 1) + rd, return_inverse=True)
+    msg_src = pairs // max(num_dst, 1)
+    recv_rows = (pairs % max(num_dst, 1)).astype(np.int64)
+    recv_counts = np.bincount(msg_src, minlength=comm.size).astype(np.int64)
+    first = np.cumsum(recv_counts) - recv_counts
+    row_in_block = inv.reshape(-1) - first[ro]
+    edge_counts = np.bincount(ro, minlength=comm.size).astype(np.int64)
+    send_counts = comm.alltoall_counts(recv_counts)
+    in_edges = comm.alltoall_counts(edge_counts)
+    ints = comm.alltoallv(np.ascontiguousarray(np.stack([row_in_block, rs], 1)), edge_counts,
+                          recvcounts=in_edges, op_name=op_name)
+    ws = comm.alltoallv(np.ascontiguousarray(rw, np.float32), edge_counts, recvcounts=in_edges,
+                        op_name=op_name)
+    sender = np.repeat(np.arange(comm.size, dtype=np.int64), in_edges)
+    out_first = np.cumsum(send_counts) - send_counts
+    rows = out_first[sender] + ints[:, 0] if ints.size else np.zeros(0, np.int64)
+    cols = np.searchsorted(own, ints[:, 1]) if ints.size else np.zeros(0, np.int64)
+    b = _plan(rows, cols, ws, (int(send_counts.sum()), own.size))
+    return PartialPlan(comm, num_dst, own.size, a, b, send_counts, recv_counts, recv_rows)
+
+
+class _PartialReduce(torch.autograd.Function):
+    """Pre-reduce for the others, post, reduce the local leaves meanwhile, add the arrivals."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, plan: PartialPlan) -> torch.Tensor:  # type: ignore[override]
+        ctx.plan, ctx.tag = plan, plan.tag
+        x = x.detach().contiguous()
+        send = plan.b.forward(x).contiguous()
+        req = plan.comm.ialltoallv(send, plan.send_counts, recvcounts=plan.recv_counts,
+                                   op_name=plan.tag)
+        out = plan.a.forward(x)
+        t0 = time.perf_counter()
+        recv = req.wait()
+        plan.wait[plan.tag] = plan.wait.get(plan.tag, 0.0) + time.perf_counter() - t0
+        return out.index_add_(0, plan.recv_rows, recv)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        plan, tag = ctx.plan, ctx.tag + "_grad"
+        grad = grad.contiguous()
+        g_recv = grad.index_select(0, plan.recv_rows).contiguous()
+        req = plan.comm.ialltoallv(g_recv, plan.recv_counts, recvcounts=plan.send_counts,
+                                   op_name=tag)
+        g = plan.a.backward(grad)
+        t0 = time.perf_counter()
+        back = req.wait()
+        plan.wait[tag] = plan.wait.get(tag, 0.0) + time.perf_counter() - t0
+        return g + plan.b.backward(back.contiguous()), None
+
+
+class _GlobalTypeMean(torch.autograd.Function):
+    """Mean over the roots of *all* ranks of each type's slot rows; the backward all-reduces
+    the gradient of the mean (every rank's loss depends on it)."""
+
+    @staticmethod
+    def forward(ctx: Any, v: torch.Tensor, t: int, comm: Communicator) -> torch.Tensor:  # type: ignore[override]
+        n = v.shape[0] // t
+        total = float(comm.allreduce_scalar(n, "sum"))
+        s = v.detach().reshape(n, t, *v.shape[1:]).sum(dim=0).contiguous()
+        comm.allreduce(s)
+        ctx.n, ctx.t, ctx.total, ctx.comm = n, t, max(total, 1.0), comm
+        return s / max(total, 1.0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        g = grad.contiguous().clone()
+        ctx.comm.allreduce(g)
+        g = (g / ctx.total).unsqueeze(0).expand(ctx.n, *g.shape)
+        return g.reshape(ctx.n * ctx.t, *g.shape[2:]), None, None
+
+
+class DistExecutor(Executor):
+    """An :class:`~shardgnn.nau.aggregation.Executor` for distributed runs: the bottom level
+    also runs a :class:`PartialPlan`, and the mean over roots of each type's slot rows
+    (MAGNN's metapath attention) is taken over the roots of every rank. Other levels are
+    unchanged. Collective over ``comm`` in those two operations."""
+
+    def __init__(self, mode: str, comm: Communicator) -> None:
+        super().__init__(mode)
+        self.comm = comm
+
+    def schema_type_mean(self, v: torch.Tensor, t: int) -> torch.Tensor:
+        out: torch.Tensor = _GlobalTypeMean.apply(v, t, self.comm)
+        return out
+
+    def leaf_reduce(self, x: torch.Tensor, plan: Any) -> torch.Tensor:
+        if isinstance(plan, PartialPlan):
+            out: torch.Tensor = _PartialReduce.apply(x, plan)
+            return out
+        return super().leaf_reduce(x, plan)
+
+
+class PartialHDGSet(HDGSet):
+    """An HDG set (roots in local positions) whose bottom level is a :class:`PartialPlan`;
+    its features are the rank's own vertices only."""
+
+    def __init__(self, hdg: HDG, n_own: int, exe: Executor, plan: PartialPlan) -> None:
+        super().__init__(hdg, n_own, exe)
+        self.partial = plan
+
+    @property
+    def leaf_plan(self) -> Any:
+        return self.partial
