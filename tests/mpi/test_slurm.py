@@ -63,6 +63,9 @@ def test_templates_run_through_srun_shim(slurm_env):
     assert (tmp / "rdm.h5").exists()
     _sbatch("train-averaging.sbatch", env, {"RESULT": str(tmp / "avg.h5")})
     assert (tmp / "avg.h5").exists()
+    _sbatch("train-nau.sbatch", env, {"RESULT": str(tmp / "nau.h5"), "PARTS_DIR":
+                                      str(tmp / "parts"), "TRAIN_ARGS": "--hidden 8"})
+    assert (tmp / "nau.h5").exists()
     _sbatch("perfmodel.sbatch", env, {"CALIBRATE_ARGS": "--quick"})
     assert (tmp / "profile.toml").exists()
     _sbatch("train-sampled.sbatch", env, {"PARTS_DIR": str(tmp / "vparts"), "RESULT":
