@@ -93,3 +93,21 @@ def test_rank_table_local_ids():
     assert store_csr._local(tab, 1) == -1 and store_csr._local(tab, 198) == -1
     assert store_csr.usable(False, 1, {}) and not store_csr.usable(True, 1, {})
     assert not store_csr.usable(False, 0, {}) and not store_csr.usable(False, 1, {"unsorted": True})
+
+
+def test_adjacency_rows_sorted_in_place(tmp_path):
+    # an edges.bin not sorted (no "unsorted" flag): the targets rows are sorted before the write
+    from shardgnn.partition.streaming.adjacency import AdjacencyShard
+
+    rng = np.random.default_rng(1)
+    deg = np.array([3, 0, 400, 2])
+    indptr = np.concatenate([[0], np.cumsum(deg)])
+    tgt = rng.integers(0, 1000, int(indptr[-1])).astype(np.int32)
+    f = tmp_path / "targets.bin"
+    tgt.tofile(f)
+    AdjacencyShard(lo=0, hi=4, indptr=indptr, path=f, dtype=np.dtype(np.int32),
+                   chunk=16).sort_rows()
+    got = np.fromfile(f, np.int32)
+    for r in range(4):
+        np.testing.assert_array_equal(got[indptr[r]:indptr[r + 1]],
+                                      np.sort(tgt[indptr[r]:indptr[r + 1]]))

@@ -102,6 +102,20 @@ class AdjacencyShard:
             s = end
         del tgt
 
+    def sort_rows(self) -> None:
+        """Sort every row of the targets file in place (rows already ascending, as from a
+        sorted ``edges.bin``, are only scanned). Done after the clustering has streamed the
+        file order, before the store write reads it as the graph's sorted CSR."""
+        from shardgnn.partition.store_write import _sort_rows
+
+        total = int(self.indptr[-1])
+        if total == 0:
+            return
+        tgt = np.memmap(self.path, dtype=self.dtype, mode="r+", shape=(total,))
+        _sort_rows(self.indptr, np.asarray(tgt))
+        tgt.flush()
+        del tgt
+
     def remove(self) -> None:
         shutil.rmtree(self.path.parent, ignore_errors=True)
         outputs.forget_temp(self.path.parent)
