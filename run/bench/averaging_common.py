@@ -11,6 +11,7 @@ baselines are 1-partition stores trained on a size-1 sub-communicator of rank 0.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -169,3 +170,16 @@ def _one(comm, job: dict, log_file: Path | None) -> dict:
 
 if __name__ == "__main__":
     _worker(Path(sys.argv[1]))
+
+
+def add_csbm_eval_options(ap: argparse.ArgumentParser) -> None:
+    """The options the evaluation-memory benchmarks share (results folder, CSBM size, layout,
+    model, time limit)."""
+    ap.add_argument("results", type=Path, help="results folder")
+    ap.add_argument("--work", type=Path, default=None, help="inputs and runs (default RESULTS/work)")
+    ap.add_argument("--nodes", type=int, default=1_000_000, help="CSBM vertices (default 1e6)")
+    ap.add_argument("--parts", type=int, default=4, help="partitions (default 4)")
+    ap.add_argument("--ranks", type=int, default=2, help="MPI ranks (default 2)")
+    ap.add_argument("--model", default="gcn", help="model (default gcn)")
+    ap.add_argument("--hidden", type=int, default=64, help="hidden width (default 64)")
+    ap.add_argument("--time-limit", type=float, default=540, help="seconds per launch")

@@ -62,16 +62,9 @@ def _run(store: Path, out: Path, mode: str, args: argparse.Namespace) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", type=Path, help="results folder")
-    ap.add_argument("--work", type=Path, default=None, help="inputs and runs (default RESULTS/work)")
-    ap.add_argument("--nodes", type=int, default=1_000_000, help="CSBM vertices (default 1e6)")
-    ap.add_argument("--parts", type=int, default=4, help="partitions (default 4)")
-    ap.add_argument("--ranks", type=int, default=2, help="MPI ranks (default 2)")
+    ac.add_csbm_eval_options(ap)
     ap.add_argument("--epochs", type=int, default=2, help="epochs, each evaluated (default 2)")
-    ap.add_argument("--model", default="gcn", help="model (default gcn)")
-    ap.add_argument("--hidden", type=int, default=64, help="hidden width (default 64)")
     ap.add_argument("--modes", default="none,dist,full", help="--eval modes to run")
-    ap.add_argument("--time-limit", type=float, default=540, help="seconds per launch")
     args = ap.parse_args()
     work = args.work or args.results / "work"
     name = f"csbm{args.nodes // 1000}k"

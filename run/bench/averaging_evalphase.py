@@ -109,16 +109,9 @@ def main() -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", type=Path, help="results folder")
-    ap.add_argument("--work", type=Path, default=None, help="inputs and runs (default RESULTS/work)")
-    ap.add_argument("--nodes", type=int, default=1_000_000, help="CSBM vertices (default 1e6)")
-    ap.add_argument("--parts", type=int, default=4, help="partitions (default 4)")
-    ap.add_argument("--ranks", type=int, default=2, help="MPI ranks (default 2)")
-    ap.add_argument("--model", default="gcn", help="model (default gcn)")
-    ap.add_argument("--hidden", type=int, default=64, help="hidden width (default 64)")
+    ac.add_csbm_eval_options(ap)
     ap.add_argument("--repeat", type=int, default=3, help="evaluations per mode (default 3)")
     ap.add_argument("--modes", default="dist,full", help="--eval modes to run (default dist,full)")
-    ap.add_argument("--time-limit", type=float, default=540, help="seconds per launch")
     ap.add_argument("--tag", default="", help="suffix of the result file name")
     args = ap.parse_args()
     work = args.work or args.results / "work"

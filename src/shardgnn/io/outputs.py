@@ -367,18 +367,8 @@ def atomic_file(target: str | os.PathLike, lock: bool = True,
     With ``lock`` the output name is locked for the block and stale temps of dead jobs are
     removed first. Rank-local.
     """
-    t = Path(target)
-    with _locked(t, lock):
-        tmp = temp_path(t, suffix)
-        register_temp(tmp, "tmp")
-        try:
-            yield tmp
-            commit_file(tmp, t)
-        except OSError as exc:
-            raise write_error(t, exc) from None
-        finally:
-            remove_path(tmp)
-            forget_temp(tmp)
+    with _atomic(Path(target), lock, suffix, False) as tmp:
+        yield tmp
 
 
 @contextmanager
@@ -388,15 +378,22 @@ def atomic_dir(target: str | os.PathLike, lock: bool = True) -> Iterator[Path]:
     An existing ``target`` is replaced (callers decide beforehand whether that is allowed).
     Rank-local.
     """
-    t = Path(target)
+    with _atomic(Path(target), lock, "", True) as tmp:
+        yield tmp
+
+
+@contextmanager
+def _atomic(t: Path, lock: bool, suffix: str, folder: bool) -> Iterator[Path]:
+    """The one temp-then-rename protocol of :func:`atomic_file` and :func:`atomic_dir`."""
     with _locked(t, lock):
-        tmp = temp_path(t)
+        tmp = temp_path(t, suffix)
         register_temp(tmp, "tmp")
         try:
-            remove_path(tmp)
-            tmp.mkdir()
+            if folder:
+                remove_path(tmp)
+                tmp.mkdir()
             yield tmp
-            commit_dir(tmp, t)
+            (commit_dir if folder else commit_file)(tmp, t)
         except OSError as exc:
             raise write_error(t, exc) from None
         finally:

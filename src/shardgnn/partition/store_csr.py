@@ -33,8 +33,8 @@ import numpy as np
 from numba import njit
 
 from shardgnn.io import outputs
-from shardgnn.partition.store_write import (ATTR_BYTES, CHUNK_ENTRIES, COMPRESSIONS, _write_rows,
-                                            buckets, index_dtype, write_edge_attrs)
+from shardgnn.partition.store_write import (begin_part, buckets, check_compression, end_part,
+                                            index_dtype)
 
 
 class GlobalCSR:
@@ -142,8 +142,7 @@ def write_partition_csr(path: str | os.PathLike, index: int, parts: int, owned: 
     """
     import h5py
 
-    if compression not in COMPRESSIONS:
-        raise ValueError(f"compression: expected one of {COMPRESSIONS}, got {compression!r}")
+    check_compression(compression)
     owned = np.asarray(owned, dtype=np.int64)
     n = csr.indptr.shape[0] - 1
     rows = np.flatnonzero(present)
@@ -169,18 +168,7 @@ def write_partition_csr(path: str | os.PathLike, index: int, parts: int, owned: 
     tab = rank_table(n, owned, halo)
     bounds = buckets(indptr, max(1, int(budget) // w.itemsize))
     with outputs.atomic_file(path, lock=False) as tmp, h5py.File(tmp, "w") as f:
-        f.attrs["num_owned"] = num_owned
-        f.attrs["partition"] = int(index)
-        f.attrs["parts"] = int(parts)
-        f.attrs["directed"] = False
-        f.create_dataset("gid", data=gid)
-        f.create_dataset("indptr", data=indptr)
-        total = int(indptr[-1])
-        opts: dict[str, Any] = {}
-        if compression != "none" and total:
-            opts = {"chunks": (min(total, CHUNK_ENTRIES),), "compression": compression,
-                    "shuffle": True}
-        ind = f.create_dataset("indices", shape=(total,), dtype=w, **opts)
+        ind = begin_part(f, index, parts, num_owned, False, gid, indptr, w, compression)
         for b in range(bounds.shape[0] - 1):
             lo, hi = int(bounds[b]), int(bounds[b + 1])
             out = np.empty(int(indptr[hi] - indptr[lo]), w)
@@ -194,10 +182,7 @@ def write_partition_csr(path: str | os.PathLike, index: int, parts: int, owned: 
                 ind[int(indptr[lo]):int(indptr[hi])] = out
             del out
         del tab, n_own, buf
-        if edge_attrs is not None and edge_attrs.any:
-            write_edge_attrs(f, edge_attrs, gid, indptr, max(1, int(budget) // ATTR_BYTES))
-        for name, arr in node_data.items():
-            _write_rows(f, name, arr, gid, num_owned, chunk)
+        end_part(f, edge_attrs, node_data, gid, indptr, num_owned, budget, chunk)
     return {"owned": num_owned, "vertices": n_loc, "edges": int(indptr[-1]) // 2,
             "entries": int(indptr[-1]), "buckets": int(bounds.shape[0] - 1),
             "index_dtype": w.name}

@@ -109,8 +109,7 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
     """
     import h5py
 
-    if compression not in COMPRESSIONS:
-        raise ValueError(f"compression: expected one of {COMPRESSIONS}, got {compression!r}")
+    check_compression(compression)
     owned = np.asarray(owned, dtype=np.int64)
     gid, indptr = _count(sink, index, chunk, owned, num_nodes, directed)
     n_loc = int(gid.shape[0])
@@ -119,31 +118,52 @@ def write_partition(path: str | os.PathLike, index: int, parts: int, owned: np.n
     lid[gid] = np.arange(n_loc, dtype=w)
     bounds = buckets(indptr, max(1, int(budget) // w.itemsize))
     with outputs.atomic_file(path, lock=False) as tmp, h5py.File(tmp, "w") as f:
-        f.attrs["num_owned"] = int(owned.shape[0])
-        f.attrs["partition"] = int(index)
-        f.attrs["parts"] = int(parts)
-        f.attrs["directed"] = bool(directed)
-        f.create_dataset("gid", data=gid)
-        f.create_dataset("indptr", data=indptr)
-        total = int(indptr[-1])
-        opts: dict[str, Any] = {}
-        if compression != "none" and total:
-            opts = {"chunks": (min(total, CHUNK_ENTRIES),), "compression": compression,
-                    "shuffle": True}
-        ind = f.create_dataset("indices", shape=(total,), dtype=w, **opts)
+        ind = begin_part(f, index, parts, int(owned.shape[0]), bool(directed), gid, indptr, w,
+                         compression)
         if bounds.shape[0] == 2:
             _fill_direct(ind, sink, index, chunk, lid, indptr, directed)
         else:
             _fill_runs(ind, sink, index, chunk, lid, indptr, bounds, directed, Path(path))
         del lid
-        if edge_attrs is not None and edge_attrs.any:
-            write_edge_attrs(f, edge_attrs, gid, indptr, max(1, int(budget) // ATTR_BYTES))
-        for name, arr in node_data.items():
-            _write_rows(f, name, arr, gid, owned.shape[0], chunk)
+        end_part(f, edge_attrs, node_data, gid, indptr, int(owned.shape[0]), budget, chunk)
     return {"owned": int(owned.shape[0]), "vertices": n_loc, "edges": int(sink.totals[index]),
             "entries": int(indptr[-1]), "buckets": int(bounds.shape[0] - 1),
             "index_dtype": w.name}
 
+
+
+def check_compression(compression: str) -> None:
+    """Raise ``ValueError`` unless ``compression`` is one of :data:`COMPRESSIONS`."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression: expected one of {COMPRESSIONS}, got {compression!r}")
+
+
+def begin_part(f: Any, index: int, parts: int, num_owned: int, directed: bool,
+               gid: np.ndarray, indptr: np.ndarray, width: np.dtype, compression: str) -> Any:
+    """Write a partition file's attributes, ``gid`` and ``indptr`` into the open HDF5 file
+    ``f`` and create its (unfilled) ``indices`` dataset, which is returned. Rank-local."""
+    f.attrs["num_owned"] = int(num_owned)
+    f.attrs["partition"] = int(index)
+    f.attrs["parts"] = int(parts)
+    f.attrs["directed"] = bool(directed)
+    f.create_dataset("gid", data=gid)
+    f.create_dataset("indptr", data=indptr)
+    total = int(indptr[-1])
+    opts: dict[str, Any] = {}
+    if compression != "none" and total:
+        opts = {"chunks": (min(total, CHUNK_ENTRIES),), "compression": compression,
+                "shuffle": True}
+    return f.create_dataset("indices", shape=(total,), dtype=width, **opts)
+
+
+def end_part(f: Any, edge_attrs: Any, node_data: dict[str, Any], gid: np.ndarray,
+             indptr: np.ndarray, num_owned: int, budget: int, chunk: int) -> None:
+    """Write the edge attributes and per-vertex rows (features, labels, masks) of a partition
+    whose CSR is in the open HDF5 file ``f``. Rank-local."""
+    if edge_attrs is not None and edge_attrs.any:
+        write_edge_attrs(f, edge_attrs, gid, indptr, max(1, int(budget) // ATTR_BYTES))
+    for name, arr in node_data.items():
+        _write_rows(f, name, arr, gid, num_owned, chunk)
 
 def write_edge_attrs(f: Any, attrs: Any, gid: np.ndarray, indptr: np.ndarray,
                      budget: int) -> None:
