@@ -1,12 +1,13 @@
 """Distributed NAU training (issue 18): P = 2 and P = 4 against the one-rank engine.
 
 Two launches of ``scripts/nau_dist_checks.py``: P = 2 runs every check (losses and gradients
-equal to the one-rank engine for GCN, PinSage, JK-Net, P-GNN and MAGNN, all instances and
-sampled, with partial aggregation at every layer, per layer by the byte model (GCN, JK-Net)
-and off; exchange bytes equal to the perfmodel prediction and to an independent count
+equal to the one-rank engine with the models' default dropout 0.5 for GCN, PinSage, JK-Net, P-GNN
+and MAGNN, all instances and sampled, with partial aggregation at every layer, per layer by the
+byte model (GCN, JK-Net) and off, and for GCN and PinSage with ADB balancing on a skewed
+ownership; exchange bytes equal to the perfmodel prediction and to an independent count
 from the HDGs; ADB migration keeps every root once, moves HDGs intact and keeps the losses; the
 command line with a SPRING-style store, its results file, and bad stores exiting 2 on every
-rank); P = 4 (oversubscribed) repeats the equality and byte checks.
+rank); P = 4 (oversubscribed) repeats the equality (balancing included) and byte checks.
 """
 import json
 
@@ -64,8 +65,14 @@ def p4(tmp_path_factory):
 def _equal(res):
     for key, v in res.items():
         if "/pipeline=" in key and not key.startswith("bytes"):
+            assert v["dropout"] > 0, (key, v)  # the models' default dropout, keyed masks
             assert v["loss_diff"] < TOL, (key, v)
             assert v["grad_diff"] < TOL * max(1.0, v["grad_scale"]), (key, v)
+            if key.endswith("/balance"):
+                assert v["moved"] > 0, (key, v)
+    for m in ("gcn", "pinsage"):
+        for pipe in (True, False):
+            assert f"{m}/pipeline={pipe}/balance" in res
     assert res["gcn/pipeline=True"]["pipelined"] and not res["gcn/pipeline=False"]["pipelined"]
 
 

@@ -254,6 +254,13 @@ def test_dense_ops_equal_torch() -> None:
     d1.backward(torch.full_like(d1, 2.0))
     torch.testing.assert_close(big.grad, torch.where(kept, 2 / 0.7, 0.0))
     assert dropout(big, 0.3, training=False) is big
+    # keyed: a row's mask depends on its vertex id, not its position or the other rows
+    perm = np.random.default_rng(1).permutation(200)
+    full = dropout(torch.ones(200, 500), 0.3, gids=np.arange(200), key=(7, 3, 1))
+    part = dropout(torch.ones(50, 500), 0.3, gids=perm[:50], key=(7, 3, 1))
+    assert torch.equal(part, full[torch.from_numpy(perm[:50])])
+    assert not torch.equal(full, dropout(torch.ones(200, 500), 0.3, gids=np.arange(200),
+                                         key=(7, 4, 1)))  # another step, another mask
     rng = np.random.default_rng(0)  # the fused backward's transposed CSC equals scipy's
     rows = np.sort(rng.integers(0, 40, 300))
     ptr = np.searchsorted(rows, np.arange(41))

@@ -1,11 +1,14 @@
 """Dense NN operations of the NAU models, compiled where torch's are slow. Rank-local.
 
 :func:`dropout` is inverted dropout (keep with probability ``1 - p``, scale by ``1 / (1 - p)``,
-as ``torch.nn.functional.dropout``) whose mask comes from a counter-based hash (splitmix64 of
-the element index and a seed drawn from torch's default generator, so ``torch.manual_seed``
-fixes it) computed in one compiled pass with the output. torch's CPU ``bernoulli_`` draws one
-mt19937 number per element and was the largest single cost of a PinSage training step (20% of
-it on CSBM 50k, ``docs/nau.md``); the distribution is the same, the masks differ from torch's.
+as ``torch.nn.functional.dropout``) whose mask is *keyed*: element ``c`` of a row is kept as a
+function of (seed, step, call site, the row's global vertex id, ``c``) alone
+(:func:`shardgnn.sampling.kernels.keyed_keep`, counter-based splitmix64), so a vertex gets the
+same mask whichever rank holds its row and the distributed engine matches the one-rank engine
+with dropout on. The mask and the scaled output are compiled passes; torch's CPU ``bernoulli_``
+draws one mt19937 number per element and was the largest single cost of a PinSage training step
+(20% of it on CSBM 50k, ``docs/nau.md``); the distribution is the same, the masks differ from
+torch's.
 :func:`cat_linear` is ``W · [x_1 ‖ … ‖ x_k] + b`` (an ``nn.Linear`` over concatenated
 inputs) as ``k`` products with the column blocks of ``W``, without the concatenated copy; its
 backward computes every weight gradient as ``gᵀ · x_i`` (torch's ``addmm`` backward can pick the
@@ -27,32 +30,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ShardError
-
-
-@numba.njit(inline="always")
-def _mix(z: np.uint64) -> np.uint64:  # pragma: no cover - compiled
-    """splitmix64's finaliser."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def _dropout(x: np.ndarray, thr: np.uint64, scale: np.float32, seed: np.uint64,
-             out: np.ndarray, keep: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``keep[i] = hash32(i) >= thr``; ``out[i] = keep[i] · scale · x[i]`` (flat arrays)."""
-    n = x.shape[0]
-    gold = np.uint64(0x9E3779B97F4A7C15)
-    for b in numba.prange((n + 1) // 2):
-        h = _mix(seed + np.uint64(b) * gold)
-        i = 2 * b
-        k0 = (h & np.uint64(0xFFFFFFFF)) >= thr
-        keep[i] = k0
-        out[i] = x[i] * scale if k0 else np.float32(0.0)
-        if i + 1 < n:
-            k1 = (h >> np.uint64(32)) >= thr
-            keep[i + 1] = k1
-            out[i + 1] = x[i + 1] * scale if k1 else np.float32(0.0)
+from shardgnn.sampling.kernels import keyed_keep
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
@@ -103,25 +81,25 @@ def _threads() -> None:
 
 class _Dropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, p: float, gids: np.ndarray,  # type: ignore[override]
+                key: tuple[int, int, int]) -> torch.Tensor:
         _threads()
-        seed = int(torch.randint(0, 2**62, (1,)).item())
-        xn = x.detach().contiguous().numpy().reshape(-1)
-        out = np.empty_like(xn)
-        keep = np.empty(xn.shape, dtype=np.bool_)
-        scale = 1.0 / (1.0 - p)
-        _dropout(xn, np.uint64(min(round(p * 2**32), 2**32 - 1)), np.float32(scale),
-                 np.uint64(seed), out, keep)
-        ctx.keep, ctx.scale = keep, np.float32(scale)
+        seed, step, site = key
+        xn = x.detach().contiguous().numpy()
+        keep = keyed_keep(gids, int(xn.size // max(xn.shape[0], 1)), seed, step, site, p)
+        out = np.empty(xn.size, dtype=xn.dtype)
+        scale = np.float32(1.0 / (1.0 - p))
+        _masked_scale(xn.reshape(-1), keep.reshape(-1), scale, out)
+        ctx.keep, ctx.scale = keep.reshape(-1), scale
         return torch.from_numpy(out).view(x.shape)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
         _threads()
         g = grad.contiguous().numpy().reshape(-1)
         out = np.empty_like(g)
         _masked_scale(g, ctx.keep, ctx.scale, out)
-        return torch.from_numpy(out).view(grad.shape), None
+        return torch.from_numpy(out).view(grad.shape), None, None, None
 
 
 class _CatLinear(torch.autograd.Function):
@@ -197,11 +175,22 @@ def relu_l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     return _ReluL2.apply(x, float(eps))
 
 
-def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
-    """Inverted dropout of float32 ``x`` (module docstring); identity when not training or
+def dropout(x: torch.Tensor, p: float, training: bool = True, gids: np.ndarray | None = None,
+            key: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """Keyed inverted dropout of float32 ``x`` (module docstring): row ``i`` is the vertex
+    ``gids[i]`` (default ``0 .. n-1``), ``key`` is (seed, step, call site) (default: a seed drawn
+    from torch's generator, so ``torch.manual_seed`` fixes it). Identity when not training or
     ``p == 0``; ``p == 1`` gives zeros."""
     if not training or p <= 0.0:
         return x
-    if p >= 1.0 or x.dtype != torch.float32:
-        return torch.nn.functional.dropout(x, p, training)
-    return _Dropout.apply(x, float(p))
+    if p >= 1.0:
+        return torch.zeros_like(x)
+    if x.dtype != torch.float32:
+        raise ShardError(f"dropout: expected float32 rows, got {x.dtype}")
+    n = int(x.shape[0])
+    ids = np.arange(n, dtype=np.int64) if gids is None else np.asarray(gids, np.int64)
+    if ids.shape != (n,):
+        raise ShardError(f"dropout: expected one vertex id per row ({n}), got {ids.shape}")
+    if key is None:
+        key = (int(torch.randint(0, 2**62, (1,)).item()), 0, 0)
+    return _Dropout.apply(x, float(p), ids, key)

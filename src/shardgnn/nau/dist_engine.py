@@ -29,7 +29,7 @@ from shardgnn.nau.dist import (Layout, build_layout, exchange, localize, set_ver
                                vertex_state)
 from shardgnn.nau.graph import TypedGraph, load_dataset
 from shardgnn.nau.hdg import HDG
-from shardgnn.nau.layer import HDGSet
+from shardgnn.nau.layer import DropKey, HDGSet
 from shardgnn.nau.pipeline import (DistExecutor, PartialHDGSet, build_partial, choose_layers,
                                    supports_partial)
 from shardgnn.nau.setup import build_model, check_inputs, split_masks
@@ -136,14 +136,19 @@ class DistTrainer:
                              lay.own if partial else lay.gids, self.my_roots)
 
     # ------------------------------------------------------------------ training
-    def forward(self, phase: str, stats: dict[str, float] | None = None) -> torch.Tensor:
+    def forward(self, phase: str, stats: dict[str, float] | None = None,
+                step: int = 0) -> torch.Tensor:
         """The model over this rank's roots; collectives named ``nau_{phase}_l{layer}``.
-        Collective over comm."""
+        Dropout is keyed by (seed, ``step``, layer, site, global row id), as in the one-rank
+        engine. Collective over comm."""
         h = self.x_own
+        lay = self.layout
         for li, layer in enumerate(self.layers):
             name = f"nau_{phase}_l{li}"
             t0 = time.perf_counter()
             hdgs: HDGSet
+            layer.drop_key = DropKey(self.cfg.seed, step, li,
+                                     lay.own if self.partial[li] else lay.gids, self.my_roots)
             if self.partial[li]:
                 assert self.hdgs_partial is not None
                 hdgs = self.hdgs_partial
@@ -169,7 +174,7 @@ class DistTrainer:
             self.set_owner(self.owner, epoch)
         self.model.train()
         self.opt.zero_grad()
-        out = self.forward("fwd", stats)
+        out = self.forward("fwd", stats, epoch)
         m = self.masks["train"]
         loss = F.cross_entropy(out[m], self.y[m], reduction="sum") / self.n_train
         t0 = time.perf_counter()

@@ -67,7 +67,7 @@ class Trainer:
             self.hdgs = self.select(epoch)
         self.model.train()
         self.opt.zero_grad()
-        out = self.model(self.x, self.hdgs, self.timer)
+        out = self.model(self.x, self.hdgs, self.timer, step=(self.cfg.seed, epoch))
         loss = F.cross_entropy(out.index_select(0, self.train_idx), self.train_y)
         with self.timer.stage("backward"):
             loss.backward()

@@ -236,8 +236,47 @@ class Timer:
         return out
 
 
+#: Dropout call sites per layer (a layer's sites are ``index * DROP_SITES + site``).
+DROP_SITES = 8
+
+
+@dataclass
+class DropKey:
+    """What keys one layer's dropout masks in a training step: the run's seed, the step, the
+    layer's index, and the global vertex ids of the layer's input rows (``rows``) and of its
+    roots (``roots``, the rows :meth:`HDGSet.root_feats` returns). Set by the engines."""
+
+    seed: int
+    step: int
+    layer: int
+    rows: np.ndarray
+    roots: np.ndarray
+
+
 class NAULayer(nn.Module):
-    """One GNN layer in NAU form. Subclasses implement :meth:`aggregation` and :meth:`update`."""
+    """One GNN layer in NAU form. Subclasses implement :meth:`aggregation` and :meth:`update`.
+
+    Dropout goes through :meth:`drop`: its mask of a row is a function of (seed, step, layer,
+    call site, global vertex id) alone, so every rank and every P draw the same masks.
+    """
+
+    drop_key: DropKey | None = None
+
+    def drop(self, x: torch.Tensor, p: float, site: int, roots: bool = False) -> torch.Tensor:
+        """Keyed inverted dropout (:func:`shardgnn.nau.dense.dropout`) of ``x``, whose rows are
+        the layer's input rows (``roots`` False) or its roots (True); ``site`` (0 ..
+        DROP_SITES-1) tells the call sites of one layer apart. Without a :class:`DropKey`
+        (a model used outside the engines) the rows are ``0 .. n-1`` and the seed comes from
+        torch's generator."""
+        from shardgnn.nau.dense import dropout
+
+        if not self.training or p <= 0.0:
+            return x
+        k = self.drop_key
+        if k is None:
+            return dropout(x, p, True)
+        return dropout(x, p, True, k.roots if roots else k.rows,
+                       (k.seed, k.step, k.layer * DROP_SITES + site))
 
     def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
         """Neighbourhood representation of every root (usually via :func:`aggregation`)."""
@@ -273,10 +312,15 @@ class NAUModel(nn.Module):
         hdg = neighbor_selection(graph, self.schema, self.nbr_udf, r, seed)
         return HDGSet(hdg, graph.num_nodes, exe).prepare()
 
-    def forward(self, x: torch.Tensor, hdgs: HDGSet, timer: Timer | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, hdgs: HDGSet, timer: Timer | None = None,
+                step: tuple[int, int] | None = None) -> torch.Tensor:
+        """The layers over all vertices (rows of ``x`` = vertex ids); ``step`` (seed, step)
+        keys the dropout masks (:class:`DropKey`), None: seeds from torch's generator."""
         timer = timer or Timer()
         h = x
-        for layer in self.layers:  # type: ignore[attr-defined,union-attr]
+        for i, layer in enumerate(self.layers):  # type: ignore[attr-defined,union-attr,arg-type]
+            layer.drop_key = None if step is None else DropKey(
+                step[0], step[1], i, np.arange(h.shape[0], dtype=np.int64), hdgs.hdg.roots)
             with timer.stage("aggregation"):
                 nbr = layer.aggregation(h, hdgs)
             with timer.stage("update"):

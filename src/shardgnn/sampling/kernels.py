@@ -655,15 +655,25 @@ def unpad_rows(rows: np.ndarray, ans: np.ndarray):
 _DROP_SALT = 0x5D0F
 
 
-@numba.njit(cache=True)
-def keyed_dropout_mask(gids: np.ndarray, cols: int, seed: int, step: int, layer: int,
-                       p: float) -> np.ndarray:
-    """(len(gids), cols) float32 dropout mask (``0`` or ``1 / (1 - p)``) whose row of vertex v is
-    a function of (seed, step, layer, v) alone: the same on every rank and at every P."""
-    out = np.empty((gids.shape[0], cols), np.float32)
-    scale = np.float32(1.0 / (1.0 - p))
-    for i in range(gids.shape[0]):
+@numba.njit(parallel=True, cache=True)
+def keyed_keep(gids: np.ndarray, cols: int, seed: int, step: int, layer: int,
+               p: float) -> np.ndarray:
+    """(len(gids), cols) bool dropout keep mask whose row of vertex v is a function of
+    (seed, step, layer, v) alone: the same on every rank, at every P and in every batch position.
+    Element c of row v is kept iff draw ``c`` of the stream ``vertex_key(seed, step, layer, v,
+    salt)`` is ``>= p``. The one definition of keyed dropout (the sampled trainer's
+    :func:`keyed_dropout_mask`, the NAU models' ``shardgnn.nau.dense.dropout``)."""
+    out = np.empty((gids.shape[0], cols), np.bool_)
+    for i in numba.prange(gids.shape[0]):
         key = vertex_key(seed, step, layer, gids[i], _DROP_SALT)
         for c in range(cols):
-            out[i, c] = scale if draw01(key, c) >= p else np.float32(0.0)
+            out[i, c] = draw01(key, c) >= p
     return out
+
+
+def keyed_dropout_mask(gids: np.ndarray, cols: int, seed: int, step: int, layer: int,
+                       p: float) -> np.ndarray:
+    """(len(gids), cols) float32 dropout mask (``0`` or ``1 / (1 - p)``) of :func:`keyed_keep`."""
+    keep = keyed_keep(np.asarray(gids, np.int64), int(cols), int(seed), int(step), int(layer),
+                      float(p))
+    return np.where(keep, np.float32(1.0 / (1.0 - p)), np.float32(0.0))

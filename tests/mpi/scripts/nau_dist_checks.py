@@ -45,21 +45,37 @@ def typed(seed: int = 0, n_movie: int = 50, n_user: int = 30, n_actor: int = 12)
 
 
 def cfg(model: str, **kw) -> NAUConfig:
-    base = dict(data="mem", out="x", model=model, dropout=0.0, epochs=EPOCHS, hidden=8)
+    base = dict(data="mem", out="x", model=model, epochs=EPOCHS, hidden=8)  # default dropout
     base.update(kw)
     return NAUConfig(**base)
 
 
-def dist_run(c: NAUConfig, g: TypedGraph, owner: np.ndarray) -> tuple[list, list, DistTrainer]:
+def skewed(n: int) -> np.ndarray:
+    """60% of the vertices on rank 0, the rest spread over the others (ADB has work to move)."""
+    v = np.arange(n)
+    return np.where(v < 0.6 * n, 0, 1 + v % max(comm.size - 1, 1)).astype(np.int32)
+
+
+def dist_run(c: NAUConfig, g: TypedGraph, owner: np.ndarray
+             ) -> tuple[list, list, DistTrainer, int]:
+    """``c.epochs`` steps; with ``c.balance`` ADB runs before epoch ``c.balance_after``."""
+    from shardgnn.nau import balance
+
     tr = DistTrainer(comm, c, g, owner)
     stats: dict = {}
-    losses = [tr.step(e, stats) for e in range(c.epochs)]
-    return losses, [p.grad.clone() for p in tr.model.parameters()], tr
+    losses, moved = [], 0
+    for e in range(c.epochs):
+        if c.balance and e == c.balance_after and comm.size > 1:
+            moved = balance.run(tr, [])["moved_roots"]
+        losses.append(tr.step(e, stats))
+    return losses, [p.grad.clone() for p in tr.model.parameters()], tr, moved
 
 
 def equality(res: dict, full: bool) -> None:
-    """Same losses and gradients as the one-rank engine, pipelining on and off (PinSage's walks
-    and MAGNN's sampled instances are keyed by root, so they match too)."""
+    """Same losses and gradients as the one-rank engine with the models' default dropout (masks
+    keyed by global vertex id), pipelining on and off, and balancing on and off for GCN and
+    PinSage (PinSage's walks and MAGNN's sampled instances are keyed by root, so they match
+    too)."""
     cases = [("gcn", homo(), {}), ("magnn", typed(), {"layers": 1, "max_instances": 0}),
              ("pinsage", homo(), {"walks": 4, "topk": 4})]
     if full:
@@ -73,12 +89,18 @@ def equality(res: dict, full: bool) -> None:
         if model in ("gcn", "jknet"):
             modes["auto"] = {"partial_layers": "auto"}
         for label, mode in modes.items():
-            dl, dg, tr = dist_run(cfg(model, **mode, **kw), g, hash_owner(g.num_nodes, comm.size))
-            res[f"{model}{'/sampled' if kw.get('max_instances') else ''}/pipeline={label}"] = {
-                "loss_diff": float(np.max(np.abs(np.subtract(rl, dl)))),
-                "grad_diff": max(float((a - b).abs().max()) for a, b in zip(rg, dg)),
-                "grad_scale": max(float(a.abs().max()) for a in rg),
-                "pipelined": tr.pipeline, "partial": tr.partial}
+            bal = (False, True) if model in ("gcn", "pinsage") and label != "auto" else (False,)
+            for on in bal:
+                owner = skewed(g.num_nodes) if on else hash_owner(g.num_nodes, comm.size)
+                dl, dg, tr, moved = dist_run(cfg(model, **mode, **kw, balance=on, balance_after=1,
+                                                 balance_chunks=2), g, owner)
+                tag = f"{model}{'/sampled' if kw.get('max_instances') else ''}/pipeline={label}"
+                res[tag + ("/balance" if on else "")] = {
+                    "loss_diff": float(np.max(np.abs(np.subtract(rl, dl)))),
+                    "grad_diff": max(float((a - b).abs().max()) for a, b in zip(rg, dg)),
+                    "grad_scale": max(float(a.abs().max()) for a in rg),
+                    "pipelined": tr.pipeline, "partial": tr.partial, "moved": moved,
+                    "dropout": tr.cfg.dropout}
 
 
 def exchange_bytes(res: dict) -> None:

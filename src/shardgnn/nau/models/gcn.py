@@ -39,7 +39,7 @@ class GCNLayer(NAULayer):
         self.norm: tuple[torch.Tensor, torch.Tensor] | None = None  # (d of all, d of roots)
 
     def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
-        h = F.dropout(feats, self.dropout, self.training)
+        h = self.drop(feats, self.dropout, 0)
         if self.project_first:
             h = self.lin(h)
         d_all, d_root = self.norm  # type: ignore[misc]

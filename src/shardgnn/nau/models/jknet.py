@@ -48,11 +48,11 @@ class JKLayer(NAULayer):
         return level.schema_cat(feats) if self.mode == "cat" else level.schema_max(feats)
 
     def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
-        h = self.ring(F.dropout(feats, self.dropout, self.training))
+        h = self.ring(self.drop(feats, self.dropout, 0))
         return aggregation(h, hdgs, [self.ring_udf, self.jk_udf])
 
     def update(self, feats: torch.Tensor, nbr_feats: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.cat([F.dropout(feats, self.dropout, self.training), nbr_feats], 1))
+        return self.out(torch.cat([self.drop(feats, self.dropout, 1, roots=True), nbr_feats], 1))
 
 
 class JKNet(NAUModel):

@@ -79,7 +79,7 @@ class MAGNNLayer(NAULayer):
         return h
 
     def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
-        h = self.project(F.dropout(feats, self.dropout, self.training))
+        h = self.project(self.drop(feats, self.dropout, 0))
         root_h = hdgs.root_feats(h)
         return aggregation(h, hdgs, [self.encode_udf,
                                      lambda lv, inst: self.intra_udf(lv, inst, root_h),
@@ -107,7 +107,7 @@ class MAGNNLayer(NAULayer):
         return level.schema_sum(slots, beta)
 
     def update(self, feats: torch.Tensor, nbr_feats: torch.Tensor) -> torch.Tensor:
-        return self.out(F.dropout(nbr_feats, self.dropout, self.training))
+        return self.out(self.drop(nbr_feats, self.dropout, 1, roots=True))
 
 
 class MAGNN(NAUModel):

@@ -33,7 +33,7 @@ class PGNNLayer(NAULayer):
         self.last, self.dropout = last, dropout
 
     def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
-        h = F.dropout(feats, self.dropout, self.training)
+        h = self.drop(feats, self.dropout, 0)
         ones = h.new_ones((h.shape[0], 1))
         root_h = hdgs.root_feats(h) @ self.w_root.weight.T
         # W is linear: project the leaves first, then the fused reduction runs on out_dim + 1

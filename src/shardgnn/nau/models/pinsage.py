@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shardgnn.nau.dense import cat_linear, dropout, relu_l2_normalize
+from shardgnn.nau.dense import cat_linear, relu_l2_normalize
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.hdg import SchemaTree
 from shardgnn.nau.layer import HDGSet, NAULayer, NAUModel, Records, aggregation
@@ -32,7 +32,7 @@ class PinSageLayer(NAULayer):
         self._root = torch.empty(0)
 
     def aggregation(self, feats: torch.Tensor, hdgs: HDGSet) -> torch.Tensor:
-        hd = dropout(feats, self.dropout, self.training)
+        hd = self.drop(feats, self.dropout, 0)
         self._root = hdgs.root_feats(hd)  # the roots' dropped-out features, for update
         h = F.relu(cat_linear([hd], self.q.weight, self.q.bias))  # = self.q(hd)
         return aggregation(h, hdgs, [lambda lv, x: lv.reduce(x), None])
