@@ -17,7 +17,9 @@ left out, at most ``--max-instances`` instances per root and metapath).
 * ``time`` (timed: take the heavy lock): per model at P = 2, the three modes alternating
   ``--repeats`` times; the median over runs of each run's median epoch time, with the load
   average of every run.
-* ``memory`` (no lock): peak RSS of the largest rank at P = 1 and each of ``--ranks``.
+* ``memory`` (no lock): peak RSS of the largest rank at P = 1 and each of ``--ranks``
+  (``--memory-data DIR``: another dataset for GCN / PinSage, e.g. ``shardgnn generate csbm
+  --nodes 200000 --features 256``; ``--memory-modes``).
 * ``adb`` (timed): per model at P = 2, ownership hash, hash + ADB, SPRING, SPRING + ADB
   alternating ``--repeats`` times; epoch time (median over the epochs from ``--balance-after``
   on), the fitted coefficients, predicted and measured partition costs before and after, the
@@ -195,17 +197,27 @@ def section_adb(a: argparse.Namespace, res: dict[str, Any]) -> None:
 
 def section_memory(a: argparse.Namespace, res: dict[str, Any]) -> None:
     """Peak RSS of the largest rank at P = 1 and each of ``--ranks`` (every rank holds the whole
-    graph structure and feature matrix), with the graph's and all ranks' HDG bytes."""
+    graph structure and the feature rows of its own vertices, plus the halo rows it receives),
+    with the graph's and all ranks' HDG bytes; on ``--memory-data DIR`` when given (GCN,
+    PinSage), per mode of ``--memory-modes``."""
     for model in a.models.split(","):
         data, opts = model_data(model, a)
-        for p in [1, *map(int, a.ranks.split(","))]:
-            r = run(data, p, model, "auto", a.epochs, opts)
-            x = np.load(data / "x.npy", mmap_mode="r")
-            res[f"memory/{model}/P{p}"] = {
-                "peak_rss_bytes_max_rank": r["peak_rss_bytes"], "graph_bytes": r["graph_bytes"],
-                "features_bytes": int(x.shape[0] * x.shape[1] * 4), "hdg_bytes": r["hdg_bytes"]}
-            print(f"memory/{model}/P{p}", res[f"memory/{model}/P{p}"], file=sys.stderr,
-                  flush=True)
+        if a.memory_data and model != "magnn":
+            data = Path(a.memory_data)
+        x = np.load(data / "x.npy", mmap_mode="r")
+        res["memory_graph"] = {"data": data.name, "num_nodes": int(x.shape[0]),
+                               "features": int(x.shape[1])}
+        for mode in a.memory_modes.split(","):
+            for p in [1, *map(int, a.ranks.split(","))]:
+                r = run(data, p, model, mode, a.epochs, opts)
+                key = f"memory/{model}/{mode}/P{p}"
+                res[key] = {
+                    "peak_rss_bytes_max_rank": r["peak_rss_bytes"],
+                    "graph_bytes": r["graph_bytes"],
+                    "features_bytes": int(x.shape[0] * x.shape[1] * 4),
+                    "hdg_bytes": r["hdg_bytes"], "partial_layers": r["partial_layers"],
+                    "wall_s": r["wall_s"]}
+                print(key, res[key], file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -221,6 +233,9 @@ def main() -> None:
     ap.add_argument("--balance-after", type=int, default=1)
     ap.add_argument("--ml100k", default=str(harness.ROOT / "work" / "ml-100k"))
     ap.add_argument("--max-instances", type=int, default=32)
+    ap.add_argument("--memory-data", default=None,
+                    help="memory: dataset of GCN / PinSage (default Cora)")
+    ap.add_argument("--memory-modes", default="auto", help="memory: off,all,auto")
     a = ap.parse_args()
     before = harness.loadavg()
     res: dict[str, Any] = {"epochs": a.epochs, "models": a.models}

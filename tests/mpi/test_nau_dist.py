@@ -30,7 +30,7 @@ def _launch(tmp, n, extra=()):
     return json.loads((out / "checks.json").read_text())
 
 
-def _write_homo(d, n, seed):
+def _write_homo(d, n, seed, nan_row=None):
     from shardgnn.io.canonical import write_dataset
 
     rng = np.random.default_rng(seed)
@@ -38,8 +38,10 @@ def _write_homo(d, n, seed):
     e = e[e[:, 0] != e[:, 1]]
     split = rng.integers(0, 3, n)
     masks = {f"{k}_mask": split == i for i, k in enumerate(("train", "val", "test"))}
-    write_dataset(d, e, n, x=rng.standard_normal((n, 12)).astype(np.float32),
-                  y=rng.integers(0, 3, n), masks=masks)
+    x = rng.standard_normal((n, 12)).astype(np.float32)
+    if nan_row is not None:
+        x[nan_row, 5] = np.nan
+    write_dataset(d, e, n, x=x, y=rng.integers(0, 3, n), masks=masks)
     return d
 
 
@@ -54,7 +56,8 @@ def p2(tmp_path_factory):
     write_store(root / "s2", data, owner, 2, "spring")
     write_store(root / "s4", data, np.arange(80) % 4, 4, "spring")
     write_store(root / "so", other, np.arange(50) % 2, 2, "spring")
-    return _launch(root, 2, ["--cli", data, root / "s2", root / "s4", root / "so"])
+    nanx = _write_homo(root / "nanx", 80, 1, nan_row=9)  # vertex 9: rank 1 reads it (s2)
+    return _launch(root, 2, ["--cli", data, root / "s2", root / "s4", root / "so", nanx])
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +122,17 @@ def test_cli_results_and_bad_inputs(p2):
     assert "nau_fwd_l1" in good["bytes"] and "nau_plan" in good["bytes"]
     assert "coefficients" in good["adb"]
     want = {"nosuch": "nosuch", "parts": "expected one partition per rank (2), got 4",
-            "graph": "partition store of another graph"}
+            "graph": "partition store of another graph",
+            "nan": "x.npy:row 9: non-finite feature value nan in column 5"}
     for name, text in want.items():
         for r in range(2):
             v = p2[f"cli/{name}/rank{r}"]
             assert v["rc"] == 2 and not v["written"], v
             assert len(v["lines"]) == 1 and text in v["lines"][0], v
+
+
+def test_rank_reads_only_its_feature_rows(p2):
+    for r in range(2):
+        v = p2[f"own_rows/rank{r}"]
+        assert not v["x_held"] and v["rows"] == v["owned"] < 80, v
+        assert v["loss_diff"] < TOL and v["grad_diff"] < TOL, v

@@ -1,8 +1,10 @@
 """The distributed NAU training engine (FlexGraph §5): disjoint roots per rank, per-layer
 feature exchange or pipelined partial aggregation, gradient all-reduce, ADB balancing.
 
-Every rank reads the graph structure (NeighborSelection walks the whole graph) and uses the
-features of the vertices it owns. The owner map comes from a SPRING edge-cut store
+Every rank reads the graph structure (NeighborSelection walks the whole graph) and only the
+feature rows of the vertices it owns (read from the dataset's ``x.npy``,
+:func:`shardgnn.nau.setup.input_rows`; again after ADB moves vertices); the rows of remote
+leaves come from their owners through the exchange below, layer 0 included. The owner map comes from a SPRING edge-cut store
 (``--partition``) or a hash of the vertex id. Per layer, a rank either receives the rows of the
 remote leaves its HDGs need (:func:`shardgnn.nau.dist.exchange`, one ``Alltoallv``; the layer-0
 rows, the input features, once per HDG set) or, with ``--pipeline`` and a model whose bottom
@@ -32,7 +34,7 @@ from shardgnn.nau.hdg import HDG
 from shardgnn.nau.layer import DropKey, HDGSet
 from shardgnn.nau.pipeline import (DistExecutor, PartialHDGSet, build_partial, choose_layers,
                                    supports_partial)
-from shardgnn.nau.setup import build_model, check_inputs, split_masks
+from shardgnn.nau.setup import build_model, check_inputs, input_rows, split_masks
 
 
 class DistTrainer:
@@ -62,10 +64,8 @@ class DistTrainer:
         if self.n_train == 0:
             raise ShardError(f"{cfg.data}: expected labelled training vertices among the "
                              f"{self.all_roots.size} roots, got none")
-        x = np.ascontiguousarray(graph.x, dtype=np.float32)
-        if cfg.normalize_features:
-            x = x / np.maximum(np.abs(x).sum(axis=1, keepdims=True), 1e-12)
-        self.x = torch.from_numpy(x)
+        self.x_ids: np.ndarray | None = None  # the vertices whose input rows x_own holds
+        self.x_own = torch.zeros(0)
         self.layers: list[Any] = list(self.model.layers)  # type: ignore[arg-type]
         self.state: dict[tuple[int, str], Any] = {}
         self.opt = torch.optim.Adam(self.model.param_groups(cfg.weight_decay), lr=cfg.lr)
@@ -104,9 +104,17 @@ class DistTrainer:
             return [self.pipeline] * n
         builds = 1.0 if self.model.hdg_reuse == "epoch" else 1.0 / max(self.cfg.epochs, 1)
         modes, self.partial_bytes = choose_layers(
-            self.comm, self.layers, self.hdg, self.owner, self.state, int(self.x.shape[1]),
+            self.comm, self.layers, self.hdg, self.owner, self.state, self.graph.num_features,
             self.cfg.aggregation, builds, 1.0 / max(self.cfg.eval_every, 1))
         return modes
+
+    def own_rows(self, own: np.ndarray) -> torch.Tensor:
+        """The input rows of the vertices ``own``: read (:func:`input_rows`) when they differ
+        from the rows held (the first build, after ADB moved vertices), else those. Rank-local."""
+        if self.x_ids is None or not np.array_equal(self.x_ids, own):
+            self.x_own = torch.from_numpy(input_rows(self.cfg, self.graph, own))
+            self.x_ids = own
+        return self.x_own
 
     def rebuild(self) -> None:
         """Layer modes, layout, local HDG sets and exchange plans of the current HDGs.
@@ -129,7 +137,7 @@ class DistTrainer:
             table[lay.gids] = np.arange(lay.n_local, dtype=np.int64)
             self.hdgs_rows = HDGSet(localize(self.hdg, table, root_pos), lay.n_local,
                                     self.exe).prepare()
-        self.x_own = self.x.index_select(0, torch.from_numpy(lay.own))
+        self.x_own = comm.run_agreed(self.own_rows, lay.own)
         self.x_halo = None if modes[0] else exchange(self.x_own, lay, comm, "nau_x")
         for i, partial in enumerate(modes):
             set_vertex_state(self.layers, {k: v for k, v in self.state.items() if k[0] == i},
@@ -346,7 +354,8 @@ def main_dist(comm: Communicator, cfg: Any, command: str = "") -> dict[str, Any]
     from shardgnn.nau.dist import ownership
     from shardgnn.train import guards
 
-    graph = comm.run_agreed(load_dataset, cfg.data, tuple(cfg.exclude_edge_types))
+    graph = comm.run_agreed(load_dataset, cfg.data, tuple(cfg.exclude_edge_types),
+                            features=False)  # each rank reads its own rows (input_rows)
     num_edges = int(read_meta(cfg.data).num_edges)
     owner = ownership(comm, graph.num_nodes, num_edges, cfg.partition)
     hist, summary, per = train_dist(comm, cfg, graph, owner)

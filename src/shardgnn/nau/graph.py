@@ -3,7 +3,10 @@
 :class:`TypedGraph` is built in memory (tests, generators) or read from a canonical dataset
 directory (:func:`load_dataset`). Undirected datasets are symmetrised; node types come from
 ``node_type.npy`` (int) with names from the sidecar's ``node_type_names`` when present, else
-every node has type 0. Edge types come from ``edge_type.bin`` when present.
+every node has type 0. Edge types come from ``edge_type.bin`` when present. The feature matrix
+is either held (``x``) or left in the dataset's ``x.npy`` (``x_path``, ``load_dataset(...,
+features=False)``), whose rows :func:`read_rows` reads on demand: a distributed rank reads only
+the rows of the vertices it owns.
 """
 from __future__ import annotations
 
@@ -37,6 +40,28 @@ class TypedGraph:
     y: np.ndarray | None = None
     masks: dict[str, np.ndarray] = field(default_factory=dict)
     name: str = ""
+    x_path: Path | None = None
+
+    @property
+    def has_features(self) -> bool:
+        return self.x is not None or self.x_path is not None
+
+    @property
+    def num_features(self) -> int:
+        """Columns of the feature matrix (held or on disk; 0 without features)."""
+        if self.x is not None:
+            return int(self.x.shape[1])
+        return int(npy_header(self.x_path)[0][1]) if self.x_path is not None else 0
+
+    def feature_rows(self, ids: np.ndarray) -> np.ndarray:
+        """float32 feature rows of the vertices ``ids`` (sorted unique), from ``x`` or read
+        from ``x_path`` (:func:`read_rows`)."""
+        ids = np.asarray(ids, np.int64)
+        if self.x is not None:
+            return np.ascontiguousarray(self.x[ids], dtype=np.float32)
+        if self.x_path is None:
+            raise ShardError(f"{self.name or 'graph'}: expected node features, got none")
+        return read_rows(self.x_path, ids)
 
     @property
     def num_edges(self) -> int:
@@ -87,11 +112,59 @@ class TypedGraph:
         return src, self.indices.astype(np.int64)
 
 
+def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran order, dtype, data offset) of a ``.npy`` file. Rank-local."""
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read(f)
+        except ValueError as exc:
+            raise input_error(path, f"not a readable .npy file ({exc})") from None
+        return tuple(shape), bool(fortran), np.dtype(dtype), f.tell()
+
+
+#: Bytes of ``x.npy`` :func:`read_rows` reads at a time.
+READ_CHUNK_BYTES = 1 << 24
+
+
+def read_rows(path: str | os.PathLike, ids: np.ndarray,
+              chunk_bytes: int = READ_CHUNK_BYTES) -> np.ndarray:
+    """Rows ``ids`` (sorted unique) of the 2-D ``.npy`` matrix at ``path`` as float32, read with
+    plain file reads of at most ``chunk_bytes`` (only the chunks holding a wanted row), so the
+    memory used is the rows plus one chunk, not the matrix (a memory map would count every page
+    touched in the resident set). Rank-local."""
+    shape, fortran, dtype, offset = npy_header(path)
+    ids = np.asarray(ids, np.int64)
+    if len(shape) != 2 or fortran or dtype.hasobject:
+        arr = np.load(path, mmap_mode="r")
+        return np.ascontiguousarray(np.asarray(arr[ids]).reshape(ids.size, -1), np.float32)
+    n, d = shape
+    out = np.empty((ids.size, d), np.float32)
+    if ids.size and (ids[0] < 0 or ids[-1] >= n):
+        raise input_error(path, f"expected rows in [0, {n}), got [{ids[0]}, {ids[-1]}]")
+    step = max(1, chunk_bytes // max(1, d * dtype.itemsize))
+    with open(path, "rb") as f:
+        k = 0
+        while k < ids.size:
+            lo = int(ids[k])
+            hi = min(n, lo + step)
+            m = int(np.searchsorted(ids, hi, side="left"))
+            top = int(ids[m - 1]) + 1
+            f.seek(offset + lo * d * dtype.itemsize)
+            buf = np.fromfile(f, dtype=dtype, count=(top - lo) * d).reshape(top - lo, d)
+            out[k:m] = buf[ids[k:m] - lo]
+            k = m
+    return out
+
+
 def from_edges(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, undirected: bool = True,
                node_type: np.ndarray | None = None, node_type_names: tuple[str, ...] | None = None,
                edge_type: np.ndarray | None = None, edge_type_names: tuple[str, ...] = (),
                x: np.ndarray | None = None, y: np.ndarray | None = None,
-               masks: dict[str, np.ndarray] | None = None, name: str = "") -> TypedGraph:
+               masks: dict[str, np.ndarray] | None = None, name: str = "",
+               x_path: Path | None = None) -> TypedGraph:
     """Build a :class:`TypedGraph` from edge arrays (self-loops dropped, duplicates merged)."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
@@ -116,15 +189,17 @@ def from_edges(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, undirected: 
         names = ("node",)
     return TypedGraph(num_nodes, indptr, dst, nt, tuple(names), et, tuple(edge_type_names),
                       None if x is None else np.ascontiguousarray(x, dtype=np.float32),
-                      None if y is None else np.asarray(y, dtype=np.int64), dict(masks or {}), name)
+                      None if y is None else np.asarray(y, dtype=np.int64), dict(masks or {}), name,
+                      x_path)
 
 
-def load_dataset(directory: str | os.PathLike, exclude_edge_types: tuple[str, ...] = ()
-                 ) -> TypedGraph:
+def load_dataset(directory: str | os.PathLike, exclude_edge_types: tuple[str, ...] = (),
+                 features: bool = True) -> TypedGraph:
     """Read a canonical dataset directory into a :class:`TypedGraph`. Rank-local.
 
     ``exclude_edge_types`` names edge types (or their numbers) whose edges are left out, e.g.
-    relations that reveal the labels.
+    relations that reveal the labels. ``features=False`` leaves the feature matrix in ``x.npy``
+    (``x_path``, its header checked) for :meth:`TypedGraph.feature_rows`.
     """
     from shardgnn.io import canonical
 
@@ -165,11 +240,19 @@ def load_dataset(directory: str | os.PathLike, exclude_edge_types: tuple[str, ..
                                   f"{', '.join(rel_names)}")
         keep = ~np.isin(np.asarray(et), drop)
         edges, et = edges[keep], np.asarray(et)[keep]
-    arrays = {n: canonical.load_node_array(d, n, meta, mmap=False)
-              for n in ("x", "y", "train_mask", "val_mask", "test_mask")}
+    names = ("x", "y", "train_mask", "val_mask", "test_mask") if features else (
+        "y", "train_mask", "val_mask", "test_mask")
+    arrays = {n: canonical.load_node_array(d, n, meta, mmap=False) for n in names}
+    x_path = None
+    if not features and (d / "x.npy").exists():
+        x_path = d / "x.npy"
+        shape = npy_header(x_path)[0]
+        if len(shape) != 2 or shape[0] != meta.num_nodes:
+            raise input_error(x_path, f"expected a ({meta.num_nodes}, F) feature matrix, got "
+                              f"shape {shape}")
     masks = {k[:-5]: v.astype(bool) for k, v in arrays.items() if k.endswith("_mask") and v is not None}
     return from_edges(meta.num_nodes, edges[:, 0], edges[:, 1], undirected=not meta.directed,
                       node_type=node_type, node_type_names=names,
                       edge_type=None if et is None else np.asarray(et),
-                      edge_type_names=rel_names, x=arrays["x"], y=arrays["y"],
-                      masks=masks, name=meta.name or d.name)
+                      edge_type_names=rel_names, x=arrays.get("x"), y=arrays["y"],
+                      masks=masks, name=meta.name or d.name, x_path=x_path)

@@ -83,9 +83,9 @@ def build_model(cfg: NAUConfig, graph: TypedGraph) -> NAUModel:
     """The model named by ``cfg.model`` sized for ``graph``."""
     from shardgnn.nau.models.magnn import parse_metapaths
 
-    if graph.x is None or graph.y is None:
+    if not graph.has_features or graph.y is None:
         raise ShardError(f"{cfg.data}: expected node features x.npy and labels y.npy for "
-                         f"--engine nau, got {'no x.npy' if graph.x is None else 'no y.npy'}")
+                         f"--engine nau, got {'no y.npy' if graph.has_features else 'no x.npy'}")
     classes = int(graph.y.max()) + 1
     kw: dict[str, Any] = dict(layers=cfg.layers, dropout=cfg.dropout, walks=cfg.walks,
                               walk_length=cfg.walk_length, topk=cfg.topk, rings=cfg.rings,
@@ -95,7 +95,7 @@ def build_model(cfg: NAUConfig, graph: TypedGraph) -> NAUModel:
     if cfg.model == "magnn":
         t = target_type(graph, cfg.target_type)
         kw.update(graph=graph, target=t, metapaths=parse_metapaths(graph, cfg.metapaths, t))
-    return resolve(cfg.model)(graph.x.shape[1], cfg.hidden, classes, **kw)
+    return resolve(cfg.model)(graph.num_features, cfg.hidden, classes, **kw)
 
 
 def split_masks(graph: TypedGraph, roots: np.ndarray, seed: int) -> dict[str, np.ndarray]:
@@ -116,8 +116,8 @@ def split_masks(graph: TypedGraph, roots: np.ndarray, seed: int) -> dict[str, np
 
 def check_inputs(cfg: NAUConfig, graph: TypedGraph) -> None:
     """NaN/inf features and labels outside [0, C) (or -1 inside a mask) stop the run with the
-    file and first bad row (the shared checks of every engine; rank-local: NAU runs on one
-    rank)."""
+    file and first bad row (the shared checks of every engine; rank-local). Features left on
+    disk (``graph.x_path``) are checked by the rank reading them (:func:`input_rows`)."""
     from pathlib import Path
 
     d = Path(cfg.data)
@@ -128,3 +128,29 @@ def check_inputs(cfg: NAUConfig, graph: TypedGraph) -> None:
         if graph.y is not None else None])
     if bad is not None:
         raise ShardError(bad.message)
+
+
+class _OwnRows:
+    """``x[ids]`` of global row ids over the rows of some vertices only (for the guards)."""
+
+    def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        self.ids, self.rows, self.shape = ids, rows, rows.shape
+
+    def __getitem__(self, blk: np.ndarray) -> np.ndarray:
+        return self.rows[np.searchsorted(self.ids, blk)]
+
+
+def input_rows(cfg: NAUConfig, graph: TypedGraph, ids: np.ndarray) -> np.ndarray:
+    """The float32 input features of the vertices ``ids`` (sorted unique; rows normalised with
+    ``--normalize-features``), read from ``x.npy`` when the graph leaves it on disk and then
+    checked for NaN/inf (the first bad row among ``ids`` is reported). Rank-local."""
+    from pathlib import Path
+
+    x = graph.feature_rows(ids)
+    if graph.x is None:
+        bad = guards.feature_finding(Path(cfg.data) / "x.npy", _OwnRows(ids, x), rows=ids)
+        if bad is not None:
+            raise ShardError(bad.message)
+    if cfg.normalize_features:
+        x = x / np.maximum(np.abs(x).sum(axis=1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(x, dtype=np.float32)

@@ -1,4 +1,4 @@
-"""Distributed NAU checks in one launch: ``mpiexec -n P python nau_dist_checks.py OUT [--cli DATA STORE BADSTORE OTHERSTORE]``.
+"""Distributed NAU checks in one launch: ``mpiexec -n P python nau_dist_checks.py OUT [--cli DATA STORE BADSTORE OTHERSTORE NANDATA]``.
 
 Every rank also runs the one-rank engine (it has the whole graph) as the reference. Rank 0
 writes ``OUT/checks.json``; every rank writes ``OUT/rank-R.ok`` or ``OUT/rank-R.fail``.
@@ -169,8 +169,29 @@ def balancing(res: dict) -> None:
         "hdg_equal": sorted(records(fresh)) == sorted(records(tr.hdg))}
 
 
-def cli(res: dict, data: str, store: str, bad: str, other: str) -> None:
-    """The command line: a good run's results file, and bad inputs exit 2 on every rank."""
+def own_rows(res: dict, data: str) -> None:
+    """A rank reading the dataset holds only its own vertices' feature rows (no matrix) and
+    trains as with the whole matrix in memory (pipelining off: layer 0's halo rows come
+    through the exchange)."""
+    from shardgnn.nau.graph import load_dataset
+
+    disk, mem = load_dataset(data, features=False), load_dataset(data)
+    owner = hash_owner(disk.num_nodes, comm.size)
+    out = {}
+    for name, g in (("disk", disk), ("mem", mem)):
+        dl, dg, tr, _ = dist_run(cfg("gcn", pipeline=False), g, owner)
+        out[name] = (dl, dg, int(tr.x_own.shape[0]))
+    res[f"own_rows/rank{comm.rank}"] = {
+        "x_held": disk.x is not None, "rows": out["disk"][2],
+        "owned": int((owner == comm.rank).sum()),
+        "loss_diff": float(np.max(np.abs(np.subtract(out["disk"][0], out["mem"][0])))),
+        "grad_diff": max(float((a - b).abs().max()) for a, b in zip(out["disk"][1],
+                                                                     out["mem"][1]))}
+
+
+def cli(res: dict, data: str, store: str, bad: str, other: str, nanx: str) -> None:
+    """The command line: a good run's results file, and bad inputs (stores, a NaN feature
+    that only one rank reads) exit 2 on every rank."""
     import h5py
 
     from shardgnn.cli.main import main
@@ -187,11 +208,11 @@ def cli(res: dict, data: str, store: str, bad: str, other: str) -> None:
                            "adb": sorted(f["adb"].keys()) if "adb" in f else []}
     for name, args in (("nosuch", ["--partition", str(OUT / "nosuch")]),
                        ("parts", ["--partition", bad]),
-                       ("graph", ["--partition", other])):
+                       ("graph", ["--partition", other]), ("nan", ["--partition", store])):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            rc = main(["train", "--engine", "nau", data, "--epochs", "1",
-                       "--out", str(OUT / f"{name}.h5"), *args])
+            rc = main(["train", "--engine", "nau", nanx if name == "nan" else data,
+                       "--epochs", "1", "--out", str(OUT / f"{name}.h5"), *args])
         lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         res[f"cli/{name}/rank{comm.rank}"] = {"rc": rc, "lines": lines,
                                               "written": (OUT / f"{name}.h5").exists()}
@@ -211,7 +232,8 @@ def main() -> None:
         balancing(res)
         t3 = time.perf_counter()
         i = sys.argv.index("--cli")
-        cli(res, *sys.argv[i + 1:i + 5])
+        own_rows(res, sys.argv[i + 1])
+        cli(res, *sys.argv[i + 1:i + 6])
         res[f"seconds/rank{comm.rank}"] = [t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3]
     every = comm.gather_obj(res, root=0)
     if comm.rank == 0:
