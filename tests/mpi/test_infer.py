@@ -133,9 +133,13 @@ def test_vds_layer_files_and_other_cwd(work, tmp_path):
     with h5py.File(root / "layer-03.h5") as f:
         close(f["emb"][()], refs["sage3"])
     with h5py.File(root / "layer-01" / "rank-00002.h5") as f:
-        assert f["emb"].chunks == (min(64, f["emb"].shape[0]), HIDDEN)
-        assert f["emb"].compression == "lzf"
+        # the default: uncompressed, one contiguous extent read --chunk-rows rows at a time
+        assert f["emb"].chunks is None and f["emb"].compression is None
+        assert f.attrs["chunk_rows"] == 64 and f.attrs["compression"] == "none"
         assert f.attrs["complete"] and f["gid"].shape[0] == f["emb"].shape[0]
+    with h5py.File(w / "p4-ds-lru.h5.layers" / "layer-01" / "rank-00001.h5") as f:
+        assert f["emb"].compression == "gzip" and f.attrs["compression"] == "gzip"
+        assert f["emb"].chunks == (min(64, f["emb"].shape[0]), HIDDEN)
     here = os.getcwd()
     os.chdir(tmp_path)  # the virtual datasets' sources are relative to their file
     try:

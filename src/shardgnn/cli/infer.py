@@ -50,12 +50,13 @@ def add_parser(sub: Any) -> None:
                    "ps = (partition, global id) (default: pds); changes I/O, never results")
     p.add_argument("--chunk-rows", type=int, default=32768,
                    help="rows per chunk of the embedding files (default: 32768)")
-    p.add_argument("--compression", choices=("lzf", "gzip", "blosc", "zstd", "none"),
-                   default="lzf",
-                   help="filter of the embedding files: lzf (default, built into h5py), gzip "
-                   "level 4 + shuffle, blosc (blosclz level 9 + shuffle, GLISP's), zstd (Blosc "
-                   "zstd level 1 + shuffle) or none; blosc and zstd need the hdf5plugin package "
-                   "wherever the files are read; measured in docs/inference.md")
+    p.add_argument("--compression", choices=("none", "lzf", "gzip", "lz4", "blosc", "zstd"),
+                   default="none",
+                   help="filter of the embedding files: none (default: the fastest to write and "
+                   "read, see docs/inference.md#compression), lzf or gzip (level 4 + shuffle; "
+                   "built into h5py), lz4 (HDF5's LZ4 filter), blosc (blosclz level 9 + shuffle, "
+                   "GLISP's) or zstd (Blosc zstd level 1 + shuffle); lz4, blosc and zstd need the "
+                   "hdf5plugin package wherever the files are read")
     p.add_argument("--samplewise", nargs="?", const="target", default="",
                    choices=("target", "batch"),
                    help="baseline instead of layerwise: every target's k-hop neighbourhood "

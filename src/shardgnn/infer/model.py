@@ -181,12 +181,10 @@ def apply_layer(lm: LoadedModel, i: int, x: np.ndarray, block: Block,
     s, p = lm.state, f"convs.{i}."
     nd = int(block.num_dst)
     if lm.name == "sage":   # PyG SAGEConv(aggr="mean"): lin_l(mean of neighbours) + lin_r(self)
-        agg = _adjacency(block) @ x
-        agg /= np.maximum(np.diff(block.indptr), 1).astype(np.float32)[:, None]
-        out = agg @ s[p + "lin_l.weight"].T
-        out += s[p + "lin_l.bias"]
-        out += (x[:nd] if dst is None else x[dst]) @ s[p + "lin_r.weight"].T
-    elif lm.name == "gcn":  # GCNConv(normalize=False) over a normalised adjacency: lin, sum, bias
+        adj = mean_adjacency(block.indptr, block.indices, int(block.num_src))
+        return sage_output(lm, i, adj @ sage_input(lm, i, x),
+                           x[:nd] if dst is None else x[dst])
+    if lm.name == "gcn":  # GCNConv(normalize=False) over a normalised adjacency: lin, sum, bias
         h = x @ s[p + "lin.weight"].T
         if lm.norm == "sym":
             dinv = 1.0 / np.sqrt(np.asarray(deg_src, dtype=np.float64) + 1.0)
@@ -201,6 +199,44 @@ def apply_layer(lm: LoadedModel, i: int, x: np.ndarray, block: Block,
         out += s[p + "bias"]
     else:
         return _torch_layer(lm, i, x, block)
+    if i < lm.layers - 1:
+        np.maximum(out, 0, out=out)
+    return np.ascontiguousarray(out, np.float32)
+
+
+def mean_adjacency(indptr: np.ndarray, indices: np.ndarray, num_src: int) -> Any:
+    """The (destinations x ``num_src``) CSR matrix of a CSC neighbour list with value
+    1 / degree on each edge (a destination without neighbours: an empty row): ``A @ x`` is the
+    mean of the neighbours' rows. 32-bit indices where they fit (scipy's SpMM then moves half
+    the index bytes)."""
+    import scipy.sparse as sp
+
+    indptr = np.asarray(indptr)
+    deg = np.diff(indptr)
+    it = np.int32 if max(int(num_src), int(indptr[-1]) if indptr.size else 0) < 2**31 else np.int64
+    vals = np.repeat((1.0 / np.maximum(deg, 1)).astype(np.float32), deg)
+    return sp.csr_matrix((vals, np.asarray(indices).astype(it, copy=False),
+                          (indptr - indptr[0]).astype(it, copy=False)),
+                         shape=(deg.size, int(num_src)))
+
+
+def sage_input(lm: LoadedModel, i: int, x: np.ndarray) -> np.ndarray:
+    """What GraphSAGE layer ``i`` aggregates over the neighbours: ``x`` itself, or, when the
+    layer narrows (out < in), ``x @ W_l^T`` (mean and linear map commute: the SpMM then moves
+    ``out`` instead of ``in`` floats per edge)."""
+    w = lm.state[f"convs.{i}.lin_l.weight"]
+    return np.asarray(x @ w.T, np.float32) if w.shape[0] < w.shape[1] else x
+
+
+def sage_output(lm: LoadedModel, i: int, agg: np.ndarray, xself: np.ndarray) -> np.ndarray:
+    """GraphSAGE layer ``i``'s rows from the neighbour means of :func:`sage_input` (``agg``)
+    and the destinations' own input rows ``xself``: ``lin_l(mean) + b + lin_r(self)``, ReLU but
+    on the last layer."""
+    s, p = lm.state, f"convs.{i}."
+    w = s[p + "lin_l.weight"]
+    out = agg @ w.T if w.shape[0] >= w.shape[1] else np.asarray(agg, np.float32)
+    out += s[p + "lin_l.bias"]
+    out += xself @ s[p + "lin_r.weight"].T
     if i < lm.layers - 1:
         np.maximum(out, 0, out=out)
     return np.ascontiguousarray(out, np.float32)

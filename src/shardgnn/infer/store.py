@@ -4,10 +4,12 @@ Layout of a layers directory (``docs/inference.md``)::
 
     DIR/layer-LL/rank-RRRRR.h5   one file per rank and layer (L >= 1; layer 0 = the features):
         /emb     (rows_r, d) float32, the rank's owned vertices in its inference order
-                 (--order), chunked (--chunk-rows) and compressed: what the caches read
+                 (--order), read by the caches --chunk-rows rows at a time: contiguous when
+                 uncompressed (the default), else HDF5 chunks of that many rows, filtered
         /gid     (rows_r,) int64 global id of each row of /emb
         /by_gid  (hi - lo, d) float32 rows lo..hi-1 of the N x d matrix in global-id order
-                 (lo, hi = block_range(N, P, r)): the source of the virtual dataset
+                 (lo, hi = block_range(N, P, r)), stored as /emb: the source of the virtual
+                 dataset
         attrs    format, layer, rank, ranks, rows, width, chunk_rows, compression, run_key,
                  adler32 (of /emb then /by_gid), complete
     DIR/layer-LL.h5              /emb: virtual (N, d) dataset over every rank's /by_gid
@@ -28,10 +30,11 @@ import numpy as np
 from shardgnn.io import outputs
 
 FORMAT = "shardgnn-embeddings"
-#: Compression filters ``--compression`` accepts (blosc and zstd only when hdf5plugin is
-#: installed: the files then need it wherever they are read).
-COMPRESSIONS = ("lzf", "gzip", "blosc", "zstd", "none")
-PLUGIN_COMPRESSIONS = ("blosc", "zstd")
+#: Compression filters ``--compression`` accepts (lz4, blosc and zstd only when hdf5plugin is
+#: installed: the files then need it wherever they are read). The default, none, is measured
+#: against the others in docs/inference.md#compression.
+COMPRESSIONS = ("none", "lzf", "gzip", "lz4", "blosc", "zstd")
+PLUGIN_COMPRESSIONS = ("lz4", "blosc", "zstd")
 
 
 def layer_dir(root: str | os.PathLike, layer: int) -> Path:
@@ -60,6 +63,8 @@ def filter_kwargs(compression: str) -> dict[str, Any]:
     if compression in PLUGIN_COMPRESSIONS:
         import hdf5plugin
 
+        if compression == "lz4":   # HDF5's registered LZ4 filter, no shuffle (as lzf)
+            return dict(hdf5plugin.LZ4())
         if compression == "blosc":
             return dict(hdf5plugin.Blosc(cname="blosclz", clevel=9,
                                          shuffle=hdf5plugin.Blosc.SHUFFLE))
@@ -71,14 +76,17 @@ def checksum(*arrays: np.ndarray) -> int:
     """adler32 over the bytes of ``arrays`` in order."""
     c = 1
     for a in arrays:
-        c = zlib.adler32(np.ascontiguousarray(a).view(np.uint8).reshape(-1).tobytes(), c)
+        c = zlib.adler32(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data, c)  # no copy
     return int(c)
 
 
 def _chunked(f: Any, name: str, data: np.ndarray, chunk_rows: int, compression: str) -> None:
+    """``data`` as dataset ``name``: HDF5 chunks of ``chunk_rows`` rows through the filter, or,
+    uncompressed, one contiguous extent (HDF5 would pad the last chunk to full size; the
+    caches still read it ``chunk_rows`` rows at a time)."""
     rows, width = data.shape
     kw: dict[str, Any] = {}
-    if rows and width:
+    if rows and width and compression != "none":
         kw = {"chunks": (min(chunk_rows, rows), width), **filter_kwargs(compression)}
     f.create_dataset(name, data=data, **kw)
 
