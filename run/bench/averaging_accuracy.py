@@ -55,6 +55,15 @@ MODELS = {
     "saint-edge": {"model": "gcn", "mode": "minibatch", "sampler": "saint-edge", "hidden": 64},
     "saint-rw": {"model": "gcn", "mode": "minibatch", "sampler": "saint-rw", "hidden": 64,
                  "saint_walk_length": 2},
+    # GraphSAINT coefficients: node and edge samplers use their exact inclusion probabilities
+    # (rdm.saint.inclusion_probabilities; --saint-presample 0), rw GraphSAINT's coverage rule.
+    # Retired (runs kept in the log, shown in the table, not runnable: the flags now give the
+    # exact coefficients): node / edge coefficients ESTIMATED by the coverage rule (~50 draws
+    # per vertex; an entry's C_uv ~5, factors 1-84 where the exact ones lie in 8-15)
+    "saint-node-cov": {"model": "gcn", "mode": "minibatch", "sampler": "saint-node", "hidden": 64,
+                       "retired": True},
+    "saint-edge-cov": {"model": "gcn", "mode": "minibatch", "sampler": "saint-edge", "hidden": 64,
+                       "retired": True},
     # retired setting: normalisation from a fixed 20 presample draws (the engine default before
     # GraphSAINT's sample coverage became it; ~15-19 % of Planetoid's training vertices were
     # never drawn, loss factor 0)
@@ -104,6 +113,8 @@ def jobs_for(name: str, central: Path, stores: dict[int, Path], models: list[str
     for s in seeds:  # seed-major: a piece cut short still has every model at the first seeds
         for m in models:
             hp = {**MODELS[m], **COMMON, **(overrides or {}).get(m, {})}
+            if hp.pop("retired", False):
+                raise SystemExit(f"{m}: a retired setting (its runs stay in the log), not runnable")
             if "saint_budget_div" in hp:  # absolute budget: the whole graph's engine default
                 hp["saint_budget"] = max(1, n // int(hp.pop("saint_budget_div")))
             epochs = int(hp.pop("epochs", epochs_default))

@@ -100,7 +100,8 @@ def whole(data: Path, out: Path) -> Path:
 def run_jobs(jobs: list[dict], workdir: Path, ranks: int, timeout: float = 7200) -> list[dict]:
     """Run training jobs in one ``mpiexec -n ranks`` launch; returns their summaries."""
     workdir.mkdir(parents=True, exist_ok=True)
-    jf = workdir / f"jobs-{int(time.time() * 1000)}.json"
+    # the pid too: two drivers started in the same millisecond wrote one file (KeyError)
+    jf = workdir / f"jobs-{int(time.time() * 1000)}-{os.getpid()}.json"
     jf.write_text(json.dumps(jobs))
     try:
         p = sh(harness.mpi(ranks, [__file__, jf]),

@@ -61,14 +61,14 @@ def test_samplers_are_deterministic_and_induced_is_exact(kind):
 
 
 def test_presample_coverage_rule():
-    """presample 0: GraphSAINT's coverage rule, draws until the sizes sum to 50 n; the
-    normalisation counts over exactly those draws."""
+    """presample 0 for the rw sampler: GraphSAINT's coverage rule, draws until the sizes sum to
+    50 n; the normalisation counts over exactly those draws."""
     from shardgnn.rdm.saint import SAMPLE_COVERAGE, presample_draws
 
     rng = np.random.default_rng(3)
     n = 80
     a = gcn_normalised(rng.integers(0, n, (200, 2)), n)
-    s = Sampler("node", a, np.arange(n), 8, 2)
+    s = Sampler("rw", a, np.arange(n), 8, 2)
     draws = presample_draws(s, 0, 7)
     sizes = np.array([d.size for d in draws])
     assert sizes.sum() >= SAMPLE_COVERAGE * n > sizes[:-1].sum()
@@ -77,6 +77,36 @@ def test_presample_coverage_rule():
     cv = np.bincount(np.concatenate(draws), minlength=n)
     np.testing.assert_allclose(loss, np.where(cv > 0, len(draws) / np.maximum(cv, 1) / n, 0.0))
     assert size == pytest.approx(sizes.mean())
+
+
+@pytest.mark.parametrize("kind", ["node", "edge"])
+def test_exact_inclusion_probabilities_match_sampling(kind):
+    """presample 0 for node / edge samplers: the closed-form P(v in S), P(u, v in S) agree with
+    the frequencies over many draws, and the coefficients are P(v) / P(u, v), 1 / (P(v) n)."""
+    from shardgnn.rdm.saint import inclusion_probabilities
+
+    rng = np.random.default_rng(3)
+    n = 40
+    a = gcn_normalised(rng.integers(0, n, (90, 2)), n)
+    s = Sampler(kind, a, np.arange(n), 6, 2)
+    pv, puv, mean_size = inclusion_probabilities(s)
+    k = 6000
+    cv, ce, sizes = np.zeros(n), np.zeros(a.nnz), 0
+    draw_rng = np.random.default_rng(0)
+    for _ in range(k):
+        nodes = s.draw(draw_rng)
+        _, pos = induced(a, nodes)
+        cv[nodes] += 1
+        ce[pos] += 1
+        sizes += nodes.size
+    assert np.abs(cv / k - pv).max() < 0.03 and np.abs(ce / k - puv).max() < 0.03
+    assert mean_size == pytest.approx(sizes / k, rel=0.02)
+    aggr, loss, size = normalisation(s, 0, 7, 30)
+    rows = np.repeat(np.arange(n), np.diff(a.indptr))
+    np.testing.assert_allclose(aggr, pv[rows] / puv)
+    np.testing.assert_allclose(loss, 1.0 / pv / 30)
+    assert size == mean_size and np.all(aggr[rows == a.indices] == 1.0)
+
 
 def test_adam_matches_torch():
     p0 = torch.randn(10, dtype=torch.float64)
