@@ -136,8 +136,9 @@ def add_parser(sub: Any) -> None:
                    "partition with averaging); default: N / expected subgraph size")
     g.add_argument("--saint-presample", type=int, default=d("saint_presample", SaintOptions),
                    metavar="K", help="(rdm, averaging) subgraphs drawn before training to estimate "
-                   "GraphSAINT's normalisation; 0 (default) draws until every vertex is expected "
-                   "in 50 of them (GraphSAINT's sample coverage, at most 20000 draws)")
+                   "GraphSAINT's normalisation from counts; 0 (default): the node and edge "
+                   "samplers' exact inclusion probabilities, and for rw draws until every vertex "
+                   "is expected in 50 of them (GraphSAINT's sample coverage, at most 20000)")
     _COMMON.update(a.dest for a in p._actions[:n0])
     _SHARED.update(a.dest for a in p._actions[n0:])
     for fam in families():

@@ -13,9 +13,11 @@ the partition's graph among them; the loss is taken at the owned training vertic
   degrees, as the paper does.
 * **GraphSAINT** (Zeng et al. 2020): node, edge or random-walk samplers and the normalisation
   coefficients of ``shardgnn.rdm.saint`` (the same maths, here on the partition's Â built with
-  the whole graph's degrees): aggregator factors C_v / C_uv on Â's entries for models that
-  aggregate over weighted edges (gcn, ngnn-gcn), loss factors K / (C_v n_train) for every model
-  (the loss is Σ λ_v ℓ_v, an estimate of the mean over the partition's targets).
+  the whole graph's degrees): aggregator factors P(v) / P(u, v) on Â's entries for models that
+  aggregate over weighted edges (gcn, ngnn-gcn), loss factors 1 / (P(v) n_train) for every
+  model (the loss is Σ λ_v ℓ_v, an estimate of the mean over the partition's targets), with
+  the inclusion probabilities exact (node, edge) or estimated from presample draws (rw, or
+  ``presample`` > 0).
 """
 from __future__ import annotations
 
@@ -178,8 +180,9 @@ class SaintBatcher:
         Nodes, edges or walk roots per subgraph; 0 = the RDM engine's defaults on the local
         graph (|V_i|/10, |V_i|/20, |V_i|/40).
     walk_length, presample, steps
-        Random-walk length; draws estimating the coefficients; subgraphs per epoch (0 =
-        round(|V_i| / mean subgraph size)).
+        Random-walk length; draws estimating the coefficients (0: exact for node / edge,
+        GraphSAINT's coverage rule for rw); subgraphs per epoch (0 = round(|V_i| / mean
+        subgraph size)).
     seed
         Seeds the presampling (the epoch's draws use the partition's generator).
     deg
