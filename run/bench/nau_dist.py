@@ -19,7 +19,8 @@ left out, at most ``--max-instances`` instances per root and metapath).
   average of every run.
 * ``memory`` (no lock): peak RSS of the largest rank at P = 1 and each of ``--ranks``
   (``--memory-data DIR``: another dataset for GCN / PinSage, e.g. ``shardgnn generate csbm
-  --nodes 200000 --features 256``; ``--memory-modes``).
+  --nodes 200000 --features 256``; ``--memory-modes``; ``--memory-old SRC``: the same runs with
+  a baseline's source, e.g. ``git archive BASE src | tar -x -C OLD``).
 * ``adb`` (timed): per model at P = 2, ownership hash, hash + ADB, SPRING, SPRING + ADB
   alternating ``--repeats`` times; epoch time (median over the epochs from ``--balance-after``
   on), the fitted coefficients, predicted and measured partition costs before and after, the
@@ -79,15 +80,16 @@ MODES = {"off": ["--no-pipeline"], "all": ["--pipeline", "--partial-layers", "al
 
 
 def run(data: Path, ranks: int, model: str, mode: str, epochs: int,
-        extra: list[Any]) -> dict[str, Any]:
+        extra: list[Any], src: str | None = None) -> dict[str, Any]:
     """One training run (``mode``: partial aggregation off, at every layer, or per layer by the
-    byte model); its bytes, epoch times, per-rank compute and ADB record."""
+    byte model); its bytes, epoch times, per-rank compute and ADB record. ``src``: a baseline's
+    ``src/`` folder put first on the path (None: this checkout)."""
     import h5py
 
     out = WORK / f"nau_dist_{data.name}_{model}_{ranks}_{mode}_{os.getpid()}.h5"
     cmd = harness.shardgnn(["train", "--engine", "nau", "--model", model, data, "--epochs", epochs,
                             "--hidden", 16, *MODES[mode], "--out", out, *extra], ranks=ranks)
-    rec = harness.timed(cmd)
+    rec = harness.timed(cmd, env=harness.bench_env({"PYTHONPATH": src}) if src else None)
     with h5py.File(out) as f:
         b = ({k: int(f[f"dist/bytes/{k}"][()].sum()) for k in f["dist/bytes"]}
              if "dist" in f else {})
@@ -208,9 +210,10 @@ def section_memory(a: argparse.Namespace, res: dict[str, Any]) -> None:
         res["memory_graph"] = {"data": data.name, "num_nodes": int(x.shape[0]),
                                "features": int(x.shape[1])}
         for mode in a.memory_modes.split(","):
-            for p in [1, *map(int, a.ranks.split(","))]:
-                r = run(data, p, model, mode, a.epochs, opts)
-                key = f"memory/{model}/{mode}/P{p}"
+            srcs = [None, a.memory_old] if a.memory_old else [None]
+            for p, src in [(p, src) for p in [1, *map(int, a.ranks.split(","))] for src in srcs]:
+                r = run(data, p, model, mode, a.epochs, opts, src)
+                key = f"memory/{model}/{mode}/P{p}" + ("/baseline" if src else "")
                 res[key] = {
                     "peak_rss_bytes_max_rank": r["peak_rss_bytes"],
                     "graph_bytes": r["graph_bytes"],
@@ -236,6 +239,8 @@ def main() -> None:
     ap.add_argument("--memory-data", default=None,
                     help="memory: dataset of GCN / PinSage (default Cora)")
     ap.add_argument("--memory-modes", default="auto", help="memory: off,all,auto")
+    ap.add_argument("--memory-old", default=None,
+                    help="memory: also run a baseline's src/ folder (key suffix /baseline)")
     a = ap.parse_args()
     before = harness.loadavg()
     res: dict[str, Any] = {"epochs": a.epochs, "models": a.models}

@@ -138,7 +138,11 @@ class DistTrainer:
             self.hdgs_rows = HDGSet(localize(self.hdg, table, root_pos), lay.n_local,
                                     self.exe).prepare()
         self.x_own = comm.run_agreed(self.own_rows, lay.own)
-        self.x_halo = None if modes[0] else exchange(self.x_own, lay, comm, "nau_x")
+        # layer 0 by rows: own + halo input rows held once, x_own a view of them (no copy)
+        self.x_local: torch.Tensor | None = None
+        if not modes[0]:
+            self.x_local = torch.cat([self.x_own, exchange(self.x_own, lay, comm, "nau_x")])
+            self.x_own = self.x_local[:lay.n_own]
         for i, partial in enumerate(modes):
             set_vertex_state(self.layers, {k: v for k, v in self.state.items() if k[0] == i},
                              lay.own if partial else lay.gids, self.my_roots)
@@ -165,10 +169,11 @@ class DistTrainer:
             else:
                 assert self.hdgs_rows is not None
                 hdgs = self.hdgs_rows
-                halo = (self.x_halo if li == 0 and self.x_halo is not None
-                        else exchange(h, self.layout, self.comm, name))
+                if li == 0 and self.x_local is not None:
+                    hin = self.x_local
+                else:
+                    hin = torch.cat([h, exchange(h, self.layout, self.comm, name)])
                 t_comm = time.perf_counter() - t0
-                hin = torch.cat([h, halo])
             nbr = layer.aggregation(hin, hdgs)
             h = layer.update(hdgs.root_feats(hin), nbr)
             if stats is not None:
