@@ -4,6 +4,8 @@ many, int32 and int64 indices, with duplicate edges, self-loops, isolated vertic
 split into several ranks' files."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import h5py
 import numpy as np
 import pytest
@@ -81,19 +83,32 @@ def test_csr_write_equals_spill_write(tmp_path, ranks, budget, width):
     pres = np.zeros((n, 1), np.uint64)
     for i in range(p):
         pres[present[:, i], 0] |= np.uint64(1 << i)
-    grouped = tmp_path / "grouped"
-    grouped.mkdir()
-    with csr, outputs.BackgroundSync() as bg:
-        stats = store_csr.write_partitions_csr(grouped, list(range(p)), p, owner, pres, csr,
-                                               {"x": x}, chunk=16, budget=budget, syncer=bg)
-    for i in range(p):
-        with h5py.File(grouped / store.part_name(i)) as fa, \
-                h5py.File(tmp_path / f"csr-{i}.h5") as fb:
-            assert sorted(fa) == sorted(fb) and dict(fa.attrs) == dict(fb.attrs)
-            for k in fa:
-                np.testing.assert_array_equal(fa[k][()], fb[k][()], err_msg=k)
-        assert stats[i]["entries"] == int(fa_entries(grouped / store.part_name(i)))
-    assert sorted(stats) == list(range(p))
+    # threads: counted by row ranges, each partition filled by row ranges in a pool while
+    # the previous one is written (where twice its indices fit the budget): the same files
+    for threads in (0, 1, 3):
+        grouped = tmp_path / f"grouped{threads}"
+        grouped.mkdir()
+        with csr, outputs.BackgroundSync() as bg:
+            stats = store_csr.write_partitions_csr(grouped, list(range(p)), p, owner, pres,
+                                                   csr, {"x": x}, chunk=16, budget=budget,
+                                                   syncer=bg, threads=threads)
+        for i in range(p):
+            with h5py.File(grouped / store.part_name(i)) as fa, \
+                    h5py.File(tmp_path / f"csr-{i}.h5") as fb:
+                assert sorted(fa) == sorted(fb) and dict(fa.attrs) == dict(fb.attrs)
+                for k in fa:
+                    assert width is not None or fa[k].dtype == fb[k].dtype, k
+                    np.testing.assert_array_equal(fa[k][()], fb[k][()], err_msg=k)
+            assert stats[i]["entries"] == int(fa_entries(grouped / store.part_name(i)))
+        assert sorted(stats) == list(range(p))
+
+
+def test_row_ranges_cut_by_entries():
+    indptr = np.array([0, 0, 5, 6, 6, 20, 21, 22], np.int64)
+    for x0, x1, k in ((0, 7, 1), (0, 7, 3), (1, 6, 4), (2, 3, 5), (3, 3, 2), (0, 7, 50)):
+        cuts = store_csr.row_ranges(indptr, x0, x1, k)
+        assert cuts[0] == x0 and cuts[-1] == x1 and np.all(np.diff(cuts) > 0) or x0 == x1
+        assert len(cuts) <= k + 1
 
 
 def fa_entries(path):
@@ -121,6 +136,12 @@ def test_count_group_equals_one_partition_counts(tmp_path):
                                             np.flatnonzero(present[:, i]), buf)
                 np.testing.assert_array_equal(n_own[s], want[0])
                 np.testing.assert_array_equal(n_tot[s], want[1])
+            # the same counts by row ranges in a thread pool
+            with ThreadPoolExecutor(3) as pool:
+                got = store_csr.count_group(csr, pres, owner, group, chunk=8, pool=pool,
+                                            threads=3)
+            np.testing.assert_array_equal(got[0], n_own)
+            np.testing.assert_array_equal(got[1], n_tot)
         with pytest.raises(ValueError, match="group"):
             store_csr.count_group(csr, pres, owner, list(range(9)))
 
@@ -145,7 +166,7 @@ def test_rank_table_local_ids():
 
 def test_adjacency_rows_sorted_in_place(tmp_path):
     # an edges.bin not sorted (no "unsorted" flag): the targets rows are sorted before the write
-    from shardgnn.partition.streaming.adjacency import AdjacencyShard
+    from shardgnn.partition.streaming.adjacency import AdjacencyShard, rows_sorted
 
     rng = np.random.default_rng(1)
     deg = np.array([3, 0, 400, 2])
@@ -159,3 +180,10 @@ def test_adjacency_rows_sorted_in_place(tmp_path):
     for r in range(4):
         np.testing.assert_array_equal(got[indptr[r]:indptr[r + 1]],
                                       np.sort(tgt[indptr[r]:indptr[r + 1]]))
+    assert not rows_sorted(indptr, tgt) and rows_sorted(indptr, got)
+    assert rows_sorted(indptr[2:], got[3:]) and rows_sorted(indptr[:1], got[:0])
+    # rows found sorted when built: the file is left as it is
+    tgt.tofile(f)
+    AdjacencyShard(lo=0, hi=4, indptr=indptr, path=f, dtype=np.dtype(np.int32), chunk=16,
+                   sorted_rows=True).sort_rows()
+    np.testing.assert_array_equal(np.fromfile(f, np.int32), tgt)

@@ -27,6 +27,7 @@ and ``run/bench/streaming_identity.py``.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,6 +35,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn.io import outputs
+from shardgnn.partition.store import part_name
 from shardgnn.partition.store_write import (begin_part, buckets, check_compression, end_part,
                                             index_dtype)
 
@@ -117,7 +119,8 @@ _SPREAD = np.array([sum(((b >> k) & 1) << (8 * k) for k in range(8)) for b in ra
 
 
 def count_group(csr: GlobalCSR, pres: np.ndarray, owner: np.ndarray, group: list[int],
-                chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+                chunk: int = 1 << 20, pool: Any = None,
+                threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Row counts of up to :data:`GROUP` partitions by one read of the CSR (open). Rank-local.
 
     ``pres``: (|V|, words) uint64, bit i of vertex v set when v belongs to partition i;
@@ -125,7 +128,8 @@ def count_group(csr: GlobalCSR, pres: np.ndarray, owner: np.ndarray, group: list
     |V|) int32: row s holds, for every vertex x of partition ``group[s]``, its neighbours
     owned by / belonging to that partition (0 for the other vertices) — what
     :func:`write_partition_csr` counts for one partition. 8 bytes per vertex per partition,
-    plus 2 per vertex.
+    plus 2 per vertex. With a thread ``pool``, the rows are cut into ``threads`` ranges of
+    about equal entries, counted concurrently (each its own read buffer).
     """
     if not 0 < len(group) <= GROUP:
         raise ValueError(f"group: expected 1 to {GROUP} partitions, got {len(group)}")
@@ -138,45 +142,204 @@ def count_group(csr: GlobalCSR, pres: np.ndarray, owner: np.ndarray, group: list
         lanes[owner == i] |= np.uint16(1 << (8 + s))
     n_own = np.zeros((len(group), n), np.int32)
     n_tot = np.zeros((len(group), n), np.int32)
-    buf = [np.empty(4 * max(1, int(chunk)), csr.dtype)]
-    for xa, xb, tgt in csr.blocks(0, n, buf[0].shape[0], buf):
-        _count_lanes(xa, xb, csr.indptr, tgt, lanes, _SPREAD, n_own, n_tot)
+
+    def count(x0: int, x1: int) -> None:
+        buf = [np.empty(4 * max(1, int(chunk)), csr.dtype)]
+        for xa, xb, tgt in csr.blocks(x0, x1, buf[0].shape[0], buf):
+            _count_lanes(xa, xb, csr.indptr, tgt, lanes, _SPREAD, n_own, n_tot)
+
+    cuts = row_ranges(csr.indptr, 0, n, threads if pool is not None else 1)
+    if len(cuts) > 2:
+        for f in [pool.submit(count, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]:
+            f.result()
+    else:
+        count(0, n)
     return n_own, n_tot
+
+
+def row_ranges(indptr: np.ndarray, x0: int, x1: int, k: int) -> np.ndarray:
+    """Bounds x0 = c_0 <= ... <= c_k = x1 cutting rows [x0, x1) into ``k`` ranges of about
+    equal entries (fewer when rows are few). Pure."""
+    k = max(1, min(int(k), x1 - x0))
+    want = np.linspace(indptr[x0], indptr[x1], k + 1)
+    cuts = np.searchsorted(indptr[x0:x1 + 1], want[1:-1], side="left") + x0
+    return np.unique(np.concatenate([[x0], cuts, [x1]]).astype(np.int64))
 
 
 def write_partitions_csr(out: Path, mine: list[int], parts: int, owner: np.ndarray,
                          pres: np.ndarray, csr: GlobalCSR, node_data: dict[str, np.ndarray],
                          chunk: int = 1 << 20, budget: int = 256 << 20,
                          compression: str = "none", edge_attrs: Any = None,
-                         syncer: Any = None) -> dict[int, dict[str, Any]]:
-    """Write partitions ``mine`` into the folder ``out`` (:func:`write_partition_csr` each)
-    from ``csr`` (open), reusing one indices buffer.
+                         syncer: Any = None, threads: int = 0) -> dict[int, dict[str, Any]]:
+    """Write partitions ``mine`` into the folder ``out`` from ``csr`` (open): the same files as
+    :func:`write_partition_csr` for each.
 
     Their rows are counted up to :data:`GROUP` partitions per read of the CSR
     (:func:`count_group`, 8 bytes per vertex of the graph and partition) while those counts
     take at most half of ``budget``; they are then held during the group's writes and taken
     off the bucket budget, so the write step still holds at most ``budget`` bytes of counts
-    and indices. ``pres`` and ``owner`` as :func:`count_group`. Rank-local; returns
-    partition -> stats."""
-    from shardgnn.partition.store import part_name
+    and indices. ``pres`` and ``owner`` as :func:`count_group`.
 
+    ``threads`` = 0: one partition after another on this thread, one indices buffer reused.
+    ``threads`` >= 1: a pool of that many threads counts (each a range of rows) and fills
+    the next partition's indices (each a range of its rows; two indices buffers) while this
+    thread writes the previous partition's file — for every partition whose indices, twice
+    over, fit the budget left (the others as with 0). Rank-local; returns partition -> stats.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    check_compression(compression)
     n = csr.indptr.shape[0] - 1
     per = min(GROUP, (int(budget) // 2) // max(1, 8 * n))
     stats: dict[int, dict[str, Any]] = {}
     scratch = [np.empty(0, np.int32)]
-    for g0 in range(0, len(mine), max(1, per)):
-        group = mine[g0:g0 + max(1, per)]
-        counted = count_group(csr, pres, owner, group, chunk) if per >= 1 else None
-        for s, i in enumerate(group):
-            present = (pres[:, i // 64] >> np.uint64(i % 64)) & np.uint64(1) != 0
-            counts = None if counted is None else (counted[0][s], counted[1][s])
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="csr-write") as pool:
+        pipe = _Pipeline(csr, pool, max(1, threads), chunk, out, parts, compression,
+                         node_data, edge_attrs, syncer, budget, stats) if threads > 0 else None
+        for g0 in range(0, len(mine), max(1, per)):
+            group = mine[g0:g0 + max(1, per)]
+            counted = count_group(csr, pres, owner, group, chunk, pool if threads else None,
+                                  threads) if per >= 1 else None
             held = 0 if counted is None else counted[0].nbytes + counted[1].nbytes
-            stats[i] = write_partition_csr(
-                out / part_name(i), i, parts, np.flatnonzero(owner == i), present, csr,
-                node_data, chunk=chunk, budget=budget - held, compression=compression,
-                edge_attrs=edge_attrs, syncer=syncer, counts=counts, scratch=scratch)
-        del counted
+            for s, i in enumerate(group):
+                present = (pres[:, i // 64] >> np.uint64(i % 64)) & np.uint64(1) != 0
+                counts = None if counted is None else (counted[0][s], counted[1][s])
+                owned = np.flatnonzero(owner == i)
+                if pipe is not None and counts is not None and \
+                        pipe.take(i, owned, present, counts, budget - held):
+                    continue
+                if pipe is not None:
+                    pipe.flush()
+                stats[i] = write_partition_csr(
+                    out / part_name(i), i, parts, owned, present, csr, node_data,
+                    chunk=chunk, budget=budget - held, compression=compression,
+                    edge_attrs=edge_attrs, syncer=syncer, counts=counts, scratch=scratch)
+            if pipe is not None:
+                pipe.flush()   # the counts are dropped next
+            del counted
     return stats
+
+
+@dataclass
+class _Plan:
+    """A partition's local ids and CSR shape, ready to be filled (:func:`_plan`)."""
+
+    index: int
+    num_owned: int
+    gid: np.ndarray
+    indptr: np.ndarray
+    n_own: np.ndarray
+    tab: np.ndarray
+    width: np.dtype
+
+
+def _plan(index: int, owned: np.ndarray, present: np.ndarray, n: int,
+          counts: tuple[np.ndarray, np.ndarray], width: Any = None) -> _Plan:
+    """Local ids (owned first, then the replicas with a neighbour in the partition, each group
+    ascending) and indptr of partition ``index`` from its counts. Rank-local."""
+    n_own, n_tot = counts
+    owned = np.asarray(owned, dtype=np.int64)
+    rows = np.flatnonzero(present)
+    not_owned = np.ones(n, bool)
+    not_owned[owned] = False
+    halo = rows[not_owned[rows] & (n_tot[rows] > 0)]
+    del rows, not_owned
+    gid = np.concatenate([owned, halo])
+    n_loc = int(gid.shape[0])
+    indptr = np.zeros(n_loc + 1, np.int64)
+    np.cumsum(n_tot[gid], out=indptr[1:])
+    w = np.dtype(width) if width is not None else index_dtype(n_loc)
+    return _Plan(index, int(owned.shape[0]), gid, indptr, n_own, rank_table(n, owned, halo), w)
+
+
+def _span(plan: _Plan, lo: int, hi: int) -> tuple[int, int]:
+    """Global rows [x0, x1) spanning local rows [lo, hi) (owned ascending, then replicas
+    ascending): one ascending read covers them."""
+    gid, no = plan.gid, plan.num_owned
+    x0 = min(int(gid[r]) for r in (lo, max(lo, no)) if r < hi)
+    x1 = max(int(gid[r - 1]) for r in (min(hi, no), hi) if r > lo) + 1
+    return x0, x1
+
+
+class _Pipeline:
+    """:func:`write_partitions_csr` with threads: fill partition k + 1 in the pool while the
+    calling thread writes partition k's file."""
+
+    def __init__(self, csr: GlobalCSR, pool: Any, threads: int, chunk: int, out: Path,
+                 parts: int, compression: str, node_data: dict[str, np.ndarray],
+                 edge_attrs: Any, syncer: Any, budget: int,
+                 stats: dict[int, dict[str, Any]]) -> None:
+        self.csr, self.pool, self.threads, self.chunk = csr, pool, threads, chunk
+        self.out, self.parts, self.compression = out, parts, compression
+        self.node_data, self.edge_attrs, self.syncer = node_data, edge_attrs, syncer
+        self.budget, self.stats = budget, stats
+        self.bufs: list[np.ndarray] = [np.empty(0, np.int32), np.empty(0, np.int32)]
+        self.turn = 0
+        self.pending: tuple[_Plan, np.ndarray, list[Any]] | None = None
+
+    def take(self, index: int, owned: np.ndarray, present: np.ndarray,
+             counts: tuple[np.ndarray, np.ndarray], budget: int) -> bool:
+        """Start filling partition ``index`` and write the one before; False (nothing done)
+        when its indices, twice over, do not fit ``budget``."""
+        n = self.csr.indptr.shape[0] - 1
+        plan = _plan(index, owned, present, n, counts)
+        size = int(plan.indptr[-1])
+        if 2 * size * plan.width.itemsize > budget:
+            return False
+        b = self.bufs[self.turn]
+        if b.dtype != plan.width or b.shape[0] < size:
+            b = self.bufs[self.turn] = np.empty(0, np.int32)   # drop the old one first
+            b = self.bufs[self.turn] = np.empty(size, plan.width)
+        self.turn ^= 1
+        filled = b[:size]
+        futures = []
+        if size:
+            x0, x1 = _span(plan, 0, int(plan.gid.shape[0]))
+            cuts = row_ranges(self.csr.indptr, x0, x1, self.threads)
+            futures = [self.pool.submit(self._fill, plan, int(a), int(c), filled)
+                       for a, c in zip(cuts[:-1], cuts[1:])]
+        self.flush()
+        self.pending = (plan, filled, futures)
+        return True
+
+    def _fill(self, plan: _Plan, x0: int, x1: int, filled: np.ndarray) -> None:
+        buf = [np.empty(4 * max(1, int(self.chunk)), self.csr.dtype)]
+        n_loc = int(plan.gid.shape[0])
+        for xa, xb, tgt in self.csr.blocks(x0, x1, buf[0].shape[0], buf):
+            _fill_rows(xa, xb, self.csr.indptr, tgt, plan.tab, 0, n_loc, plan.indptr[0],
+                       plan.indptr, plan.n_own, filled)
+
+    def flush(self) -> None:
+        """Wait for the partition being filled and write its file."""
+        if self.pending is None:
+            return
+        plan, filled, futures = self.pending
+        self.pending = None
+        for f in futures:
+            f.result()
+        self.stats[plan.index] = _write_file(
+            self.out / part_name(plan.index), plan, self.parts, self.compression, [filled],
+            self.node_data, self.edge_attrs, self.syncer, self.budget, self.chunk)
+
+
+def _write_file(path: Path, plan: _Plan, parts: int, compression: str,
+                filled: list[np.ndarray], node_data: dict[str, np.ndarray], edge_attrs: Any,
+                syncer: Any, budget: int, chunk: int) -> dict[str, Any]:
+    """Write a partition file whose indices are filled (one bucket). Rank-local."""
+    import h5py
+
+    with outputs.atomic_file(path, lock=False, durable=syncer is None) as tmp, \
+            h5py.File(tmp, "w") as f:
+        ind = begin_part(f, plan.index, parts, plan.num_owned, False, plan.gid, plan.indptr,
+                         plan.width, compression)
+        if filled[0].shape[0]:
+            ind[:] = filled[0]
+        end_part(f, edge_attrs, node_data, plan.gid, plan.indptr, plan.num_owned, budget, chunk)
+    if syncer is not None:
+        syncer.add(path)
+    return {"owned": plan.num_owned, "vertices": int(plan.gid.shape[0]),
+            "edges": int(plan.indptr[-1]) // 2, "entries": int(plan.indptr[-1]), "buckets": 1,
+            "index_dtype": plan.width.name}
 
 
 def _count_one(csr: GlobalCSR, owned: np.ndarray, rows: np.ndarray,
@@ -238,29 +401,17 @@ def write_partition_csr(path: str | os.PathLike, index: int, parts: int, owned: 
     import h5py
 
     check_compression(compression)
-    owned = np.asarray(owned, dtype=np.int64)
     n = csr.indptr.shape[0] - 1
-    rows = np.flatnonzero(present)
     buf = [np.empty(4 * max(1, int(chunk)), csr.dtype)]
-    if counts is not None:
-        n_own, n_tot = counts
-    else:
-        n_own, n_tot = _count_one(csr, owned, rows, buf)
-    not_owned = np.ones(n, bool)
-    not_owned[owned] = False
-    halo = rows[not_owned[rows] & (n_tot[rows] > 0)]
-    del rows, not_owned
-    gid = np.concatenate([owned, halo])
-    n_loc, num_owned = int(gid.shape[0]), int(owned.shape[0])
-    indptr = np.zeros(n_loc + 1, np.int64)
-    np.cumsum(n_tot[gid], out=indptr[1:])
-    del n_tot
-    w = np.dtype(width) if width is not None else index_dtype(n_loc)
-    tab = rank_table(n, owned, halo)
+    if counts is None:
+        counts = _count_one(csr, np.asarray(owned, np.int64), np.flatnonzero(present), buf)
+    plan = _plan(index, owned, present, n, counts, width)
+    del counts
+    gid, indptr, w = plan.gid, plan.indptr, plan.width
     bounds = buckets(indptr, max(1, int(budget) // w.itemsize))
     with outputs.atomic_file(path, lock=False, durable=syncer is None) as tmp, \
             h5py.File(tmp, "w") as f:
-        ind = begin_part(f, index, parts, num_owned, False, gid, indptr, w, compression)
+        ind = begin_part(f, index, parts, plan.num_owned, False, gid, indptr, w, compression)
         for b in range(bounds.shape[0] - 1):
             lo, hi = int(bounds[b]), int(bounds[b + 1])
             size = int(indptr[hi] - indptr[lo])
@@ -272,21 +423,20 @@ def write_partition_csr(path: str | os.PathLike, index: int, parts: int, owned: 
                 out = scratch[0][:size]
             # one ascending read of the global rows spanning the bucket's owned rows and its
             # replica rows (each group ascending in global id): every row read once
-            x0 = min(int(gid[r]) for r in (lo, max(lo, num_owned)) if r < hi)
-            x1 = max(int(gid[r - 1]) for r in (min(hi, num_owned), hi) if r > lo) + 1
+            x0, x1 = _span(plan, lo, hi)
             for xa, xb, tgt in csr.blocks(x0, x1, buf[0].shape[0], buf):
-                _fill_rows(xa, xb, csr.indptr, tgt, tab, lo, hi, indptr[lo], indptr, n_own,
-                           out)
+                _fill_rows(xa, xb, csr.indptr, tgt, plan.tab, lo, hi, indptr[lo], indptr,
+                           plan.n_own, out)
             if out.shape[0]:
                 ind[int(indptr[lo]):int(indptr[hi])] = out
             del out
-        del tab, n_own, buf
-        end_part(f, edge_attrs, node_data, gid, indptr, num_owned, budget, chunk)
+        del buf
+        end_part(f, edge_attrs, node_data, gid, indptr, plan.num_owned, budget, chunk)
     if syncer is not None:
         syncer.add(path)
-    return {"owned": num_owned, "vertices": n_loc, "edges": int(indptr[-1]) // 2,
-            "entries": int(indptr[-1]), "buckets": int(bounds.shape[0] - 1),
-            "index_dtype": w.name}
+    return {"owned": plan.num_owned, "vertices": int(gid.shape[0]),
+            "edges": int(indptr[-1]) // 2, "entries": int(indptr[-1]),
+            "buckets": int(bounds.shape[0] - 1), "index_dtype": w.name}
 
 
 _M1 = np.uint64(0x5555555555555555)

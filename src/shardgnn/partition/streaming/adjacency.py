@@ -60,6 +60,17 @@ def scatter_lines(lines, lo, cursor, out):
         cursor[s] += 1
 
 
+@njit(cache=True, nogil=True)
+def rows_sorted(indptr, tgt):
+    """Whether every row tgt[indptr[r] - indptr[0]:indptr[r + 1] - indptr[0]] is ascending."""
+    base = indptr[0]
+    for r in range(indptr.shape[0] - 1):
+        for i in range(indptr[r] - base + 1, indptr[r + 1] - base):
+            if tgt[i - 1] > tgt[i]:
+                return False
+    return True
+
+
 def source_bounds(deg: np.ndarray, size: int) -> np.ndarray:
     """P + 1 source-vertex bounds splitting the lines (degrees) evenly. Pure."""
     cum = np.cumsum(deg, dtype=np.int64)
@@ -80,6 +91,7 @@ class AdjacencyShard:
     path: Path
     dtype: np.dtype
     chunk: int
+    sorted_rows: bool = False   # every row ascending (checked when built): no sort needed
 
     def chunks(self) -> Iterator[np.ndarray]:
         """Yield (k, 2) lines (s, t) in stream order, about ``chunk`` lines each."""
@@ -105,11 +117,12 @@ class AdjacencyShard:
     def sort_rows(self) -> None:
         """Sort every row of the targets file in place (rows already ascending, as from a
         sorted ``edges.bin``, are only scanned). Done after the clustering has streamed the
-        file order, before the store write reads it as the graph's sorted CSR."""
+        file order, before the store write reads it as the graph's sorted CSR. Nothing to do
+        when :func:`build` found every row sorted (``sorted_rows``)."""
         from shardgnn.partition.store_write import _sort_rows
 
         total = int(self.indptr[-1])
-        if total == 0:
+        if total == 0 or self.sorted_rows:
             return
         tgt = np.memmap(self.path, dtype=self.dtype, mode="r+", shape=(total,))
         _sort_rows(self.indptr, np.asarray(tgt))
@@ -178,13 +191,15 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
             if c:
                 scatter_lines(got[pos:pos + c], lo, cursor[q], out)
                 pos += c
+    ordered = bool(rows_sorted(indptr, out[:total]))   # one scan while the rows are in cache
     if isinstance(out, np.memmap):
         out.flush()
     else:
         out.tofile(path)
     del out
     timer.add(name, time.perf_counter() - t0, stream.hi - stream.lo)
-    return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk)
+    return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk,
+                          sorted_rows=ordered)
 
 
 def warmup() -> None:
@@ -194,6 +209,7 @@ def warmup() -> None:
         lines = np.empty((2, 2), dt)
         interleave(e, lines)
         scatter_lines(lines, 0, np.array([0, 1], np.int64), np.empty(2, dt))
+        rows_sorted(np.array([0, 2], np.int64), lines[:, 1])
         for st in (np.int32, np.int64):
             vs = K.new_vertex_state(np.ones(2, np.int64), st)
             K.cluster_lines(lines, vs, np.zeros(4, st), 1.0, 1)

@@ -130,6 +130,14 @@ def add_arguments(parser: Any) -> None:
                    f"{WRITE_MEMORY_FRACTION:g} of the node's available memory (MemAvailable) "
                    "divided by the ranks on the node, at least "
                    f"{WRITE_MEMORY_MIN >> 20}M; the value used is in meta.json")
+    g.add_argument("--write-threads", type=int, default=None, metavar="N",
+                   help="worker threads of the CSR store write per rank (--write-from csr): "
+                   "they count the rows and fill the next partition's indices, each a range "
+                   "of rows, while the rank writes the previous partition's file (two "
+                   "partitions' indices held, where twice one fits --write-memory); 0 = one "
+                   "partition after another on the rank's own thread (same files). Default: "
+                   "the cores the rank may use divided by the ranks on its node, at least 1; "
+                   "the value used is in meta.json")
     g.add_argument("--write-from", choices=("csr", "spill"), default="csr",
                    help="how the partition files are built: csr = from the graph's CSR kept "
                    "by the adjacency pass (two reads of each partition's rows, no sort; used "
@@ -192,7 +200,7 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
                             vcut_balance=args.vcut_balance,
                             seed=args.seed),
         auto=auto, write_memory=args.write_memory, compression=args.store_compression,
-        write_from=args.write_from)
+        write_from=args.write_from, write_threads=args.write_threads)
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:

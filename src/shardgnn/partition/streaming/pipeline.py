@@ -66,6 +66,7 @@ class PartitionConfig:
     write_memory: int | None = None   # bytes of CSR indices per bucket; None = write_budget()
     compression: str = "none"
     write_from: str = "csr"   # csr: from the sorted CSR where usable (store_csr); spill: always
+    write_threads: int | None = None   # CSR write's worker threads; None = write_threads()
 
 
 #: Default share of the node's available memory the store write may hold (split over its ranks).
@@ -92,6 +93,18 @@ def write_budget(comm: Communicator) -> int:
     hosts = comm.allgather_obj(socket.gethostname())
     mine = available_memory() * WRITE_MEMORY_FRACTION / hosts.count(hosts[comm.rank])
     return max(WRITE_MEMORY_MIN, int(min(comm.allgather_obj(mine))))
+
+
+def write_threads(comm: Communicator) -> int:
+    """Default worker threads of the CSR store write on each rank: the cores this process
+    may run on divided by the ranks on its node (the smallest over ranks), at least 1.
+    Collective over comm."""
+    hosts = comm.allgather_obj(socket.gethostname())
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, int(min(comm.allgather_obj(cores // hosts.count(hosts[comm.rank])))))
 
 
 def dataset_bytes(directory: str | os.PathLike, meta: GraphMeta) -> int:
@@ -125,6 +138,8 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
         raise ShardError(f"--hops: expected 0, 1, 2 or 3, got {cfg.hops}")
     if cfg.refine < 0:
         raise ShardError(f"--refine: expected >= 0 passes, got {cfg.refine}")
+    if cfg.write_threads is not None and cfg.write_threads < 0:
+        raise ShardError(f"--write-threads: expected >= 0, got {cfg.write_threads}")
     if cfg.write_memory is not None and cfg.write_memory < 1 << 20:
         raise ShardError(f"--write-memory: expected >= 1M bytes, got {cfg.write_memory}")
     if cfg.compression not in store_write.COMPRESSIONS:
@@ -293,6 +308,7 @@ def _metrics(comm: Communicator, meta: GraphMeta, p: int, stats: dict[int, dict[
     m["index_dtypes"] = [stats[i]["index_dtype"] for i in range(p)]
     m["write_buckets"] = [stats[i]["buckets"] for i in range(p)]
     m["write_memory_bytes"] = stats[0]["budget"]
+    m["write_threads"] = stats[0].get("threads", 0)
     seconds = comm.allgather_obj(timer.seconds)
     per_pass = {k: max(s.get(k, 0.0) for s in seconds) for k in timer.seconds}
     m["seconds_per_pass"] = per_pass
@@ -353,13 +369,15 @@ def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, 
     bad = csr.check()
     comm.agree(not bad, bad)
     attrs = EdgeAttrs(cfg.dataset, meta)
+    threads = cfg.write_threads if cfg.write_threads is not None else write_threads(comm)
     with csr, outputs.BackgroundSync() as bg:   # a file's fsync overlaps the next one's build
         stats = store_csr.write_partitions_csr(
             tmp, list(range(comm.rank, p, comm.size)), p, owner, pres, csr, node_data,
             chunk=cfg.chunk, budget=budget, compression=cfg.compression, edge_attrs=attrs,
-            syncer=bg)
+            syncer=bg, threads=threads)
     for s in stats.values():
         s["budget"] = budget
+        s["threads"] = threads
     timer.add("write", time.perf_counter() - t0, sum(s["entries"] for s in stats.values()))
     merged: dict[int, dict[str, Any]] = {}
     for d in comm.allgather_obj(stats):   # also: no rank reads the targets files any more
@@ -375,6 +393,7 @@ def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, t
               "refine_balance": cfg.refine_balance,
               "refine_clusters": cfg.refine_clusters, "seed": cfg.seed, "chunk": cfg.chunk,
               "ranks": comm.size, "write_memory": m["write_memory_bytes"],
+              "write_threads": m["write_threads"],
               "store_compression": cfg.compression}
     doc = {"format": store.FORMAT, "version": store.VERSION, "algorithm": cfg.algo,
            "parameters": params, "parts": p, "num_nodes": meta.num_nodes,
