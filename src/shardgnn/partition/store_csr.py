@@ -44,22 +44,26 @@ class GlobalCSR:
     """Read access to the graph's CSR kept as every rank's adjacency targets file.
 
     ``indptr``: global row pointers (cumsum of the degrees, |V| + 1); ``files[r]`` holds the
-    entries of rows ``bounds[r]:bounds[r + 1]`` from offset 0 in ``dtype``. Rank-local.
+    entries of rows ``bounds[r]:bounds[r + 1]`` from offset 0 in ``dtype``; ``local`` = (r,
+    array): rank r's entries are that array (its file is not read, nor needed). Rank-local.
     """
 
     def __init__(self, indptr: np.ndarray, bounds: np.ndarray, files: list[str | os.PathLike],
-                 dtype: Any) -> None:
+                 dtype: Any, local: tuple[int, np.ndarray] | None = None) -> None:
         self.indptr = indptr
         self.bounds = np.asarray(bounds, np.int64)
         self.dtype = np.dtype(dtype)
         self.starts = indptr[self.bounds[:-1]]
         self.ends = indptr[self.bounds[1:]]
         self.files = [Path(f) for f in files]
+        self.local = local
         self._fds: list[int] = []
 
     def check(self) -> str:
         """'' when every rank's file is here at least as large as its rows need, else one line."""
         for r, f in enumerate(self.files):
+            if self.local is not None and r == self.local[0]:
+                continue
             want = int(self.ends[r] - self.starts[r]) * self.dtype.itemsize
             got = f.stat().st_size if f.exists() else None
             if got is None or got < want:
@@ -69,12 +73,14 @@ class GlobalCSR:
         return ""
 
     def __enter__(self) -> GlobalCSR:
-        self._fds = [os.open(f, os.O_RDONLY) for f in self.files]
+        self._fds = [-1 if self.local is not None and r == self.local[0] else
+                     os.open(f, os.O_RDONLY) for r, f in enumerate(self.files)]
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for fd in self._fds:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self._fds = []
 
     def read(self, a: int, b: int, out: np.ndarray) -> None:
@@ -84,6 +90,12 @@ class GlobalCSR:
         while a < b:
             r = int(np.searchsorted(self.starts, a, side="right")) - 1
             end = min(b, int(self.ends[r]))
+            if self._fds[r] < 0:
+                base = int(self.starts[r])
+                out[pos:pos + end - a] = self.local[1][a - base:end - base]  # type: ignore[index]
+                pos += end - a
+                a = end
+                continue
             view = memoryview(out[pos:pos + end - a].view(np.uint8))  # type: ignore[arg-type]
             off, got = (a - int(self.starts[r])) * item, 0
             while got < len(view):
@@ -104,6 +116,11 @@ class GlobalCSR:
             xb = int(np.searchsorted(ptr, ptr[xa] + entries, side="right")) - 1
             xb = min(max(xb, xa + 1), x1)
             a, b = int(ptr[xa]), int(ptr[xb])
+            r = int(np.searchsorted(self.starts, a, side="right")) - 1
+            if self.local is not None and r == self.local[0] and b <= self.ends[r]:
+                yield xa, xb, self.local[1][a - int(self.starts[r]):b - int(self.starts[r])]
+                xa = xb
+                continue
             if b - a > buf[0].shape[0]:
                 buf[0] = np.empty(b - a, self.dtype)
             self.read(a, b, buf[0])
@@ -565,17 +582,18 @@ def _fill_rows(x0, x1, ptr, tgt, tab, lo, hi, obase, indptr, n_own, out):
                     ph += 1
 
 
-def warmup() -> None:
-    """Load the kernels of this module for both id widths (pass timings exclude the JIT)."""
+def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64),
+           widths: tuple[Any, ...] = (np.int32, np.int64)) -> None:
+    """Load the kernels of this module for CSR ids of ``dtypes`` and local indices of
+    ``widths`` (pass timings exclude the JIT)."""
     ptr = np.array([0, 1, 2], np.int64)
     tab = rank_table(2, np.array([0]), np.array([1]))
-    for dt in (np.int32, np.int64):
+    for dt in dtypes:
         tgt = np.array([1, 0], dt)
         n_own = np.zeros(2, np.int32)
         n_tot = np.zeros(2, np.int32)
         _count_rows(0, 2, ptr, tgt, tab, n_own, n_tot)
-        for w in (np.int32, np.int64):
+        for w in widths:
             _fill_rows(0, 2, ptr, tgt, tab, 0, 2, ptr[0], ptr, n_own, np.empty(2, w))
         cnt = np.zeros((1, 2), np.int32)
         _count_lanes(0, 2, ptr, tgt, np.ones(2, np.uint16), _SPREAD, cnt, cnt.copy())
-

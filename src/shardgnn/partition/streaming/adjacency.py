@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 from numba import njit
@@ -83,7 +83,9 @@ def source_bounds(deg: np.ndarray, size: int) -> np.ndarray:
 
 @dataclass
 class AdjacencyShard:
-    """This rank's sources [lo, hi): row pointers (local, from 0) and the targets file."""
+    """This rank's sources [lo, hi): row pointers (local, from 0) and the targets file
+    (``data``: the targets held in memory as well, when kept there; on one rank the file is
+    then not written)."""
 
     lo: int
     hi: int
@@ -92,13 +94,15 @@ class AdjacencyShard:
     dtype: np.dtype
     chunk: int
     sorted_rows: bool = False   # every row ascending (checked when built): no sort needed
+    data: np.ndarray | None = None
 
     def chunks(self) -> Iterator[np.ndarray]:
         """Yield (k, 2) lines (s, t) in stream order, about ``chunk`` lines each."""
         total = int(self.indptr[-1])
         if total == 0:
             return
-        tgt = np.memmap(self.path, dtype=self.dtype, mode="r", shape=(total,))
+        tgt = self.data if self.data is not None else \
+            np.memmap(self.path, dtype=self.dtype, mode="r", shape=(total,))
         src = np.arange(self.lo, self.hi, dtype=self.dtype)
         s = 0
         nrows = self.hi - self.lo
@@ -124,24 +128,33 @@ class AdjacencyShard:
         total = int(self.indptr[-1])
         if total == 0 or self.sorted_rows:
             return
+        if self.data is not None:
+            _sort_rows(self.indptr, self.data)
+            if self.path.exists():
+                self.data.tofile(self.path)
+            self.sorted_rows = True
+            return
         tgt = np.memmap(self.path, dtype=self.dtype, mode="r+", shape=(total,))
         _sort_rows(self.indptr, np.asarray(tgt))
         tgt.flush()
         del tgt
 
     def remove(self) -> None:
+        self.data = None
         shutil.rmtree(self.path.parent, ignore_errors=True)
         outputs.forget_temp(self.path.parent)
 
 
 def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str | os.PathLike | None,
-          timer: passes.PassTimer, memory: int = 0, name: str = "adjacency") -> AdjacencyShard:
+          timer: passes.PassTimer, memory: int = 0, name: str = "adjacency",
+          hold: bool = False) -> AdjacencyShard:
     """Route this rank's lines to the source-range owners and write its range's targets file
     (module docstring). ``deg``: global degrees. When the range's targets take at most
     ``memory`` bytes they are scattered in memory and written once, sequentially (scattering
     straight into the memory-mapped file makes the kernel write dirty pages back while they
-    are still being filled); else into the memory-mapped file. ``name``: the pass's timer
-    entry. Collective over comm."""
+    are still being filled); else into the memory-mapped file. With ``hold``, targets taking
+    at most a quarter of ``memory`` stay in memory (``data``) for the store write, and on one
+    rank no file is written. ``name``: the pass's timer entry. Collective over comm."""
     t0 = time.perf_counter()
     P, r = comm.size, comm.rank
     dt = stream.meta.np_dtype
@@ -192,24 +205,26 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
                 scatter_lines(got[pos:pos + c], lo, cursor[q], out)
                 pos += c
     ordered = bool(rows_sorted(indptr, out[:total]))   # one scan while the rows are in cache
+    held = out[:total] if in_memory and hold and 4 * out.nbytes <= memory else None
     if isinstance(out, np.memmap):
         out.flush()
-    else:
+    elif held is None or P > 1:
         out.tofile(path)
     del out
     timer.add(name, time.perf_counter() - t0, stream.hi - stream.lo)
     return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk,
-                          sorted_rows=ordered)
+                          sorted_rows=ordered, data=held)
 
 
-def warmup() -> None:
-    """Load the kernels of this module (pass timings exclude the JIT)."""
-    for dt in (np.int32, np.int64):
+def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True) -> None:
+    """Load the kernels of this module for ids of ``dtypes`` (pass timings exclude the JIT);
+    the clustering of the adjacency order's only with ``cluster``."""
+    for dt in dtypes:
         e = np.array([[0, 1]], dt)
         lines = np.empty((2, 2), dt)
         interleave(e, lines)
         scatter_lines(lines, 0, np.array([0, 1], np.int64), np.empty(2, dt))
         rows_sorted(np.array([0, 2], np.int64), lines[:, 1])
-        for st in (np.int32, np.int64):
+        for st in (np.int32, np.int64) if cluster else ():
             vs = K.new_vertex_state(np.ones(2, np.int64), st)
             K.cluster_lines(lines, vs, np.zeros(4, st), 1.0, 1)

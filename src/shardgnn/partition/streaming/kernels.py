@@ -537,19 +537,25 @@ def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
     return moves
 
 
-def warmup() -> None:
+def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), spill: bool = True,
+           cluster: bool = True) -> None:
     """Load (or compile) the per-edge kernels on tiny inputs, so pass timings exclude the JIT.
 
     Edge chunks come as int64 (``EdgeStream``) or in the file dtype (int32 or int64, the
-    passes' native reader): both specialisations are loaded."""
-    for et in (np.int32, np.int64):
+    passes' native reader): the specialisations of ``dtypes`` are loaded (default both);
+    the routing kernels only with ``spill`` (the spill writer's route pass), the streaming
+    clustering's only with ``cluster``. A kernel not loaded here loads on first use."""
+    for et in dtypes:
         e = np.array([[0, 1]], et)
         deg = np.zeros(2, np.int64)
         count_degrees(e, deg, False)
-        for dt in (np.int32, np.int64):
-            cluster_chunk(e, 0, new_vertex_state(deg, dt), np.zeros(4, dt), 1.0, 1)
+        if cluster:
+            for dt in (np.int32, np.int64):
+                cluster_chunk(e, 0, new_vertex_state(deg, dt), np.zeros(4, dt), 1.0, 1)
         pres = np.ones((2, 1), np.uint64)
         expand_presence(e, pres, pres.copy(), False)
+        if not spill:
+            continue
         counts = np.zeros(64, np.int64)
         masks = np.empty((1, 1), np.uint64)
         route_count(e, pres, masks, counts)

@@ -212,13 +212,16 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
     use_csr = cfg.write_from == "csr" and store_csr.usable(bool(meta.directed), cfg.hops,
                                                            meta.extra)
     t0 = time.perf_counter()
-    with jit.compiling("the streaming partition kernels"):
-        kernels.warmup()
-        if use_csr or (cfg.algo == "spring" and cfg.spring.stream_order == "adjacency"):
-            adjacency.warmup()
+    adj_order = cfg.algo == "spring" and cfg.spring.stream_order == "adjacency"
+    with jit.compiling("the streaming partition kernels"):   # those this job uses
+        ids = (meta.np_dtype,)
+        kernels.warmup(ids, spill=not use_csr, cluster=cfg.algo in ("spring", "2ps-l"))
+        if use_csr or adj_order:
+            adjacency.warmup(ids, cluster=adj_order)
         if use_csr:
-            store_csr.warmup()
-    if cfg.algo == "spring" and cfg.spring.stream_order == "adjacency":
+            store_csr.warmup(ids, (np.int32,) if meta.num_nodes <= np.iinfo(np.int32).max
+                             else (np.int32, np.int64))
+    if adj_order:
         if cfg.spring.scratch is None:  # the targets file goes beside the output
             cfg = replace(cfg, spring=replace(cfg.spring, scratch=str(Path(cfg.out).absolute().parent)))
     timer.add("jit", time.perf_counter() - t0, 0)
@@ -269,7 +272,8 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
             if deg is None:
                 deg = passes.degree_pass(stream, comm, timer)
             if shard is None:
-                shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr")
+                shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr",
+                                        hold=True)
             t0 = time.perf_counter()
             shard.sort_rows()   # no-op scan for a sorted edges.bin; the order is used up now
             timer.add("csr_sort", time.perf_counter() - t0, 0)
@@ -365,7 +369,10 @@ def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, 
     indptr = np.zeros(deg.shape[0] + 1, np.int64)
     np.cumsum(deg, out=indptr[1:])
     csr = store_csr.GlobalCSR(indptr, adjacency.source_bounds(deg, comm.size),
-                              comm.allgather_obj(str(shard.path)), meta.np_dtype)
+                              comm.allgather_obj(str(shard.path)), meta.np_dtype,
+                              local=None if shard.data is None else (comm.rank, shard.data))
+    held = 0 if shard.data is None else int(shard.data.nbytes)   # off the write's budget
+    left = max(budget - held, budget // 2)
     bad = csr.check()
     comm.agree(not bad, bad)
     attrs = EdgeAttrs(cfg.dataset, meta)
@@ -373,7 +380,7 @@ def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, 
     with csr, outputs.BackgroundSync() as bg:   # a file's fsync overlaps the next one's build
         stats = store_csr.write_partitions_csr(
             tmp, list(range(comm.rank, p, comm.size)), p, owner, pres, csr, node_data,
-            chunk=cfg.chunk, budget=budget, compression=cfg.compression, edge_attrs=attrs,
+            chunk=cfg.chunk, budget=left, compression=cfg.compression, edge_attrs=attrs,
             syncer=bg, threads=threads)
     for s in stats.values():
         s["budget"] = budget

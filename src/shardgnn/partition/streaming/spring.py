@@ -170,8 +170,9 @@ def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int
                  memory: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
     """Owner partition of every vertex by SPRING (``info["labels"]``: merged and streaming
     cluster of every vertex, coarse first). ``memory``: bytes the adjacency order's targets
-    may take in memory while built (:func:`adjacency.build`). With ``keep``, its targets file
-    is kept for the store write (``info["adjacency"]``; the caller removes it). Collective
+    may take in memory while built (:func:`adjacency.build`). With ``keep``, its targets
+    (file, or in memory when they take at most a quarter of ``memory``) are kept for the
+    store write (``info["adjacency"]``; the caller removes it). Collective
     over comm."""
     tau_vol = params.tau * directed_lines(stream) / p
     # Interleaved (u,v),(v,u): after line (u,v) both ends share a cluster or both volumes
@@ -183,7 +184,8 @@ def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int
     modes = (0,) if stream.meta.directed or params.stream_order != "concat" else (0, 1)
     source = None
     if params.stream_order == "adjacency" and not stream.meta.directed:
-        source = adjacency.build(stream, comm, deg, params.scratch, timer, memory=memory)
+        source = adjacency.build(stream, comm, deg, params.scratch, timer, memory=memory,
+                                 hold=keep)
     try:
         cl = cluster_pass(stream, comm, deg, tau_vol, modes, timer, source=source)
     except BaseException:
