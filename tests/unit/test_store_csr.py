@@ -187,3 +187,17 @@ def test_adjacency_rows_sorted_in_place(tmp_path):
     AdjacencyShard(lo=0, hi=4, indptr=indptr, path=f, dtype=np.dtype(np.int32), chunk=16,
                    sorted_rows=True).sort_rows()
     np.testing.assert_array_equal(np.fromfile(f, np.int32), tgt)
+
+
+def test_group_by_rank_is_a_stable_sort_by_source_range():
+    from shardgnn.partition.streaming.adjacency import group_by_rank
+
+    rng = np.random.default_rng(3)
+    bounds = np.array([0, 10, 10, 37, 50], np.int64)
+    lines = rng.integers(0, 50, (500, 2)).astype(np.int32)
+    counts = np.zeros(4, np.int64)
+    out = np.empty_like(lines)
+    group_by_rank(lines, bounds, np.empty(500, np.int64), counts, out)
+    dest = np.searchsorted(bounds, lines[:, 0], side="right") - 1
+    np.testing.assert_array_equal(out, lines[np.argsort(dest, kind="stable")])
+    np.testing.assert_array_equal(counts, np.bincount(dest, minlength=4))

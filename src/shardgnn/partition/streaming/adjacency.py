@@ -61,6 +61,28 @@ def scatter_lines(lines, lo, cursor, out):
 
 
 @njit(cache=True, nogil=True)
+def group_by_rank(lines, bounds, dest, counts, out):
+    """Copy ``lines`` into ``out`` grouped by the rank whose source range (``bounds``) holds
+    their source, keeping their order within each rank (a counting sort); ``counts`` (P,)
+    gets the lines per rank, ``dest`` (len(lines),) is scratch."""
+    counts[:] = 0
+    for k in range(lines.shape[0]):
+        d = np.searchsorted(bounds, lines[k, 0], side="right") - 1
+        dest[k] = d
+        counts[d] += 1
+    pos = np.empty(counts.shape[0], np.int64)
+    acc = 0
+    for q in range(counts.shape[0]):
+        pos[q] = acc
+        acc += counts[q]
+    for k in range(lines.shape[0]):
+        d = dest[k]
+        out[pos[d], 0] = lines[k, 0]
+        out[pos[d], 1] = lines[k, 1]
+        pos[d] += 1
+
+
+@njit(cache=True, nogil=True)
 def rows_sorted(indptr, tgt):
     """Whether every row tgt[indptr[r] - indptr[0]:indptr[r + 1] - indptr[0]] is ascending."""
     base = indptr[0]
@@ -186,17 +208,18 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
         cursor = [indptr[:-1] + before[q] for q in range(P)]
         del got, before
     buf = np.empty((min(stream.chunk, max(stream.hi - stream.lo, 1)) * 2, 2), dt)
+    grouped = np.empty_like(buf) if P > 1 else buf
+    dest = np.empty(buf.shape[0] if P > 1 else 0, np.int64)
+    counts = np.zeros(P, np.int64)
     for e in passes.lockstep(stream, comm, raw=True):
         lines = buf[:2 * e.shape[0]]
         interleave(e, lines)
         if P == 1:
             scatter_lines(lines, lo, cursor[0], out)
             continue
-        dest = np.searchsorted(bounds, lines[:, 0], side="right") - 1
-        order = np.argsort(dest, kind="stable")
-        counts = np.bincount(dest, minlength=P).astype(np.int64)
+        group_by_rank(lines, bounds, dest, counts, grouped)
         recv_counts = comm.alltoall_counts(counts)
-        got = comm.alltoallv(np.ascontiguousarray(lines[order]), counts, recvcounts=recv_counts,
+        got = comm.alltoallv(grouped[:lines.shape[0]], counts, recvcounts=recv_counts,
                              op_name="adjacency_route")
         pos = 0
         for q in range(P):
@@ -216,15 +239,20 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
                           sorted_rows=ordered, data=held)
 
 
-def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True) -> None:
+def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True,
+           ranks: int = 2) -> None:
     """Load the kernels of this module for ids of ``dtypes`` (pass timings exclude the JIT);
-    the clustering of the adjacency order's only with ``cluster``."""
+    the clustering of the adjacency order's only with ``cluster``, the routing to other
+    ranks' source ranges only when ``ranks`` > 1."""
     for dt in dtypes:
         e = np.array([[0, 1]], dt)
         lines = np.empty((2, 2), dt)
         interleave(e, lines)
         scatter_lines(lines, 0, np.array([0, 1], np.int64), np.empty(2, dt))
         rows_sorted(np.array([0, 2], np.int64), lines[:, 1])
+        if ranks > 1:
+            group_by_rank(lines, np.array([0, 1, 2], np.int64), np.empty(2, np.int64),
+                          np.zeros(2, np.int64), np.empty_like(lines))
         for st in (np.int32, np.int64) if cluster else ():
             vs = K.new_vertex_state(np.ones(2, np.int64), st)
             K.cluster_lines(lines, vs, np.zeros(4, st), 1.0, 1)

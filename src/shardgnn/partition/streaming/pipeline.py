@@ -217,7 +217,7 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
         ids = (meta.np_dtype,)
         kernels.warmup(ids, spill=not use_csr, cluster=cfg.algo in ("spring", "2ps-l"))
         if use_csr or adj_order:
-            adjacency.warmup(ids, cluster=adj_order)
+            adjacency.warmup(ids, cluster=adj_order, ranks=comm.size)
         if use_csr:
             store_csr.warmup(ids, (np.int32,) if meta.num_nodes <= np.iinfo(np.int32).max
                              else (np.int32, np.int64))
