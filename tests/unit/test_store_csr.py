@@ -201,3 +201,18 @@ def test_group_by_rank_is_a_stable_sort_by_source_range():
     dest = np.searchsorted(bounds, lines[:, 0], side="right") - 1
     np.testing.assert_array_equal(out, lines[np.argsort(dest, kind="stable")])
     np.testing.assert_array_equal(counts, np.bincount(dest, minlength=4))
+
+
+def test_scatter_edges_equals_interleave_then_scatter_lines():
+    from shardgnn.partition.streaming.adjacency import interleave, scatter_edges, scatter_lines
+
+    rng = np.random.default_rng(4)
+    e = _graph(rng, 40, 200)
+    deg = np.bincount(e.ravel(), minlength=40)
+    ptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    lines = np.empty((2 * e.shape[0], 2), np.int32)
+    interleave(e, lines)
+    want, got = np.empty(ptr[-1], np.int32), np.empty(ptr[-1], np.int32)
+    scatter_lines(lines, 0, ptr[:-1].copy(), want)
+    scatter_edges(e, 0, ptr[:-1].copy(), got)
+    np.testing.assert_array_equal(got, want)

@@ -60,6 +60,19 @@ def scatter_lines(lines, lo, cursor, out):
         cursor[s] += 1
 
 
+@njit(cache=True)
+def scatter_edges(edges, lo, cursor, out):
+    """:func:`interleave` then :func:`scatter_lines` in one sweep, without the lines: the
+    target of (u, v) then of (v, u) for every stored edge (u, v), in order."""
+    for k in range(edges.shape[0]):
+        u = edges[k, 0]
+        v = edges[k, 1]
+        out[cursor[u - lo]] = v
+        cursor[u - lo] += 1
+        out[cursor[v - lo]] = u
+        cursor[v - lo] += 1
+
+
 @njit(cache=True, nogil=True)
 def group_by_rank(lines, bounds, dest, counts, out):
     """Copy ``lines`` into ``out`` grouped by the rank whose source range (``bounds``) holds
@@ -207,16 +220,17 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
         before = np.cumsum(got, axis=0) - got
         cursor = [indptr[:-1] + before[q] for q in range(P)]
         del got, before
-    buf = np.empty((min(stream.chunk, max(stream.hi - stream.lo, 1)) * 2, 2), dt)
-    grouped = np.empty_like(buf) if P > 1 else buf
+    buf = np.empty((min(stream.chunk, max(stream.hi - stream.lo, 1)) * 2 if P > 1 else 0, 2),
+                   dt)
+    grouped = np.empty_like(buf)
     dest = np.empty(buf.shape[0] if P > 1 else 0, np.int64)
     counts = np.zeros(P, np.int64)
     for e in passes.lockstep(stream, comm, raw=True):
+        if P == 1:
+            scatter_edges(e, lo, cursor[0], out)
+            continue
         lines = buf[:2 * e.shape[0]]
         interleave(e, lines)
-        if P == 1:
-            scatter_lines(lines, lo, cursor[0], out)
-            continue
         group_by_rank(lines, bounds, dest, counts, grouped)
         recv_counts = comm.alltoall_counts(counts)
         got = comm.alltoallv(grouped[:lines.shape[0]], counts, recvcounts=recv_counts,
@@ -249,6 +263,7 @@ def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True,
         lines = np.empty((2, 2), dt)
         interleave(e, lines)
         scatter_lines(lines, 0, np.array([0, 1], np.int64), np.empty(2, dt))
+        scatter_edges(e, 0, np.array([0, 1], np.int64), np.empty(2, dt))
         rows_sorted(np.array([0, 2], np.int64), lines[:, 1])
         if ranks > 1:
             group_by_rank(lines, np.array([0, 1, 2], np.int64), np.empty(2, np.int64),
