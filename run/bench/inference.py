@@ -12,7 +12,8 @@ checkpoint). Every command runs on ``--ranks`` ranks in its own process.
 
 * ``wise``: layerwise (PDS, default chunks) vs ``--samplewise target`` (each target's own k-hop
   subgraph: the issue's baseline) vs ``--samplewise batch`` (deduplicated per batch), full
-  neighbourhoods; ``--repeat`` rounds of one command per mode, interleaved; medians of the
+  neighbourhoods; ``--repeat`` rounds of one command per mode, interleaved (``--sw-repeat N``:
+  the baselines only in the first N rounds); medians of the
   whole command's wall time (``wall_s_median``) and of the engine time, and both speedups
   (``speedup_vs_target_command``, ``speedup_vs_target``). With ``--sw-fraction F`` < 1 the baselines run on a seeded F of the targets and
   their loop time (sampling + fetch + model, max over ranks) is scaled by the fraction done; the
@@ -78,10 +79,14 @@ def _features(data: Path, n: int) -> None:
 def prepare(work: Path, a: argparse.Namespace) -> tuple[str, Path, Path]:
     """(run name prefix, store, dataset) of ``--graph``, generating and cutting it once."""
     if a.graph == "csbm":
-        name, data = f"csbm{a.nodes // 1000}k-d{a.degree}", work / f"csbm-{a.nodes}-{a.degree}"
+        tag = "" if a.homophily is None else f"-h{a.homophily:g}-c{a.classes}"
+        name = f"csbm{a.nodes // 1000}k-d{a.degree}{tag}"
+        data = work / f"csbm-{a.nodes}-{a.degree}{tag}"
         if not (data / "graph.json").exists():
+            more = [] if a.homophily is None else ["--homophily", a.homophily, "--classes",
+                                                    a.classes]
             sh(["generate", "csbm", "--nodes", a.nodes, "--features", 32, "--avg-degree",
-                a.degree, "--out", data, "--force"])
+                a.degree, *more, "--out", data, "--force"])
     elif a.graph == "rmat":
         name, data = f"rmat{a.scale}", work / f"rmat-{a.scale}"
         if not (data / "graph.json").exists():
@@ -164,9 +169,11 @@ def wise(res: dict, ckp: Path, store: Path, work: Path, name: str, a: argparse.N
         if "sw-batch" in secs:
             modes["samplewise_batch"] = ["--samplewise", "batch", *frac]
     runs: dict[str, list[dict]] = {k: [] for k in modes}
-    for _ in range(a.repeat if "wise" in secs else 1):
+    sw_rounds = a.repeat if a.sw_repeat is None else a.sw_repeat
+    for r in range(a.repeat):
         for k, extra in modes.items():
-            runs[k].append(infer(ckp, store, work / f"{name}-{k}.h5", a.ranks, *extra))
+            if k == "layerwise" or r < sw_rounds:
+                runs[k].append(infer(ckp, store, work / f"{name}-{k}.h5", a.ranks, *extra))
     for k in modes:
         res[k] = _median_of(runs[k])
     lw = res["layerwise"]
@@ -222,6 +229,10 @@ def main() -> int:
     ap.add_argument("--graph", choices=("csbm", "rmat", "github"), default="csbm")
     ap.add_argument("--nodes", type=int, default=100_000, help="csbm nodes")
     ap.add_argument("--degree", type=int, default=10, help="csbm average degree")
+    ap.add_argument("--homophily", type=float, default=None,
+                    help="csbm edge homophily (default: the generator's; 1 = no edge between "
+                    "classes: a graph with locality)")
+    ap.add_argument("--classes", type=int, default=4, help="csbm classes, with --homophily")
     ap.add_argument("--scale", type=int, default=20, help="rmat: 2^SCALE vertices")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--ranks", type=int, default=2)
@@ -233,7 +244,9 @@ def main() -> int:
     ap.add_argument("--sw-batch-size", type=int, default=1024,
                     help="--batch-size of the sample-wise runs")
     ap.add_argument("--repeat", type=int, default=3,
-                    help="wise: rounds of (layerwise, baselines); medians are reported")
+                    help="rounds of (layerwise, baselines); medians are reported")
+    ap.add_argument("--sw-repeat", type=int, default=None,
+                    help="run the baselines only in the first N rounds (default: every round)")
     ap.add_argument("--chunk-rows", type=int, default=1024, help="orders: --chunk-rows")
     ap.add_argument("--policy", default="fifo", help="orders: --cache-policy")
     ap.add_argument("--work", default=str(ROOT / "work" / "bench-inference"))

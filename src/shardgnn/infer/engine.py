@@ -202,33 +202,53 @@ def _grouped(key: np.ndarray, bins: int) -> np.ndarray:
 
 def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
     """(indptr over this rank's targets, all their neighbours' gids grouped by target): every
-    hosted partition sends each local edge to the owner of its vertex (a vertex-cut holds each
-    edge in one partition, so the union is the concatenation) — what ``sampler.hop`` with
-    fanout -1 returns, without the sampler's setup, the neighbours of a target in the order
-    they arrive (the partitions' order, whatever ``--order``). Collective over comm."""
-    P, n = comm.size, plan.n
-    vt = np.int32 if n < 2**31 else np.int64
-    pairs = []
+    hosted partition sends each local vertex's edge list to the vertex's owner (a vertex-cut
+    holds each edge in one partition, so the owner's union is the concatenation) — what
+    ``sampler.hop`` with fanout -1 returns, without the sampler's setup. Lists travel as
+    segments: (row, count) per vertex and partition, then the neighbours' gids; the owner
+    orders the segments by row (a 16-bit radix sort over vertices, not edges) and gathers
+    them, so a target's neighbours come in the partitions' order, the same for every
+    ``--order``. Collective over comm."""
+    P = comm.size
+    vt = np.int32 if plan.n < 2**31 else np.int64
+    heads, lists = [], []
     for pt in plan.parts:
         gid = np.asarray(pt.global_id, dtype=np.int64)
         ip = np.asarray(pt.arrays[f"{plan.side}_indptr"], dtype=np.int64)
-        v = np.repeat(gid, np.diff(ip))
-        u = gid[np.asarray(pt.arrays[f"{plan.side}_indices"])]
-        pairs.append(np.stack([plan.row[v].astype(vt), u.astype(vt), plan.owner[v].astype(vt)],
-                              axis=1))
-    e = np.concatenate(pairs) if pairs else np.zeros((0, 3), vt)
-    del pairs
-    dest = e[:, 2].astype(np.int16 if P < 2**15 else np.int32)   # 16 bits: a radix sort
-    e = e[np.argsort(dest, kind="stable")]
-    counts = np.bincount(e[:, 2], minlength=P).astype(np.int64)
-    rc = comm.alltoall_counts(counts)
-    got = comm.alltoallv(np.ascontiguousarray(e[:, :2]), counts, recvcounts=rc,
+        deg = np.diff(ip)
+        has = np.flatnonzero(deg)
+        dest = plan.owner[gid[has]]
+        has = has[_grouped(dest, P)]          # vertices grouped by owner, then local order
+        idx = np.asarray(pt.arrays[f"{plan.side}_indices"])
+        lists.append(gid[idx[sw.segment_index(ip[has], deg[has])]].astype(vt))
+        heads.append(np.stack([plan.row[gid[has]].astype(vt), deg[has].astype(vt),
+                               plan.owner[gid[has]].astype(vt)], axis=1))
+    # partitions concatenated, then regrouped by owner (stable: each owner's part of every
+    # partition in partition order)
+    head = np.concatenate(heads) if heads else np.zeros((0, 3), vt)
+    flat = np.concatenate(lists) if lists else np.zeros(0, vt)
+    del heads, lists
+    if len(plan.parts) > 1:
+        start = np.zeros(head.shape[0] + 1, np.int64)
+        np.cumsum(head[:, 1], out=start[1:])
+        order = _grouped(head[:, 2], P)
+        head = head[order]
+        flat = flat[sw.segment_index(start[:-1][order], head[:, 1].astype(np.int64))]
+    vcount = np.bincount(head[:, 2], minlength=P).astype(np.int64)
+    ecount = np.bincount(head[:, 2], weights=head[:, 1], minlength=P).astype(np.int64)
+    segs = comm.alltoallv(np.ascontiguousarray(head[:, :2]), vcount,
+                          recvcounts=comm.alltoall_counts(vcount), op_name="infer_adjacency")
+    got = comm.alltoallv(flat, ecount, recvcounts=comm.alltoall_counts(ecount),
                          op_name="infer_adjacency")
-    del e
-    r = got[:, 0]
+    del head, flat
+    row, cnt = segs[:, 0], segs[:, 1].astype(np.int64)
+    start = np.zeros(cnt.size + 1, np.int64)
+    np.cumsum(cnt, out=start[1:])
+    order = _grouped(row, plan.targets.size)
     indptr = np.zeros(plan.targets.size + 1, np.int64)
-    np.cumsum(np.bincount(r, minlength=plan.targets.size), out=indptr[1:])
-    return indptr, got[:, 1][_grouped(r, plan.targets.size)]
+    np.cumsum(np.bincount(row, weights=cnt, minlength=plan.targets.size).astype(np.int64),
+              out=indptr[1:])
+    return indptr, got[sw.segment_index(start[:-1][order], cnt[order])]
 
 
 def run_key(lm: LoadedModel, cfg: InferConfig, meta: dict[str, Any], fanouts: list[int],
@@ -329,7 +349,7 @@ class _Hood:
     @classmethod
     def of(cls, targets: np.ndarray, nbrs: tuple[np.ndarray, np.ndarray], n: int) -> "_Hood":
         indptr, nbr = nbrs
-        at = np.zeros(n, np.int64)   # O(n + edges), no sort: mark, number, look up
+        at = np.zeros(n, np.int32 if n < 2**31 else np.int64)   # O(n + edges), no sort
         at[targets] = 1
         at[nbr] = 1
         need = np.flatnonzero(at)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 MODES = ("target", "batch")
 
 
-def _segments(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenated ``arange(starts[i], starts[i] + counts[i])``. Pure."""
     total = int(counts.sum())
     if total == 0:
@@ -61,7 +61,7 @@ def _expand(sampler: GatherApplySampler, tid: np.ndarray, gid: np.ndarray, hop: 
     start = np.concatenate([[0], np.cumsum(deg)[:-1]]).astype(np.int64)
     cnt = deg[inv]
     e_dst = np.repeat(np.arange(gid.size, dtype=np.int64), cnt)
-    e_key = tid[e_dst] * n + nbr[_segments(start[inv], cnt)]
+    e_key = tid[e_dst] * n + nbr[segment_index(start[inv], cnt)]
     cur = tid * n + gid
     keys = np.concatenate([cur, e_key])
     uniq, first = np.unique(keys, return_index=True)
