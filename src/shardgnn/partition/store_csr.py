@@ -225,8 +225,9 @@ def write_partitions_csr(out: Path, mine: list[int], parts: int, owner: np.ndarr
                 if pipe is not None and counts is not None and \
                         pipe.take(i, owned, present, counts, budget - held):
                     continue
-                if pipe is not None:
+                if pipe is not None:   # written one bucket after another: buffers freed
                     pipe.flush()
+                    pipe.release()
                 stats[i] = write_partition_csr(
                     out / part_name(i), i, parts, owned, present, csr, node_data,
                     chunk=chunk, budget=budget - held, compression=compression,
@@ -318,6 +319,10 @@ class _Pipeline:
         self.flush()
         self.pending = (plan, filled, futures)
         return True
+
+    def release(self) -> None:
+        """Drop the two indices buffers (nothing may be pending)."""
+        self.bufs = [np.empty(0, np.int32), np.empty(0, np.int32)]
 
     def _fill(self, plan: _Plan, x0: int, x1: int, filled: np.ndarray) -> None:
         buf = [np.empty(4 * max(1, int(self.chunk)), self.csr.dtype)]
