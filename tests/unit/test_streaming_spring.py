@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -164,6 +165,16 @@ def test_same_seed_same_partitions(comm, cora, tmp_path):
         a, oa = run(comm, d, tmp_path, algo=algo, p=4, name=f"{algo}a", seed=3)
         b, ob = run(comm, d, tmp_path, algo=algo, p=4, name=f"{algo}b", seed=3, chunk=1000)
         assert np.array_equal(check_store(oa, edges, n)[0], check_store(ob, edges, n)[0])
+    # the CSR write on the rank's own thread, or filled by 3 worker threads: the same files
+    for threads in (0, 3):
+        mt, ot = run(comm, d, tmp_path, p=4, name=f"springt{threads}", seed=3,
+                     write_threads=threads)
+        assert mt["write_threads"] == threads   # the CSR writer was used
+        for f in sorted(oa.glob("part-*.h5")):
+            with h5py.File(f) as fa, h5py.File(ot / f.name) as fb:
+                assert sorted(fa) == sorted(fb) and dict(fa.attrs) == dict(fb.attrs)
+                for k in fa:
+                    np.testing.assert_array_equal(fa[k][()], fb[k][()], err_msg=k)
     c, oc = run(comm, d, tmp_path, algo="hash", p=4, name="hashc", seed=4)
     assert not np.array_equal(check_store(oc, edges, n)[0], check_store(tmp_path / "hasha", edges, n)[0])
 
@@ -185,7 +196,7 @@ def test_bad_inputs(comm, cora, tmp_path):
     d, *_ = cora
     for kw, msg in (({"parts": 0}, "p >= 1"), ({"parts": 10**6}, "p <= |V|"),
                     ({"algo": "nope:Nope"}, "cannot import"), ({"hops": 4}, "--hops"),
-                    ({"parts": "auto"}, "--devices")):
+                    ({"parts": "auto"}, "--devices"), ({"write_threads": -1}, "--write-threads")):
         args = {"algo": "spring", "parts": 2, **kw}
         cfg = PartitionConfig(dataset=str(d), out=str(tmp_path / "bad"), **args)
         with pytest.raises(ShardError, match=msg.replace("|", r"\|")):
