@@ -14,7 +14,7 @@ from shardgnn.nau.graph import TypedGraph, from_edges
 from shardgnn.nau.hdg import SchemaTree, from_records, memory_report, records
 from shardgnn.nau.layer import neighbor_selection, per_vertex
 from shardgnn.nau.models import resolve
-from shardgnn.nau.selection import topk_visits
+from shardgnn.nau.selection import random_walks, topk_visits, walk_topk
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,6 +215,19 @@ def test_pinsage_topk_matches_brute_force() -> None:
         mine = rec.root == pos
         assert list(zip(rec.leaf[mine].tolist(), [int(round(w * sum(cnt for _, cnt in best)))
                                                   for w in rec.weight[mine]])) == best
+    # the fused walk + count kernel gives the two-step path's records, whichever roots it gets
+    g = typed_graph(5)
+    allr = np.arange(g.num_nodes, dtype=np.int64)
+    two = topk_visits(random_walks(g, allr, 7, 3, np.random.default_rng(4)), allr, 7, 4,
+                      g.num_nodes)
+    one = walk_topk(g, allr, 7, 3, 4, np.random.default_rng(4))
+    for f in ("root", "type", "leaf", "weight"):
+        assert np.array_equal(getattr(one, f), getattr(two, f)), f
+    sub = allr[::3][::-1].copy()
+    part = walk_topk(g, sub, 7, 3, 4, np.random.default_rng(4))
+    for pos, v in enumerate(sub.tolist()):
+        assert np.array_equal(part.leaf[part.root == pos], one.leaf[one.root == v])
+        assert np.array_equal(part.weight[part.root == pos], one.weight[one.root == v])
 
 
 # ------------------------------------------------------------------ compiled dense ops, transpose
@@ -270,6 +283,14 @@ def test_dense_ops_equal_torch() -> None:
     at.sort_indices()
     assert np.array_equal(tp, at.indptr) and np.array_equal(ti, at.indices)
     assert np.array_equal(tw, at.data)
+    x = torch.randn(40, 6)  # one thread: the backward pushes through the CSR, same sums
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        pushed = LeafPlan(ptr, src, w, 25).backward(x)
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(pushed, torch.from_numpy((at @ x.numpy()).astype(np.float32)))
 
 
 # ------------------------------------------------------------------ MAGNN vs materialising

@@ -75,8 +75,9 @@ def _relu_l2_back(g: np.ndarray, y: np.ndarray, inv: np.ndarray, eps: np.float32
 
 
 def _threads() -> None:
-    cap = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), cap)))
+    from shardgnn.nau.aggregation import kernel_threads
+
+    kernel_threads()
 
 
 class _Dropout(torch.autograd.Function):

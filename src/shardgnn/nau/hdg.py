@@ -194,6 +194,11 @@ class HDG:
             raise ShardError("HDG: expected a schema with >= 1 neighbour type, got 0")
 
 
+def _take(a: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """``a[order]``, or ``a`` itself when ``order`` is None (already in order)."""
+    return a if order is None else a[order]
+
+
 def from_records(schema: SchemaTree, roots: np.ndarray, rec_root: np.ndarray, rec_type: np.ndarray,
                  rec_ptr: np.ndarray | None, rec_leaf: np.ndarray,
                  rec_weight: np.ndarray | None = None) -> HDG:
@@ -228,7 +233,9 @@ def from_records(schema: SchemaTree, roots: np.ndarray, rec_root: np.ndarray, re
         raise ShardError(f"HDG records: types expected in [0, {t}), got [{rec_type.min()}, "
                          f"{rec_type.max()}]")
     slot = rec_root * t + rec_type
-    order = np.argsort(slot, kind="stable")
+    # records already ordered by slot (vectorised UDFs emit them by root): no sort, no gathers
+    order = (None if slot.size < 2 or bool((slot[1:] >= slot[:-1]).all())
+             else np.argsort(slot, kind="stable"))
     counts = np.bincount(slot, minlength=roots.size * t)
     rec_leaf = np.asarray(rec_leaf)
     bound = max(rec_leaf.size, int(roots.max(initial=0)) + 1,
@@ -236,19 +243,19 @@ def from_records(schema: SchemaTree, roots: np.ndarray, rec_root: np.ndarray, re
     it = index_dtype(bound + 1)
     slot_ptr: np.ndarray = np.zeros(roots.size * t + 1, dtype=it)
     np.cumsum(counts, out=slot_ptr[1:])
-    weight = None if rec_weight is None else np.asarray(rec_weight, dtype=np.float32)[order]
+    weight = None if rec_weight is None else _take(np.asarray(rec_weight, dtype=np.float32), order)
     roots = roots.astype(it)
     if rec_ptr is None:
-        return HDG(schema, roots, slot_ptr, rec_leaf.astype(it)[order], None, weight)
+        return HDG(schema, roots, slot_ptr, _take(rec_leaf.astype(it), order), None, weight)
     rec_ptr = np.asarray(rec_ptr, dtype=np.int64)
-    sizes = np.diff(rec_ptr)[order]
+    sizes = _take(np.diff(rec_ptr), order)
     inst_ptr = np.zeros(sizes.size + 1, dtype=np.int64)
     np.cumsum(sizes, out=inst_ptr[1:])
-    starts = np.repeat(rec_ptr[:-1][order] - inst_ptr[:-1], sizes)
+    starts = np.repeat(_take(rec_ptr[:-1], order) - inst_ptr[:-1], sizes)
     leaf: np.ndarray = rec_leaf.astype(it)[starts + np.arange(inst_ptr[-1], dtype=np.int64)]
     arity = np.asarray(schema.arity, dtype=np.int64)
     fixed = bool(arity.size == t and (arity > 0).all()
-                 and np.array_equal(sizes, arity[rec_type[order]]))
+                 and np.array_equal(sizes, arity[_take(rec_type, order)]))
     return HDG(schema, roots, slot_ptr, leaf, None if fixed else inst_ptr.astype(it), weight,
                fixed_arity=fixed)
 

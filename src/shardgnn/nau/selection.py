@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from shardgnn.errors import ShardError
+from shardgnn.nau.aggregation import kernel_threads
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.layer import Records
 from shardgnn.sampling.kernels import draw01, vertex_key
@@ -85,53 +86,173 @@ def random_walks(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: in
     return _walks(graph.indptr, graph.indices, starts, u)
 
 
-@numba.njit(cache=True)
-def _topk(walks: np.ndarray, roots: np.ndarray, traces: int, k: int
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per root: the ``k`` most visited vertices (ties: smaller id) and their counts.
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
 
-    One scratch buffer for all roots: the root's visits are insertion-sorted in place (at most
-    ``traces * hops`` of them), counted by runs, and the ``k`` largest counts picked in order
-    (the first maximum, i.e. the smallest id, on ties).
+
+#: Visit-count order as one integer: ``(_CMAX - count) << 40 | vertex`` sorts by count
+#: (descending), then by vertex id (ascending); counts below 2**23, ids below 2**40.
+_CMAX = (1 << 23) - 1
+_IDBITS = 40
+
+
+@numba.njit(cache=True)
+def _count_topk(vis: np.ndarray, lo: int, hi: int, root: int, k: int, hk: np.ndarray,
+                hc: np.ndarray, used: np.ndarray, top: np.ndarray, leaf: np.ndarray,
+                cnt: np.ndarray, off: int) -> int:  # pragma: no cover - compiled
+    """The ``k`` most visited vertices of ``vis[lo:hi]`` (ids < 0 and ``root`` ignored) into
+    ``leaf[off:off+k]`` / ``cnt[off:off+k]``, most visits first (smaller id on ties); returns
+    how many.
+
+    Counting by an open-addressing table ``hk``/``hc`` (a power of two of at least twice the
+    visits; every key -1 on entry and again on return), then one pass over the distinct
+    vertices keeping the ``k`` smallest visit-order keys sorted in ``top``: O(visits) per
+    root, no sort of the visits.
     """
+    mask = np.int64(hk.shape[0] - 1)
+    sh = np.uint64(64)
+    b = mask
+    while b > 0:  # 64 - log2(table size)
+        sh -= np.uint64(1)
+        b >>= 1
+    nu = 0
+    for j in range(lo, hi):
+        v = vis[j]
+        if v < 0 or v == root:
+            continue
+        s = np.int64((np.uint64(v) * _GOLD) >> sh)
+        while hk[s] >= 0 and hk[s] != v:
+            s = (s + np.int64(1)) & mask
+        if hk[s] < 0:
+            hk[s] = v
+            hc[s] = 1
+            used[nu] = s
+            nu += 1
+        else:
+            hc[s] += 1
+    nt = 0
+    for q in range(nu):
+        s = used[q]
+        key = ((np.int64(_CMAX) - hc[s]) << np.int64(_IDBITS)) | hk[s]
+        hk[s] = -1
+        if nt < k:
+            j = nt
+            nt += 1
+        elif k > 0 and key < top[k - 1]:
+            j = k - 1
+        else:
+            continue
+        while j > 0 and top[j - 1] > key:
+            top[j] = top[j - 1]
+            j -= 1
+        top[j] = key
+    idmask = np.int64((1 << _IDBITS) - 1)
+    for j in range(nt):
+        leaf[off + j] = top[j] & idmask
+        cnt[off + j] = np.int64(_CMAX) - (top[j] >> np.int64(_IDBITS))
+    return nt
+
+
+def _table_size(visits: int) -> int:
+    """Power of two of at least twice ``visits`` (and at least 2): the counting table."""
+    return 1 << max(1, int(2 * max(visits, 1) - 1).bit_length())
+
+
+_CHUNK = 512  # roots per parallel task (scratch allocated once per task)
+
+
+@numba.njit(parallel=True, cache=True)
+def _topk(walks: np.ndarray, roots: np.ndarray, traces: int, k: int, size: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Per root: the ``k`` most visited vertices of its ``traces`` walks (rows
+    ``r * traces ..``) and their counts (:func:`_count_topk`); roots in parallel."""
     nr, hops = roots.shape[0], walks.shape[1]
     leaf = np.zeros(nr * k, dtype=np.int64)
     cnt = np.zeros(nr * k, dtype=np.int64)
     kept = np.zeros(nr, dtype=np.int64)
-    buf = np.empty(traces * hops, dtype=np.int64)
-    uniq = np.empty(traces * hops, dtype=np.int64)
-    c = np.empty(traces * hops, dtype=np.int64)
-    for r in range(nr):
-        m = 0
-        for i in range(r * traces, (r + 1) * traces):
-            for h in range(hops):
-                v = walks[i, h]
-                if v >= 0 and v != roots[r]:
-                    j = m  # insertion sort by vertex id
-                    while j > 0 and buf[j - 1] > v:
-                        buf[j] = buf[j - 1]
-                        j -= 1
-                    buf[j] = v
-                    m += 1
-        u = 0
-        for j in range(m):
-            if u > 0 and uniq[u - 1] == buf[j]:
-                c[u - 1] += 1
-            else:
-                uniq[u] = buf[j]
-                c[u] = 1
-                u += 1
-        kk = min(k, u)
-        for j in range(kk):
-            best = 0
-            for q in range(1, u):
-                if c[q] > c[best]:
-                    best = q
-            leaf[r * k + j] = uniq[best]
-            cnt[r * k + j] = c[best]
-            c[best] = -1  # taken
-        kept[r] = kk
+    vis = walks.reshape(-1)
+    for c in numba.prange((nr + _CHUNK - 1) // _CHUNK):
+        hk = np.full(size, -1, dtype=np.int64)
+        hc = np.empty(size, dtype=np.int64)
+        used = np.empty(size, dtype=np.int64)
+        top = np.empty(max(k, 1), dtype=np.int64)
+        for r in range(c * _CHUNK, min(nr, (c + 1) * _CHUNK)):
+            kept[r] = _count_topk(vis, r * traces * hops, (r + 1) * traces * hops, roots[r], k,
+                                  hk, hc, used, top, leaf, cnt, r * k)
     return leaf, cnt, kept
+
+
+@numba.njit(parallel=True, cache=True)
+def _walk_topk(indptr: np.ndarray, indices: np.ndarray, roots: np.ndarray, key: int,
+               traces: int, hops: int, k: int, size: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """:func:`_walks` and :func:`_topk` in one pass per root, roots in parallel, without the
+    ``(roots·traces, hops)`` walk array: a root's walks advance hop by hop together (their
+    memory loads are independent, so they overlap) into a scratch row of ``traces·hops``
+    visits, counted at once. The uniforms are :func:`_root_uniforms`' for the same key."""
+    nr, m = roots.shape[0], traces * hops
+    leaf = np.zeros(nr * k, dtype=np.int64)
+    cnt = np.zeros(nr * k, dtype=np.int64)
+    kept = np.zeros(nr, dtype=np.int64)
+    for c in numba.prange((nr + _CHUNK - 1) // _CHUNK):
+        hk = np.full(size, -1, dtype=np.int64)
+        hc = np.empty(size, dtype=np.int64)
+        used = np.empty(size, dtype=np.int64)
+        vis = np.empty(max(m, 1), dtype=np.int64)
+        cur = np.empty(max(traces, 1), dtype=np.int64)
+        top = np.empty(max(k, 1), dtype=np.int64)
+        for r in range(c * _CHUNK, min(nr, (c + 1) * _CHUNK)):
+            root = roots[r]
+            kr = vertex_key(key, 0, 0, root, 0)
+            for t in range(traces):
+                cur[t] = root
+            for h in range(hops):
+                for t in range(traces):
+                    v = cur[t]
+                    if v >= 0:
+                        d = indptr[v + 1] - indptr[v]
+                        if d == 0:
+                            v = -1
+                        else:
+                            v = indices[indptr[v] + min(int(draw01(kr, t * hops + h) * d), d - 1)]
+                    cur[t] = v
+                    vis[t * hops + h] = v
+            kept[r] = _count_topk(vis, 0, m, root, k, hk, hc, used, top, leaf, cnt, r * k)
+    return leaf, cnt, kept
+
+
+@numba.njit(parallel=True, cache=True)
+def _compact(leaf: np.ndarray, cnt: np.ndarray, kept: np.ndarray, k: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The kept entries of the ``(roots, k)`` scratch rows, in root order: root positions,
+    vertices and weights (count / the root's kept total, rounded to float32)."""
+    nr = kept.shape[0]
+    ptr = np.zeros(nr + 1, dtype=np.int64)
+    for r in range(nr):
+        ptr[r + 1] = ptr[r] + kept[r]
+    pos = np.empty(ptr[nr], dtype=np.int64)
+    node = np.empty(ptr[nr], dtype=np.int64)
+    w = np.empty(ptr[nr], dtype=np.float32)
+    for r in numba.prange(nr):
+        tot = 0.0
+        for j in range(kept[r]):
+            tot += cnt[r * k + j]
+        for j in range(kept[r]):
+            pos[ptr[r] + j] = r
+            node[ptr[r] + j] = leaf[r * k + j]
+            w[ptr[r] + j] = np.float32(cnt[r * k + j] / tot)
+    return pos, node, w
+
+
+def _visit_records(leaf: np.ndarray, cnt: np.ndarray, kept: np.ndarray, k: int) -> Records:
+    """Records of the kept ``(root, leaf, count)`` triples, weights = count / selected total."""
+    pos, node, w = _compact(leaf, cnt, kept, k)
+    return Records(pos, np.zeros(pos.size, np.int64), node, None, w)
+
+
+def _check_visits(num_nodes: int, visits: int) -> None:
+    if visits > _CMAX or num_nodes >= 1 << _IDBITS:
+        raise ShardError(f"pinsage: expected walks x walk length <= {_CMAX} and fewer than "
+                         f"2**{_IDBITS} vertices, got {visits} and {num_nodes}")
 
 
 def topk_visits(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
@@ -140,15 +261,29 @@ def topk_visits(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
 
     Visits of the root itself are ignored; ties go to the smaller vertex id. Each selected
     neighbour is weighted by its visit count divided by the sum of the selected counts.
-    ``num_nodes`` bounds the vertex ids (kept for the record format).
+    ``num_nodes`` bounds the vertex ids (kept for the record format). Records come ordered by
+    root.
     """
-    leaf, cnt, kept = _topk(np.ascontiguousarray(walks, np.int64),
-                            np.asarray(roots, np.int64), int(num_traces), int(k))
-    sel = (np.arange(leaf.size) % k) < np.repeat(kept, k)
-    r = np.repeat(np.arange(roots.size, dtype=np.int64), k)[sel]
-    node, c = leaf[sel], cnt[sel].astype(np.float64)
-    tot = np.bincount(r, weights=c, minlength=roots.size)
-    return Records(r, np.zeros(r.size, np.int64), node, None, (c / tot[r]).astype(np.float32))
+    walks = np.ascontiguousarray(walks, np.int64)
+    _check_visits(int(num_nodes), int(num_traces) * walks.shape[1])
+    kernel_threads()
+    leaf, cnt, kept = _topk(walks, np.asarray(roots, np.int64), int(num_traces), int(k),
+                            _table_size(int(num_traces) * walks.shape[1]))
+    return _visit_records(leaf, cnt, kept, int(k))
+
+
+def walk_topk(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: int, k: int,
+              rng: np.random.Generator) -> Records:
+    """``topk_visits(random_walks(graph, roots, num_traces, hops, rng), roots, num_traces, k)``
+    in one compiled pass per root (roots in parallel on torch's thread count), without the walk
+    array: the same records for the same ``rng`` state (one draw of it keys every root)."""
+    roots = np.ascontiguousarray(roots, np.int64)
+    key = int(rng.integers(0, 2 ** 62))
+    _check_visits(graph.num_nodes, int(num_traces) * int(hops))
+    kernel_threads()
+    leaf, cnt, kept = _walk_topk(graph.indptr, graph.indices, roots, key, int(num_traces),
+                                 int(hops), int(k), _table_size(int(num_traces) * int(hops)))
+    return _visit_records(leaf, cnt, kept, int(k))
 
 
 @numba.njit(cache=True)

@@ -18,7 +18,7 @@ from shardgnn.nau.dense import cat_linear, relu_l2_normalize
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.hdg import SchemaTree
 from shardgnn.nau.layer import HDGSet, NAULayer, NAUModel, Records, aggregation
-from shardgnn.nau.selection import random_walks, topk_visits
+from shardgnn.nau.selection import walk_topk
 
 
 class PinSageLayer(NAULayer):
@@ -64,5 +64,4 @@ class PinSage(NAUModel):
 
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:
-        w = random_walks(graph, roots, self.walks, self.walk_length, rng)
-        return topk_visits(w, roots, self.walks, self.topk, graph.num_nodes)
+        return walk_topk(graph, roots, self.walks, self.walk_length, self.topk, rng)
