@@ -103,28 +103,34 @@ def _exact_inclusion(w, k):
     return prob
 
 
-@pytest.mark.parametrize("w,falls", [
-    (1.0 + np.arange(12) % 4, False),                      # the race alone, never rejected much
-    (np.r_[50.0, 50.0, np.ones(10)], True),                # heavy pair taken, then keying
-    (np.r_[0.0, 0.0, 3.0, 1.0, np.zeros(8), 2.0, 0.5], True),  # zero weights never drawn
-    (np.r_[4.0, 1.0, 2.0, 3.0], True),                     # d < 4k: keyed from the start
+@pytest.mark.parametrize("w,falls,uniform", [
+    (1.0 + np.arange(12) % 4, False, True),           # the race alone, uniform proposals
+    (1.0 + np.arange(12) % 4, False, False),          # the same by binary search
+    (np.r_[50.0, 50.0, np.ones(10)], True, False),    # heavy pair taken, then keying
+    (np.r_[0.0, 0.0, 3.0, 1.0, np.zeros(8), 2.0, 0.5], True, True),  # zero weights never drawn
+    (np.r_[0.0, 0.0, 3.0, 1.0, np.zeros(8), 2.0, 0.5], True, False),
+    (np.r_[4.0, 1.0, 2.0, 3.0], False, True),         # d = k + 1: the race takes 3 of 4
+    (np.r_[4.0, 1.0], True, True),                    # d < k: keyed from the start, all taken
 ])
-def test_race_topk_is_sequential_aes(w, falls):
+def test_race_topk_is_sequential_aes(w, falls, uniform):
     k, reps, d = 3, 6000, w.size
     wcum = np.concatenate([[0.0], np.cumsum(w)])
+    wmax = float(w.max()) if uniform else 0.0  # above the proposal ratio: binary search
     hk, hv, ch = np.empty(k), np.empty(k, np.int64), np.empty(k, np.int64)
     counts, fell_any = np.zeros(d), False
     for s in range(reps):
         n, fell = kernels.race_topk(np.uint64(kernels.vertex_key(2, s, 0, 5, 0)), k, 0, d, wcum,
-                                    hk, hv, ch)
+                                    wmax, hk, hv, ch)
         assert n == min(k, int((w > 0).sum())) and np.unique(hv[:n]).size == n
-        assert np.all(np.diff(-hk[:n]) >= 0) or fell  # race arrivals come in order
+        assert np.all(np.diff(-hk[:n]) >= 0)  # earliest arrival first
         counts[hv[:n]] += 1
         fell_any |= fell
     assert fell_any == falls
     prob = _exact_inclusion(w, k)
-    assert np.all(counts[prob == 0] == 0)
+    assert np.all(counts[prob == 0] == 0) and np.all(counts[prob == 1] == reps)
     ok = (prob > 0) & (prob < 1)
+    if not ok.any():
+        return
     pv = 2 * np.minimum(stats.binom.cdf(counts[ok], reps, prob[ok]),
                         stats.binom.sf(counts[ok] - 1, reps, prob[ok]))
     assert pv.min() > 1e-4 / d, (pv.min(), counts / reps, prob)

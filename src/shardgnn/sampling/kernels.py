@@ -26,17 +26,20 @@ Server modes (one per call):
     arrival times ``E_e / w_e`` (E_e ~ Exp(1) independent). The server generates its local
     race's first min(k, d_i) arrivals in order without touching every edge: the next arrival
     comes ``Exp(R)`` after the last (R = the local weight not yet chosen, by memorylessness) and
-    its edge is drawn proportional to weight among the unchosen ones (binary search in the
-    prefix sums, a draw that hits a chosen edge is rejected and redrawn: exactly the
-    conditional law). It returns (-arrival time, neighbour); the client keeps the k largest
-    keys, i.e. the k earliest arrivals of the union of independent races: the global A-ES
-    top-k in law. O(k log d_i) per server and vertex. When the race would be expensive (fewer
-    than ``RACE_DEGREE_FACTOR * k`` local edges, k above ``RACE_MAX_K``, or the unchosen weight
-    falls below ``RACE_MASS_FLOOR`` of the local weight, so that draws are mostly rejected) the
-    rest is keyed in one pass over the list: every unchosen edge arrives at ``t + E_e / w_e``
-    (t = the last arrival; memorylessness again), the smallest complete the answer. The stream
-    is keyed by (seed, step, hop, vertex, type, partition): the same sample at any P on the same
-    store, not on another partitioning.
+    its edge is drawn proportional to weight among the unchosen ones, by rejection: a uniform
+    position accepted with probability ``w_e / w_max`` (one random read; used when w_max is at
+    most ``UNIFORM_PROPOSAL_RATIO`` times the mean weight) or a binary search in the prefix
+    sums, and a draw that hits a chosen edge is redrawn: exactly the conditional law. It
+    returns (-arrival time, neighbour); the client keeps the k largest keys, i.e. the k
+    earliest arrivals of the union of independent races: the global A-ES top-k in law. A vertex
+    held by one partition needs no times (they never decide which edge arrives next), so its
+    server draws none. O(k) draws per server and vertex. When the race would be expensive
+    (fewer than ``RACE_DEGREE_FACTOR * k`` local edges, k above ``RACE_MAX_K``, or the unchosen
+    weight falls below ``RACE_MASS_FLOOR`` of the local weight, so that draws are mostly
+    rejected) the rest is keyed in one pass over the list: every unchosen edge arrives at
+    ``t + E_e / w_e`` (t = the last arrival; memorylessness again), the smallest complete the
+    answer. The stream is keyed by (seed, step, hop, vertex, type, partition): the same sample
+    at any P on the same store, not on another partitioning.
 ``MODE_WEIGHTED_REPLACE``
     k independent draws proportional to weight: draw j is a point in [0, W) (W = the vertex's
     global weight sum, ``woffset`` = weight in lower partitions); the server whose range holds it
@@ -54,13 +57,17 @@ MODE_WEIGHTED_REPLACE = 3
 MODE_RACE = 4
 
 #: The race runs only for vertices with at least this many times k local edges (else: keying).
-RACE_DEGREE_FACTOR = 4
+RACE_DEGREE_FACTOR = 1
 #: ... and for k up to this (a pick checks the chosen ones linearly).
 RACE_MAX_K = 64
 #: The race switches to keying the rest when the unchosen weight drops below this fraction of
 #: the local weight (a draw would then be rejected with probability > 1 - RACE_MASS_FLOOR).
 RACE_MASS_FLOOR = 0.25
+#: The race draws edges by uniform proposals (one random read each) when the largest local
+#: weight is at most this many times the mean (expected proposals per draw at the start).
+UNIFORM_PROPOSAL_RATIO = 4.0
 _FALLBACK_SALT = np.uint64(0xA5E5F00D)
+_PROPOSAL_SALT = np.uint64(0x7E57AB1E)
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -219,36 +226,75 @@ def _key_rest(key: np.uint64, m: int, lo: int, hi: int, wcum: np.ndarray, t0: fl
     return q
 
 
-@numba.njit(cache=True)
-def race_topk(key: np.uint64, k: int, lo: int, hi: int, wcum: np.ndarray, hk: np.ndarray,
-              hv: np.ndarray, chosen: np.ndarray) -> tuple[int, bool]:
-    """The first min(k, positive edges) arrivals of the local exponential race over edges lo..hi
-    (``MODE_RACE``): keys ``-arrival time`` into hk, edge positions into hv.
+@numba.njit(inline="always")
+def _proposal(pkey: np.uint64, q: int, lo: int, d: int, wcum: np.ndarray, wmax: float) -> int:
+    """Proposal q of the race's uniform-proposal stream: a uniform position of lo..lo+d,
+    accepted with probability ``w_e / wmax`` (the fractional part of the same draw is the coin:
+    uniform and independent of the position). Returns the edge, or -1 when rejected."""
+    y = draw01(pkey, q) * d
+    i = min(int(y), d - 1)
+    e = lo + i
+    return e if (y - i) * wmax < wcum[e + 1] - wcum[e] else -1
 
-    Returns (how many, whether the keying fallback ran). ``chosen`` is scratch of length k.
+
+@numba.njit(cache=True)
+def race_topk(key: np.uint64, k: int, lo: int, hi: int, wcum: np.ndarray, wmax: float,
+              hk: np.ndarray, hv: np.ndarray, chosen: np.ndarray,
+              timed: bool = True) -> tuple[int, bool]:
+    """The first min(k, positive edges) arrivals of the local exponential race over edges lo..hi
+    (``MODE_RACE``): edge positions into hv, earliest first, and (``timed``) keys
+    ``-arrival time`` into hk; untimed, only the arrivals' order is drawn (the same edges: the
+    times never decide which edge comes next) and hk holds no keys, unless the keying fallback
+    ran.
+
+    An edge is drawn proportional to weight among the unchosen ones by rejection: when
+    ``wmax`` (the largest weight of lo..hi) satisfies ``wmax * (hi - lo) <=
+    UNIFORM_PROPOSAL_RATIO * total weight``, from uniform proposals accepted with probability
+    ``w / wmax`` (:func:`_proposal`, drawn k at a time so that their random reads overlap),
+    else by binary search of a weight point in the prefix sums; an edge already chosen is
+    redrawn. Returns (how many, whether the keying fallback ran). ``chosen`` is scratch of
+    length k.
     """
     total = wcum[hi] - wcum[lo]
     if not total > 0.0:
         return 0, False
     if hi - lo < RACE_DEGREE_FACTOR * k or k > RACE_MAX_K:
-        return _key_rest(key, k, lo, hi, wcum, 0.0, 0, hk, hv, chosen), True
+        return _sorted(_key_rest(key, k, lo, hi, wcum, 0.0, 0, hk, hv, chosen), 0, hk, hv), True
+    d = hi - lo
+    if wmax * d > UNIFORM_PROPOSAL_RATIO * total:
+        wmax = 0.0
+    pkey = mix64(key ^ _PROPOSAL_SALT)
     base = wcum[lo]
     n = 0
     j = 0
+    q = 0
+    b = k  # next buffered proposal (chosen[b]); k: buffer empty
     t = 0.0
     mass = 0.0
     while n < k:
         rest = total - mass
         if rest < RACE_MASS_FLOOR * total:  # mostly rejections from here: key the rest
-            return n + _key_rest(key, k - n, lo, hi, wcum, t, n, hk, hv, chosen), True
-        t -= np.log(draw01(key, j)) / rest
-        j += 1
-        while True:  # an edge drawn proportional to weight; a chosen one is redrawn
-            e = _weighted_pos(wcum, lo, hi, base + draw01(key, j) * total)
+            return _sorted(n + _key_rest(key, k - n, lo, hi, wcum, t, n, hk, hv, chosen), n,
+                           hk, hv), True
+        if timed:
+            t -= np.log(draw01(key, j)) / rest
             j += 1
-            w = wcum[e + 1] - wcum[e]
-            if not w > 0.0:
-                continue
+        while True:  # an edge drawn proportional to weight; a chosen one is redrawn
+            if wmax > 0.0:
+                if b == k:  # k proposals at once: independent reads
+                    for x in range(k):
+                        chosen[x] = _proposal(pkey, q + x, lo, d, wcum, wmax)
+                    q += k
+                    b = 0
+                e = chosen[b]
+                b += 1
+                if e < 0:
+                    continue
+            else:
+                e = _weighted_pos(wcum, lo, hi, base + draw01(pkey, q) * total)
+                q += 1
+                if not wcum[e + 1] - wcum[e] > 0.0:
+                    continue
             dup = False
             for i in range(n):
                 if hv[i] == e:
@@ -258,9 +304,24 @@ def race_topk(key: np.uint64, k: int, lo: int, hi: int, wcum: np.ndarray, hk: np
                 break
         hk[n] = -t
         hv[n] = e
-        mass += w
+        mass += wcum[e + 1] - wcum[e]
         n += 1
     return n, False
+
+
+@numba.njit(inline="always")
+def _sorted(n: int, start: int, hk: np.ndarray, hv: np.ndarray) -> int:
+    """Sort entries start..n of hk/hv by decreasing key (insertion; n <= k is small)."""
+    for a in range(start + 1, n):
+        kk, vv = hk[a], hv[a]
+        b = a - 1
+        while b >= start and hk[b] < kk:
+            hk[b + 1] = hk[b]
+            hv[b + 1] = hv[b]
+            b -= 1
+        hk[b + 1] = kk
+        hv[b + 1] = vv
+    return n
 
 
 @numba.njit(inline="always")
@@ -381,8 +442,8 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
         Fanout per type (``-1`` all, ``-2`` type not sampled).
     wcum, wmeta, wgt
         Weighted modes: prefix sums of edge weights (length E + 1), per group the weight in lower
-        partitions and in all (``wmeta[g, 0:2]``), per-edge weights (``MODE_KEYED``); empty
-        arrays otherwise.
+        partitions and in all and the largest local weight (``wmeta[g, 0:3]``), per-edge
+        weights (``MODE_KEYED``); empty arrays otherwise.
     want_keys, want_types
         Return the A-ES keys / edge types (empty arrays otherwise).
     part
@@ -436,7 +497,8 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
                     w += 1
                 scanned += hi - lo
             elif mode == MODE_RACE:
-                n_top, fell = race_topk(mix64(key ^ pkey), k, lo, hi, wcum, hk, hv, chosen)
+                n_top, fell = race_topk(mix64(key ^ pkey), k, lo, hi, wcum, wmeta[g, 2], hk, hv,
+                                        chosen)
                 for j in range(n_top):
                     vals[w] = nbr[hv[j]]
                     if want_keys:
@@ -627,6 +689,126 @@ def serve_padded(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int,
                 break
             out[r, j] = nbr[e]
     return scanned
+
+
+@numba.njit(cache=True)
+def serve_race_padded(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int,
+                      global_id: np.ndarray, gmeta: np.ndarray, wcum: np.ndarray,
+                      wmeta: np.ndarray, nbr: np.ndarray, k: int, part: int, split: np.ndarray,
+                      out: np.ndarray, keys: np.ndarray) -> tuple[int, int]:
+    """:func:`serve` for untyped ``MODE_RACE`` with ``k >= 1``: each request's first min(k, d_i)
+    local arrivals, earliest first, as a row of ``out`` ((m, k), all -1); the same samples.
+
+    Only the requests with ``split[r]`` (a vertex held by several partitions: the client merges
+    their rows) get their keys, into the next row of ``keys`` ((split.sum(), k)); the others'
+    rows are their vertex's whole answer and need none (a vertex with at most k local edges:
+    all of those of positive weight, without drawing). Returns (adjacency entries read,
+    groups the race answered by keying). Neighbour ids are gathered after all races.
+    """
+    lids = _lookup(req_gid, global_id)
+    m = req_gid.shape[0]
+    pos = np.full((m, k), -1, np.int64)
+    hk = np.empty(k, np.float64)
+    hv = np.empty(k, np.int64)
+    chosen = np.empty(k, np.int64)
+    pkey = mix64((np.uint64(part) + np.uint64(1)) * _M2)
+    scanned = 0
+    fallbacks = 0
+    kr = 0
+    for r in range(m):
+        lid = lids[r]
+        row = kr if split[r] else -1
+        kr += split[r]
+        if lid < 0:
+            continue
+        lo, hi = gmeta[lid, 0], gmeta[lid, 1]
+        if row < 0 and hi - lo <= k:
+            n = 0
+            for e in range(lo, hi):
+                if wcum[e + 1] - wcum[e] > 0.0:
+                    pos[r, n] = e
+                    n += 1
+            scanned += hi - lo
+            continue
+        key = mix64(vertex_key(seed, req_step[r], hop, req_gid[r], 0) ^ pkey)
+        n, fell = race_topk(key, k, lo, hi, wcum, wmeta[lid, 2], hk, hv, chosen, row >= 0)
+        for j in range(n):
+            pos[r, j] = hv[j]
+            if row >= 0:
+                keys[row, j] = hk[j]
+        scanned += (hi - lo) if fell else n
+        fallbacks += fell
+    for r in range(m):
+        for j in range(k):
+            e = pos[r, j]
+            if e < 0:
+                break
+            out[r, j] = nbr[e]
+    return scanned, fallbacks
+
+
+@numba.njit(cache=True)
+def split_rows(gids: np.ndarray, memb: np.ndarray) -> np.ndarray:
+    """1 for each global id held by at least two partitions (two bits in its row of the
+    (n, ceil(p/8)) partition directory ``memb``), else 0 (int64)."""
+    out = np.zeros(gids.shape[0], np.int64)
+    for i in range(gids.shape[0]):
+        c = 0
+        for b in range(memb.shape[1]):
+            x = memb[gids[i], b]
+            while x:
+                x &= x - 1
+                c += 1
+        out[i] = 1 if c > 1 else 0
+    return out
+
+
+@numba.njit(cache=True)
+def merge_race_rows(fi: np.ndarray, ans: np.ndarray, keyrow: np.ndarray, keys: np.ndarray,
+                    nd: int, k: int):
+    """A-ES Apply on padded race answers: per frontier position i (``fi[r]`` of each answer row
+    of ``ans``), the k earliest arrivals of its rows; a position with one row takes it whole,
+    one with several merges them by key (``keys[keyrow[r]]``, each row earliest first).
+    Returns (destination, neighbour) grouped by destination."""
+    m = fi.shape[0]
+    ptr, order = _group_by_dst(fi, nd)
+    most = 1
+    for i in range(nd):
+        most = max(most, ptr[i + 1] - ptr[i])
+    head = np.zeros(most, np.int64)
+    dst = np.empty(m * k if m else 0, np.int64)
+    nb = np.empty(m * k if m else 0, np.int64)
+    q = 0
+    for i in range(nd):
+        a, b = ptr[i], ptr[i + 1]
+        if b - a == 1:
+            r = order[a]
+            for j in range(k):
+                if ans[r, j] < 0:
+                    break
+                dst[q] = i
+                nb[q] = ans[r, j]
+                q += 1
+            continue
+        for x in range(b - a):
+            head[x] = 0
+        for _ in range(k):
+            best = -1
+            bk = 0.0
+            for x in range(b - a):
+                r = order[a + x]
+                h = head[x]
+                if h < k and ans[r, h] >= 0 and (best < 0 or keys[keyrow[r], h] > bk):
+                    best = x
+                    bk = keys[keyrow[r], h]
+            if best < 0:
+                break
+            r = order[a + best]
+            dst[q] = i
+            nb[q] = ans[r, head[best]]
+            head[best] += 1
+            q += 1
+    return dst[:q].copy(), nb[:q].copy()
 
 
 @numba.njit(cache=True)

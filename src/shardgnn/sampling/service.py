@@ -83,7 +83,8 @@ class _Served:
     gmeta: np.ndarray  # (groups, 4): edge start, edge end, neighbours in lower parts, in all
     wgt: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
     wcum: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
-    wmeta: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.float64))
+    wmeta: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.float64))
+    wmax: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float64))
 
 
 def _groups(part: StorePartition, side: str, by_type: bool) -> tuple[np.ndarray, ...]:
@@ -125,6 +126,17 @@ def _prefix_by_group(new: np.ndarray, counts: np.ndarray, wsum: np.ndarray):
             wtot[q] = wacc
         i = j
     return off, tot, woff, wtot
+
+
+@numba.njit(cache=True)
+def _group_max(w: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Largest of ``w[start[g]:end[g]]`` per group (0 for an empty group)."""
+    out = np.zeros(start.shape[0], np.float64)
+    for g in range(start.shape[0]):
+        for e in range(start[g], end[g]):
+            if w[e] > out[g]:
+                out[g] = w[e]
+    return out
 
 
 @numba.njit(cache=True)
@@ -266,6 +278,7 @@ class GatherApplySampler:
             if self.side == "in":
                 w = w[np.asarray(part.arrays["in_eids"])]
             s.wcum = np.concatenate([[0.0], np.cumsum(np.where(w > 0, w, 0.0))])
+            s.wmax = _group_max(np.diff(s.wcum), gstart, gend)
         return s
 
     def _directory(self, parts: list[StorePartition]) -> np.ndarray:
@@ -314,7 +327,8 @@ class GatherApplySampler:
         for s in self.served:
             n = s.gtype.size
             s.gmeta[:, 2:] = res[pos:pos + n]
-            s.wmeta = wres[pos:pos + n].copy() if s.wcum.size else s.wmeta
+            if s.wcum.size:  # weight in lower partitions, in all, largest local weight
+                s.wmeta = np.column_stack([wres[pos:pos + n], s.wmax])
             pos += n
 
     # ------------------------------------------------------------------ one hop
@@ -423,10 +437,12 @@ class GatherApplySampler:
         return gid, part, steps, rcount, bound
 
     def _pad_width(self, tfan: np.ndarray) -> int:
-        """Width of the padded answer rows (the fanout) for uniform sampling, untyped, with a
-        fanout in [1, :data:`PAD_MAX`] (what :func:`kernels.serve_padded` answers); else 0."""
-        uniform = self.kmode in (kernels.MODE_UNIFORM, kernels.MODE_UNIFORM_REPLACE)
-        if self.by_type or not uniform or tfan.size != 1 or not 1 <= tfan[0] <= PAD_MAX:
+        """Width of the padded answer rows (the fanout) for uniform sampling or the weighted
+        race (without replacement), untyped, with a fanout in [1, :data:`PAD_MAX`] (what
+        :func:`kernels.serve_padded` and :func:`kernels.serve_race_padded` answer); else 0."""
+        padded = self.kmode in (kernels.MODE_UNIFORM, kernels.MODE_UNIFORM_REPLACE,
+                                kernels.MODE_RACE)
+        if self.by_type or not padded or tfan.size != 1 or not 1 <= tfan[0] <= PAD_MAX:
             return 0
         return int(tfan[0])
 
@@ -456,6 +472,77 @@ class GatherApplySampler:
         self.load.seconds += time.perf_counter() - t0
         return out
 
+    def _serve_race(self, gid: np.ndarray, part: np.ndarray | None, steps: np.ndarray,
+                    hop: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Weighted race answers as (requests, k) rows padded with -1, earliest arrival first,
+        each request's split flag (its vertex is held by several partitions, so the client
+        merges), and the keys of the split requests' rows ((splits, k);
+        :func:`kernels.serve_race_padded`)."""
+        t0 = time.perf_counter()
+        m = gid.shape[0]
+        split = kernels.split_rows(gid, self.membership)
+        out = np.full((m, k), -1, self.vdtype)
+        keys = np.full((int(split.sum()), k), -np.inf)
+        krow = np.cumsum(split) - 1
+        scanned = 0
+        for s in self.served:
+            if len(self.served) == 1:
+                rows, sub, subk, rg, rs, sp = None, out, keys, gid, steps, split
+            else:
+                rows = np.flatnonzero(cast(np.ndarray, part) == s.index)
+                if rows.size == 0:
+                    continue
+                rg, rs = np.ascontiguousarray(gid[rows]), np.ascontiguousarray(steps[rows])
+                sp = np.ascontiguousarray(split[rows])
+                sub = np.full((rows.size, k), -1, self.vdtype)
+                subk = np.full((int(sp.sum()), k), -np.inf)
+            read, fell = kernels.serve_race_padded(rg, rs, hop, self.seed, s.global_id, s.gmeta,
+                                                   s.wcum, s.wmeta, s.nbr, k, s.index, sp, sub,
+                                                   subk)
+            scanned += int(read)
+            self.load.fallbacks += int(fell)
+            if rows is not None:
+                out[rows] = sub
+                keys[krow[rows][sp > 0]] = subk
+        self.load.add(hop, m, scanned, int(np.count_nonzero(out >= 0)))
+        self.load.seconds += time.perf_counter() - t0
+        return out, split, keys
+
+    def _race_hop(self, frontier: np.ndarray, req: np.ndarray, fi: np.ndarray,
+                  scount: np.ndarray, got: tuple[Any, ...], hop: int, k: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """The padded weighted exchange: one ``Alltoallv`` carrying, per source, its answer
+        rows (k ids each) then the keys of its split rows (float64 as id-sized words); the
+        client merges the rows of each split vertex by key
+        (:func:`kernels.merge_race_rows`). Collective over comm."""
+        gid, part, steps, rcount, bound = got
+        ans, split, keys = self._serve_race(gid, part, steps, hop, k)
+        words = 8 // np.dtype(self.vdtype).itemsize  # id-sized words per key
+        nsplit = _block_sums(split, rcount)
+        pieces = []
+        a = ka = 0
+        for r in range(self.comm.size):
+            b, kb = a + int(rcount[r]), ka + int(nsplit[r])
+            pieces += [ans[a:b].ravel(), keys[ka:kb].ravel().view(self.vdtype)]
+            a, ka = b, kb
+        send = np.concatenate(pieces) if pieces else np.zeros(0, self.vdtype)
+        mine = kernels.split_rows(np.ascontiguousarray(req[:, 0]), self.membership)
+        msplit = _block_sums(mine, scount)
+        recv = self.comm.alltoallv(send, (rcount + words * nsplit) * k,
+                                   recvcounts=(scount + words * msplit) * k,
+                                   op_name="sample_values", max_total=bound * k * (1 + words))
+        rows, krows = [], []
+        pos = 0
+        for r in range(self.comm.size):
+            n_ids, n_keys = int(scount[r]) * k, int(msplit[r]) * k * words
+            rows.append(recv[pos:pos + n_ids].reshape(-1, k))
+            krows.append(recv[pos + n_ids:pos + n_ids + n_keys].copy().view(np.float64))
+            pos += n_ids + n_keys
+        got_ans = np.concatenate(rows) if rows else np.zeros((0, k), self.vdtype)
+        got_keys = np.concatenate(krows).reshape(-1, k) if krows else np.zeros((0, k))
+        keyrow = np.where(mine > 0, np.cumsum(mine) - 1, -1)
+        return kernels.merge_race_rows(fi, got_ans, keyrow, got_keys, len(frontier), k)
+
     def hop(self, frontier: np.ndarray, step: Any, hop: int, fanout: int | Sequence[int]
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample one hop for ``frontier`` (global ids; a repeated id is sampled once per
@@ -473,6 +560,10 @@ class GatherApplySampler:
         req, fi, scount = self._requests(np.asarray(frontier, dtype=np.int64), step)
         gid, part, steps, rcount, bound = self._exchange_requests(req, scount, step)
         width = self._pad_width(tfan)
+        if width and self.kmode == kernels.MODE_RACE:
+            dst, nb = self._race_hop(frontier, req, fi, scount,
+                                     (gid, part, steps, rcount, bound), hop, width)
+            return dst, nb, np.zeros(nb.size, np.int32)
         if width:
             ans = comm.alltoallv(self._serve_padded(gid, part, steps, hop, width), rcount,
                                  recvcounts=scount, op_name="sample_values", max_total=bound)
