@@ -4,8 +4,9 @@ An :class:`Executor` runs the operations a model's aggregation UDFs are written 
 
 * bottom level (leaves → instances, or → slots for flat models): :meth:`Executor.leaf_reduce`.
   Hybrid: *fused*, a compiled (numba) segment reduction over the HDG's CSC, rows in parallel
-  (the backward: the same kernel over the transposed CSC), so no per-edge ``E × d`` message
-  tensor exists. Chosen over torch's CSR sparse × dense product (``kernel="csr"``, kept) by
+  (the backward: the same kernel over the transposed CSC; on one thread a push through the
+  forward CSC instead, the same sums in the same order without the transpose), so no per-edge
+  ``E × d`` message tensor exists. Chosen over torch's CSR sparse × dense product (``kernel="csr"``, kept) by
   measurement, forward + backward (``run/bench/nau.py`` section ``fused``,
   ``run/bench/results/nau_fused.json``: 0.458 vs 0.711 s on 2.0 M entries, d = 64).
 * intermediate level (instances → slots): :meth:`Executor.seg_sum`, :meth:`Executor.seg_softmax`.
