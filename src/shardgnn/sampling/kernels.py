@@ -853,6 +853,21 @@ def keyed_keep(gids: np.ndarray, cols: int, seed: int, step: int, layer: int,
     return out
 
 
+@numba.njit(parallel=True, cache=True)
+def keyed_dropout_apply(x: np.ndarray, gids: np.ndarray, seed: int, step: int, layer: int,
+                        p: float, scale: np.float32, out: np.ndarray,
+                        keep: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Inverted dropout of the (len(gids), cols) rows ``x`` in one pass: ``keep`` gets exactly
+    :func:`keyed_keep`'s mask and ``out`` the kept elements times ``scale`` (dropped ones 0),
+    without a branch per element."""
+    for i in numba.prange(gids.shape[0]):
+        key = vertex_key(seed, step, layer, gids[i], _DROP_SALT)
+        for c in range(x.shape[1]):
+            k = draw01(key, c) >= p
+            keep[i, c] = k
+            out[i, c] = x[i, c] * (scale * np.float32(k))
+
+
 def keyed_dropout_mask(gids: np.ndarray, cols: int, seed: int, step: int, layer: int,
                        p: float) -> np.ndarray:
     """(len(gids), cols) float32 dropout mask (``0`` or ``1 / (1 - p)``) of :func:`keyed_keep`."""
