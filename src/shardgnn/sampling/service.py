@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import numba
 import numpy as np
@@ -358,14 +358,7 @@ class GatherApplySampler:
         one = len(self.served) == 1
         outs = []
         scanned_all = 0
-        for s in self.served:
-            if one:
-                rg, rs, rows = gid, steps, np.zeros(0, np.int64)
-            else:
-                rows = np.flatnonzero(cast(np.ndarray, part) == s.index)
-                if rows.size == 0:
-                    continue
-                rg, rs = np.ascontiguousarray(gid[rows]), np.ascontiguousarray(steps[rows])
+        for s, rows, rg, rs in self._by_served(gid, part, steps):
             c, v, k, t, scanned, fell = kernels.serve(
                 rg, rs, hop, self.seed, self.kmode, s.global_id, s.gptr, s.gtype, s.gmeta, s.nbr,
                 tfan, s.wcum, s.wmeta, s.wgt, want_keys, self.by_type, s.index)
@@ -446,6 +439,18 @@ class GatherApplySampler:
             return 0
         return int(tfan[0])
 
+    def _by_served(self, gid: np.ndarray, part: np.ndarray | None, steps: np.ndarray
+                   ) -> Iterator[tuple[_Served, np.ndarray | None, np.ndarray, np.ndarray]]:
+        """The requests of each served partition as (partition, their rows or ``None`` when this
+        rank serves one partition and every request is its, their gids, their steps)."""
+        for s in self.served:
+            if len(self.served) == 1:
+                yield s, None, gid, steps
+                continue
+            rows = np.flatnonzero(cast(np.ndarray, part) == s.index)
+            if rows.size:
+                yield s, rows, np.ascontiguousarray(gid[rows]), np.ascontiguousarray(steps[rows])
+
     def _serve_padded(self, gid: np.ndarray, part: np.ndarray | None, steps: np.ndarray,
                       hop: int, k: int) -> np.ndarray:
         """Answers of :meth:`_serve` as (requests, k) rows padded with -1 (uniform modes,
@@ -454,16 +459,8 @@ class GatherApplySampler:
         m = gid.shape[0]
         out = np.full((m, k), -1, self.vdtype)
         scanned = 0
-        for s in self.served:
-            if len(self.served) == 1:
-                rows, sub = None, out
-                rg, rs = gid, steps
-            else:
-                rows = np.flatnonzero(cast(np.ndarray, part) == s.index)
-                if rows.size == 0:
-                    continue
-                rg, rs = np.ascontiguousarray(gid[rows]), np.ascontiguousarray(steps[rows])
-                sub = np.full((rows.size, k), -1, self.vdtype)
+        for s, rows, rg, rs in self._by_served(gid, part, steps):
+            sub = out if rows is None else np.full((rows.size, k), -1, self.vdtype)
             scanned += int(kernels.serve_padded(
                 rg, rs, hop, self.seed, self.kmode, s.global_id, s.gmeta, s.nbr, k, sub))
             if rows is not None:
@@ -485,14 +482,10 @@ class GatherApplySampler:
         keys = np.full((int(split.sum()), k), -np.inf)
         krow = np.cumsum(split) - 1
         scanned = 0
-        for s in self.served:
-            if len(self.served) == 1:
-                rows, sub, subk, rg, rs, sp = None, out, keys, gid, steps, split
+        for s, rows, rg, rs in self._by_served(gid, part, steps):
+            if rows is None:
+                sub, subk, sp = out, keys, split
             else:
-                rows = np.flatnonzero(cast(np.ndarray, part) == s.index)
-                if rows.size == 0:
-                    continue
-                rg, rs = np.ascontiguousarray(gid[rows]), np.ascontiguousarray(steps[rows])
                 sp = np.ascontiguousarray(split[rows])
                 sub = np.full((rows.size, k), -1, self.vdtype)
                 subk = np.full((int(sp.sum()), k), -np.inf)
