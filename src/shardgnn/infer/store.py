@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from shardgnn.io import outputs
+from shardgnn.io.readers import npy_header
 
 FORMAT = "shardgnn-embeddings"
 #: Compression filters ``--compression`` accepts (lz4, blosc and zstd only when hdf5plugin is
@@ -179,13 +180,7 @@ class NpyRows:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        with open(self.path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            self.offset = f.tell()
+        shape, fortran, dtype, self.offset = npy_header(self.path)
         if fortran or len(shape) != 2 or dtype.hasobject:
             raise ValueError(f"{self.path}: expected a C-order 2-D numeric array")
         self.shape, self.dtype = tuple(int(v) for v in shape), np.dtype(dtype)

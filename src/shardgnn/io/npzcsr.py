@@ -19,7 +19,7 @@ import numpy as np
 
 from shardgnn.errors import input_error
 from shardgnn.io.readers import (DEFAULT_CHUNK_EDGES, EdgeChunk, EdgeSource, _read_exact,
-                                 _read_npy_header)
+                                 read_npy_header)
 
 #: Member-name prefixes of the adjacency and feature matrices, in the two spellings in use.
 ADJ_PREFIXES = ("adj_matrix.", "adj_")
@@ -52,7 +52,7 @@ class _Member:
         with zipfile.ZipFile(path) as zf:
             size = zf.getinfo(name).file_size
             with zf.open(name) as fh:
-                self.shape, fortran, self.dtype, self.offset = _read_npy_header(fh, path)
+                self.shape, fortran, self.dtype, self.offset = read_npy_header(fh, path)
         if fortran and len(self.shape) > 1:
             raise input_error(path, f"{name}: expected a C-ordered array")
         need = int(np.prod(self.shape)) * self.dtype.itemsize

@@ -427,8 +427,10 @@ def _check_readable(path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- binary arrays
-def _read_npy_header(fh: IO[bytes], path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """(shape, fortran_order, dtype, header length in bytes) of an .npy stream."""
+def read_npy_header(fh: IO[bytes], path: str | os.PathLike
+                    ) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran_order, dtype, data offset in bytes) of an .npy stream positioned at its
+    start; a bad header is a one-line error naming ``path``. The one .npy header parser."""
     try:
         version = np.lib.format.read_magic(fh)
         if version == (1, 0):
@@ -437,7 +439,13 @@ def _read_npy_header(fh: IO[bytes], path: Path) -> tuple[tuple[int, ...], bool, 
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
     except (ValueError, OSError) as exc:
         raise input_error(path, f"not a valid .npy array ({exc})", "byte 0") from None
-    return shape, fortran, np.dtype(dtype), fh.tell()
+    return tuple(shape), bool(fortran), np.dtype(dtype), fh.tell()
+
+
+def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """:func:`read_npy_header` of the file at ``path``. Rank-local."""
+    with open(path, "rb") as fh:
+        return read_npy_header(fh, path)
 
 
 def _check_int_dtype(dt: np.dtype, path: Path, what: str) -> None:
@@ -477,7 +485,7 @@ class NpySource(EdgeSource):
         self.chunk = int(chunk_edges)
         _check_readable(self.path)
         with open(self.path, "rb") as fh:
-            shape, fortran, dt, off = _read_npy_header(fh, self.path)
+            shape, fortran, dt, off = read_npy_header(fh, self.path)
         self.fields = None
         if dt.names:
             self.fields = _structured_fields(dt, self.path)
@@ -583,7 +591,7 @@ class NpzSource(EdgeSource):
         self.shapes = []
         for mname in self.members + (["weight.npy"] if self.has_weights else []):
             with zipfile.ZipFile(self.path) as zf, zf.open(mname) as fh:
-                shape, fortran, dt, off = _read_npy_header(fh, self.path)
+                shape, fortran, dt, off = read_npy_header(fh, self.path)
             if mname == "weight.npy":
                 if dt.kind not in "iufb":
                     raise input_error(self.path, f"weight: expected a numeric array, got {dt}")

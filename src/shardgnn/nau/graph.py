@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io.readers import npy_header
 
 
 @dataclass
@@ -110,19 +111,6 @@ class TypedGraph:
         """(src, dst) of every stored directed edge."""
         src = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))
         return src, self.indices.astype(np.int64)
-
-
-def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """(shape, fortran order, dtype, data offset) of a ``.npy`` file. Rank-local."""
-    with open(path, "rb") as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0)
-            shape, fortran, dtype = read(f)
-        except ValueError as exc:
-            raise input_error(path, f"not a readable .npy file ({exc})") from None
-        return tuple(shape), bool(fortran), np.dtype(dtype), f.tell()
 
 
 #: Bytes of ``x.npy`` :func:`read_rows` reads at a time.
