@@ -29,6 +29,7 @@ import torch
 
 from shardgnn.errors import ShardError
 from shardgnn.nau.hdg import HDG
+from shardgnn.nau.prefetch import DISTANCE, prefetch, prefetch_write
 from shardgnn.train.models import SparseMM
 
 MODES = ("hybrid", "scatter")
@@ -45,28 +46,88 @@ def index_dtype(bound: int) -> type:
     return np.int32 if bound < 2**31 else np.int64
 
 
+@numba.njit(inline="always")
+def _ahead(flat: np.ndarray, idx: np.ndarray, j: int, last: int, d: int,
+           write: bool) -> None:  # pragma: no cover - compiled
+    """Prefetch the row ``idx[j + DISTANCE]`` (clamped to the last entry) of the row-major
+    ``(·, d)`` float32 matrix whose flat view is ``flat``: one hint per 64-byte line."""
+    q = np.int64(idx[min(j + DISTANCE, last)]) * d
+    for s in range(0, d, 16):
+        if write:
+            prefetch_write(flat, q + s)
+        else:
+            prefetch(flat, q + s)
+
+
+#: Narrowest rows (float32 columns) the gather/scatter kernels prefetch: narrower rows share
+#: cache lines, their matrix mostly stays cached, and the hints cost more than they save.
+PREFETCH_MIN_COLS = 16
+
+
+@numba.njit(inline="always")
+def _row_gather(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray, weighted: bool,
+                x: np.ndarray, xf: np.ndarray, out: np.ndarray, r: int,
+                ahead: bool) -> None:  # pragma: no cover - compiled
+    """``out[r] += Σ_j w[j] · x[idx[j]]`` over row ``r`` of the CSR (``w`` 1 unless
+    ``weighted``), prefetching ``DISTANCE`` entries ahead when ``ahead``."""
+    d, last = x.shape[1], idx.shape[0] - 1
+    for j in range(ptr[r], ptr[r + 1]):
+        if ahead:
+            _ahead(xf, idx, j, last, d, False)
+        c = idx[j]
+        if weighted:
+            wj = w[j]
+            for k in range(d):
+                out[r, k] += wj * x[c, k]
+        else:
+            for k in range(d):
+                out[r, k] += x[c, k]
+
+
 @numba.njit(parallel=True, fastmath=True, cache=True)
 def _rows_weighted(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray, x: np.ndarray,
                    out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[r] = Σ_j w[j] · x[idx[j]]`` over ``j`` in row ``r`` of the CSR (rows in parallel)."""
-    d = x.shape[1]
-    for r in numba.prange(ptr.shape[0] - 1):
-        for j in range(ptr[r], ptr[r + 1]):
-            c, wj = idx[j], w[j]
-            for k in range(d):
-                out[r, k] += wj * x[c, k]
+    """``out[r] = Σ_j w[j] · x[idx[j]]`` over ``j`` in row ``r`` of the CSR (rows in parallel;
+    rows of ``x`` prefetched ahead when at least ``PREFETCH_MIN_COLS`` wide)."""
+    xf = x.reshape(-1)
+    if x.shape[1] >= PREFETCH_MIN_COLS:
+        for r in numba.prange(ptr.shape[0] - 1):
+            _row_gather(ptr, idx, w, True, x, xf, out, r, True)
+    else:
+        for r in numba.prange(ptr.shape[0] - 1):
+            _row_gather(ptr, idx, w, True, x, xf, out, r, False)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
 def _rows_sum(ptr: np.ndarray, idx: np.ndarray, x: np.ndarray,
               out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[r] = Σ_j x[idx[j]]`` over ``j`` in row ``r`` of the CSR (rows in parallel)."""
-    d = x.shape[1]
-    for r in numba.prange(ptr.shape[0] - 1):
-        for j in range(ptr[r], ptr[r + 1]):
-            c = idx[j]
+    """``out[r] = Σ_j x[idx[j]]`` over ``j`` in row ``r`` of the CSR (as :func:`_rows_weighted`)."""
+    xf, w = x.reshape(-1), np.zeros(0, np.float32)
+    if x.shape[1] >= PREFETCH_MIN_COLS:
+        for r in numba.prange(ptr.shape[0] - 1):
+            _row_gather(ptr, idx, w, False, x, xf, out, r, True)
+    else:
+        for r in numba.prange(ptr.shape[0] - 1):
+            _row_gather(ptr, idx, w, False, x, xf, out, r, False)
+
+
+@numba.njit(inline="always")
+def _row_push(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray, weighted: bool, g: np.ndarray,
+              out: np.ndarray, of: np.ndarray, r: int,
+              ahead: bool) -> None:  # pragma: no cover - compiled
+    """``out[idx[j]] += w[j] · g[r]`` over row ``r`` of the CSR, prefetching when ``ahead``."""
+    d, last = g.shape[1], idx.shape[0] - 1
+    for j in range(ptr[r], ptr[r + 1]):
+        if ahead:
+            _ahead(of, idx, j, last, d, True)
+        c = idx[j]
+        if weighted:
+            wj = w[j]
             for k in range(d):
-                out[r, k] += x[c, k]
+                out[c, k] += wj * g[r, k]
+        else:
+            for k in range(d):
+                out[c, k] += g[r, k]
 
 
 @numba.njit(fastmath=True, cache=True)
@@ -75,17 +136,13 @@ def _push(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray, weighted: bool, g: np
     """``out[idx[j]] += w[j] · g[r]`` over ``j`` in row ``r`` of the CSR, rows in order: the
     transposed product ``Aᵀ g`` without the transpose, on one thread. Each output row receives
     its terms in the order the transpose's row would sum them (ascending ``r``)."""
-    d = g.shape[1]
-    for r in range(ptr.shape[0] - 1):
-        for j in range(ptr[r], ptr[r + 1]):
-            c = idx[j]
-            if weighted:
-                wj = w[j]
-                for k in range(d):
-                    out[c, k] += wj * g[r, k]
-            else:
-                for k in range(d):
-                    out[c, k] += g[r, k]
+    of = out.reshape(-1)
+    if g.shape[1] >= PREFETCH_MIN_COLS:
+        for r in range(ptr.shape[0] - 1):
+            _row_push(ptr, idx, w, weighted, g, out, of, r, True)
+    else:
+        for r in range(ptr.shape[0] - 1):
+            _row_push(ptr, idx, w, weighted, g, out, of, r, False)
 
 
 @numba.njit(cache=True)
