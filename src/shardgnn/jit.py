@@ -4,11 +4,16 @@ Rank-local. :func:`configure_cache` runs when ``shardgnn`` is imported (before n
 ``NUMBA_CACHE_DIR`` is unset it points numba's on-disk cache of compiled kernels
 (``@njit(cache=True)``) at ``$XDG_CACHE_HOME/shardgnn/numba`` (default ``~/.cache/shardgnn/numba``),
 or at ``$TMPDIR/shardgnn-numba-UID`` when that is not writable, so an installed copy in a read-only
-site-packages still compiles only once per version and machine.
+site-packages still compiles only once per version and machine. :func:`compiling` first runs
+:func:`quick_blas_probe`, which spares the first kernel load of a process numba's import of
+``scipy.linalg`` (about 0.25 s).
 """
 from __future__ import annotations
 
+import gc
+import importlib.util
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -41,12 +46,65 @@ def configure_cache() -> str:
     return os.environ["NUMBA_CACHE_DIR"]
 
 
+def scipy_blas_installed() -> bool:
+    """Whether scipy's ``linalg/cython_blas`` extension is installed, found without importing
+    ``scipy.linalg``."""
+    try:
+        spec = importlib.util.find_spec("scipy")
+    except (ImportError, ValueError):
+        return False
+    for d in (spec.submodule_search_locations or []) if spec is not None else []:
+        if any((Path(d) / "linalg").glob("cython_blas.*")):
+            return True
+    return False
+
+
+_PROBED = False
+
+
+def quick_blas_probe() -> None:
+    """Import ``numba.np.arraymath`` with its BLAS check answered by :func:`scipy_blas_installed`.
+
+    numba's first kernel load in a process (from its cache too) imports ``numba.np.arraymath``,
+    which imports ``scipy.linalg`` only to learn whether BLAS is there — 0.25 s, most of it
+    scipy's array-API shim importing ``numpy.f2py``, for kernels that use no linear algebra.
+    Here that one check reads the installed files instead (the same answer for an intact scipy);
+    numba's own ``ensure_blas`` stays in place for every linear-algebra kernel it types later.
+    Idempotent; does nothing when numba or arraymath is already imported or numba differs."""
+    global _PROBED
+    if _PROBED:
+        return
+    _PROBED = True
+    if "numba.np.arraymath" in sys.modules:
+        return
+    try:
+        import numba.np.linalg as linalg
+    except ImportError:
+        return
+    real = getattr(linalg, "ensure_blas", None)
+    if real is None:
+        return
+
+    def probe() -> None:
+        if not scipy_blas_installed():
+            raise ImportError("scipy.linalg.cython_blas is not installed")
+
+    linalg.ensure_blas = probe
+    try:
+        import numba.np.arraymath as arraymath
+    finally:
+        linalg.ensure_blas = real
+    if getattr(arraymath, "ensure_blas", None) is probe:
+        arraymath.ensure_blas = real
+
+
 @contextmanager
 def compiling(what: str, after: float = 2.0) -> Iterator[None]:
     """Say that ``what`` is being compiled when the block takes longer than ``after`` seconds
     (a first run; later runs load the cache in well under a second), and how long it took."""
     from shardgnn import log
 
+    quick_blas_probe()
     t0 = time.perf_counter()
     said = threading.Event()
 
@@ -62,5 +120,6 @@ def compiling(what: str, after: float = 2.0) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+        gc.freeze()   # the loaded kernels' objects live as long as the process: never scan them
         if said.is_set():
             log.get().info("compiled %s in %.1f s", what, time.perf_counter() - t0)

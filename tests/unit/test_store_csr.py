@@ -45,7 +45,7 @@ def _csr_files(tmp_path, e, n, ranks):
 
 @pytest.mark.parametrize("ranks,budget,width", [(1, 1 << 20, None), (3, 64, None),
                                                 (2, 256, np.int64)])
-def test_csr_write_equals_spill_write(tmp_path, ranks, budget, width):
+def test_csr_write_equals_spill_write(tmp_path, monkeypatch, ranks, budget, width):
     rng = np.random.default_rng(ranks)
     n, p = 300, 4
     e = _graph(rng, n, 1500)
@@ -86,6 +86,8 @@ def test_csr_write_equals_spill_write(tmp_path, ranks, budget, width):
     # threads: counted by row ranges, each partition filled by row ranges in a pool while
     # the previous one is written (where twice its indices fit the budget): the same files
     for threads in (0, 1, 3):
+        # 3: the indices written into the closed file with O_DIRECT (store_csr.write_at)
+        monkeypatch.setattr(store_csr, "DIRECT_MIN", 1 if threads == 3 else 16 << 20)
         grouped = tmp_path / f"grouped{threads}"
         grouped.mkdir()
         with csr, outputs.BackgroundSync() as bg:
@@ -216,3 +218,48 @@ def test_scatter_edges_equals_interleave_then_scatter_lines():
     scatter_lines(lines, 0, ptr[:-1].copy(), want)
     scatter_edges(e, 0, ptr[:-1].copy(), got)
     np.testing.assert_array_equal(got, want)
+
+
+def test_write_at_direct_body_and_tail(tmp_path):
+    data = store_csr.aligned_empty(5000, np.int32)   # 4 aligned blocks and a tail
+    assert data.ctypes.data % store_csr.DIRECT_ALIGN == 0
+    data[:] = np.arange(5000)
+    f = tmp_path / "x.bin"
+    f.write_bytes(b"\1" * (8192 + data.nbytes))
+    if store_csr.write_at(f, 8192, data):   # False where the file system refuses O_DIRECT
+        raw = np.fromfile(f, np.int32)
+        np.testing.assert_array_equal(raw[2048:], data)
+        assert (raw[:2048] == 0x01010101).all()
+    f.write_bytes(b"\1" * (8192 + data.nbytes))
+    assert not store_csr.write_at(f, 100, data)          # unaligned offset: nothing written
+    assert not store_csr.write_at(f, 8192, data[1:])     # unaligned buffer: nothing written
+    assert (np.fromfile(f, np.uint8) == 1).all()
+
+
+def test_threaded_scatter_and_cluster_rows_equal_the_serial_kernels():
+    from shardgnn.partition.streaming import kernels as K
+    from shardgnn.partition.streaming.adjacency import scatter_edges, scatter_edges_range
+
+    rng = np.random.default_rng(5)
+    e = _graph(rng, 40, 200)
+    deg = np.bincount(e.ravel(), minlength=40)
+    ptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    want, got = np.empty(ptr[-1], np.int32), np.empty(ptr[-1], np.int32)
+    scatter_edges(e, 0, ptr[:-1].copy(), want)
+    cur = ptr[:-1].copy()
+    for a, b in ((17, 40), (0, 17)):   # disjoint source ranges, any order
+        scatter_edges_range(e, 0, a, b, cur, got)
+    np.testing.assert_array_equal(got, want)
+    # the clustering of the source-grouped lines, from the lines or from the CSR rows
+    lines = np.stack([np.repeat(np.arange(40, dtype=np.int32), deg), want], axis=1)
+    vs_a = K.new_vertex_state(deg.astype(np.int64), np.int32)
+    vs_b = vs_a.copy()
+    vol_a, vol_b = np.zeros(42, np.int32), np.zeros(42, np.int32)
+    k_a = K.cluster_lines(lines, vs_a, vol_a, 30.0, 1)
+    k_b = 1
+    for s0, s1 in ((0, 11), (11, 40)):
+        k_b = K.cluster_rows(ptr[s0:s1 + 1], want[ptr[s0]:ptr[s1]], s0, 0, s1 - s0, vs_b,
+                             vol_b, 30.0, k_b)
+    assert k_a == k_b
+    np.testing.assert_array_equal(vs_a, vs_b)
+    np.testing.assert_array_equal(vol_a, vol_b)

@@ -65,13 +65,14 @@ def test_spring_equals_algorithm1_oracle(comm, cora, tmp_path, p):
     assert m["vertex_balance_owned"] <= 1.10
 
 
-@pytest.mark.parametrize("p,chunk", [(2, 1 << 20), (4, 300), (8, 1)])
-def test_spring_adjacency_order_equals_oracle(comm, cora, tmp_path, p, chunk):
+@pytest.mark.parametrize("p,chunk,threads", [(2, 1 << 20, 1), (4, 300, 3), (8, 1, None)])
+def test_spring_adjacency_order_equals_oracle(comm, cora, tmp_path, p, chunk, threads):
     """--stream-order adjacency: the bidirected list grouped by source (the authors' input),
-    streamed from a scratch targets file that is removed afterwards."""
+    streamed from a scratch targets file that is removed afterwards; the degree, adjacency and
+    hop passes by 1, 3 or the default number of threads."""
     d, edges, n, x = cora
     scratch = tmp_path / "scratch"
-    m, out = run(comm, d, tmp_path, p=p, chunk=chunk,
+    m, out = run(comm, d, tmp_path, p=p, chunk=chunk, threads=threads,
                  spring=SpringParams(stream_order="adjacency", scratch=str(scratch)))
     owner, _ = check_store(out, edges, n, x=x)
     assert np.array_equal(owner, spring_oracle(edges, n, p, order="adjacency"))
@@ -96,6 +97,9 @@ def test_adjacency_source_bounds_and_chunks(tmp_path):
         e = np.concatenate(list(sh.chunks()))
         assert np.array_equal(e[:, 0], np.repeat(np.arange(deg.size), deg))
         assert np.array_equal(e[:, 1], tgt)
+        blocks = list(sh.row_blocks())
+        assert all(np.array_equal(t, tgt[indptr[s0]:indptr[s1]]) for s0, s1, t in blocks)
+        assert np.array_equal(np.concatenate([b[2] for b in blocks]), tgt)
 
 
 def test_two_cliques_joined_by_a_bridge(comm, tmp_path):

@@ -8,6 +8,7 @@ Any other exception prints its traceback and aborts the whole job with exit 1.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 import traceback
@@ -93,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if comm.size > 1:
             comm.abort(1)
         return 1
+    finally:
+        # the interpreter's exit collections then skip the job's long-lived objects (numba's
+        # type system above all: 0.2 s of every exit otherwise)
+        gc.freeze()
     return code
 
 

@@ -26,6 +26,7 @@ and ``run/bench/streaming_identity.py``.
 """
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,12 @@ class GlobalCSR:
             xa = xb
 
 
+#: Alignment (bytes) of file offsets, lengths and buffers of direct (``O_DIRECT``) writes.
+DIRECT_ALIGN = 4096
+#: Indices of at least this many bytes are written directly (:func:`write_at`).
+DIRECT_MIN = 16 << 20
+#: Bytes per direct ``pwrite``.
+DIRECT_BLOCK = 64 << 20
 #: Partitions counted together by :func:`count_group` (one byte lane each in a uint64).
 GROUP = 8
 #: SWAR table: byte b -> the uint64 whose byte lane k is bit k of b.
@@ -307,7 +314,7 @@ class _Pipeline:
         b = self.bufs[self.turn]
         if b.dtype != plan.width or b.shape[0] < size:
             b = self.bufs[self.turn] = np.empty(0, np.int32)   # drop the old one first
-            b = self.bufs[self.turn] = np.empty(size, plan.width)
+            b = self.bufs[self.turn] = aligned_empty(size, plan.width)
         self.turn ^= 1
         filled = b[:size]
         futures = []
@@ -344,19 +351,77 @@ class _Pipeline:
             self.node_data, self.edge_attrs, self.syncer, self.budget, self.chunk)
 
 
+def aligned_empty(n: int, dtype: Any) -> np.ndarray:
+    """An uninitialised (n,) array of ``dtype`` starting at a multiple of DIRECT_ALIGN bytes."""
+    dt = np.dtype(dtype)
+    raw = np.empty(int(n) * dt.itemsize + DIRECT_ALIGN, np.uint8)
+    off = (-raw.ctypes.data) % DIRECT_ALIGN
+    return raw[off:off + int(n) * dt.itemsize].view(dt)
+
+
+def write_at(path: Path, offset: int, data: np.ndarray) -> bool:
+    """Write the bytes of ``data`` into the existing file ``path`` at ``offset``: the aligned
+    body with ``O_DIRECT`` (no copy into the page cache: the disk reads the buffer), the tail
+    through the page cache. Returns False, having written nothing, where that is not possible
+    (unaligned offset or buffer, no ``O_DIRECT``, a file system refusing it); the caller
+    then writes another way. Durability is the caller's fsync. Rank-local."""
+    flag = getattr(os, "O_DIRECT", 0)
+    view = memoryview(data.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    body = len(view) // DIRECT_ALIGN * DIRECT_ALIGN
+    if not flag or offset % DIRECT_ALIGN or data.ctypes.data % DIRECT_ALIGN or not body:
+        return False
+    try:
+        fd = os.open(path, os.O_WRONLY | flag)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    try:
+        done = 0
+        while done < body:
+            try:
+                n = os.pwrite(fd, view[done:min(body, done + DIRECT_BLOCK)], offset + done)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL and done == 0:
+                    return False
+                raise
+            if n <= 0 or n % DIRECT_ALIGN:
+                raise OSError(errno.EIO, f"short direct write ({n} bytes)")
+            done += n
+    finally:
+        os.close(fd)
+    if body < len(view):
+        with open(path, "r+b") as fh:
+            fh.seek(offset + body)
+            fh.write(view[body:])
+    return True
+
+
 def _write_file(path: Path, plan: _Plan, parts: int, compression: str,
                 filled: list[np.ndarray], node_data: dict[str, np.ndarray], edge_attrs: Any,
                 syncer: Any, budget: int, chunk: int) -> dict[str, Any]:
-    """Write a partition file whose indices are filled (one bucket). Rank-local."""
+    """Write a partition file whose indices are filled (one bucket). Uncompressed indices of
+    at least DIRECT_MIN bytes go into the closed file with :func:`write_at` (the HDF5 file
+    is laid out with that dataset aligned and allocated, never filled); else through h5py.
+    Rank-local."""
     import h5py
 
-    with outputs.atomic_file(path, lock=False, durable=syncer is None) as tmp, \
-            h5py.File(tmp, "w") as f:
-        ind = begin_part(f, plan.index, parts, plan.num_owned, False, plan.gid, plan.indptr,
-                         plan.width, compression)
-        if filled[0].shape[0]:
-            ind[:] = filled[0]
-        end_part(f, edge_attrs, node_data, plan.gid, plan.indptr, plan.num_owned, budget, chunk)
+    data = filled[0]
+    direct = compression == "none" and data.nbytes >= DIRECT_MIN
+    with outputs.atomic_file(path, lock=False, durable=syncer is None) as tmp:
+        with h5py.File(tmp, "w", alignment_threshold=DIRECT_MIN,
+                       alignment_interval=DIRECT_ALIGN) as f:
+            ind = begin_part(f, plan.index, parts, plan.num_owned, False, plan.gid,
+                             plan.indptr, plan.width, compression, early=direct)
+            offset = ind.id.get_offset() if direct else None
+            if offset is None and data.shape[0]:
+                ind[:] = data
+                direct = False
+            end_part(f, edge_attrs, node_data, plan.gid, plan.indptr, plan.num_owned, budget,
+                     chunk)
+        if direct and not write_at(tmp, int(offset), data):  # type: ignore[arg-type]
+            with h5py.File(tmp, "r+") as f:
+                f["indices"][:] = data
     if syncer is not None:
         syncer.add(path)
     return {"owned": plan.num_owned, "vertices": int(plan.gid.shape[0]),

@@ -146,9 +146,12 @@ def check_compression(compression: str) -> None:
 
 
 def begin_part(f: Any, index: int, parts: int, num_owned: int, directed: bool,
-               gid: np.ndarray, indptr: np.ndarray, width: np.dtype, compression: str) -> Any:
+               gid: np.ndarray, indptr: np.ndarray, width: np.dtype, compression: str,
+               early: bool = False) -> Any:
     """Write a partition file's attributes, ``gid`` and ``indptr`` into the open HDF5 file
-    ``f`` and create its (unfilled) ``indices`` dataset, which is returned. Rank-local."""
+    ``f`` and create its (unfilled) ``indices`` dataset, which is returned. With ``early``
+    (uncompressed only) its space is allocated now and never filled by HDF5, so its bytes
+    can be written straight into the file at ``indices.id.get_offset()``. Rank-local."""
     f.attrs["num_owned"] = int(num_owned)
     f.attrs["partition"] = int(index)
     f.attrs["parts"] = int(parts)
@@ -160,6 +163,13 @@ def begin_part(f: Any, index: int, parts: int, num_owned: int, directed: bool,
     if compression != "none" and total:
         opts = {"chunks": (min(total, CHUNK_ENTRIES),), "compression": compression,
                 "shuffle": True}
+    elif early and total:
+        import h5py
+
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        opts = {"dcpl": dcpl}
     return f.create_dataset("indices", shape=(total,), dtype=width, **opts)
 
 

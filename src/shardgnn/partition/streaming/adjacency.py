@@ -74,6 +74,21 @@ def scatter_edges(edges, lo, cursor, out):
 
 
 @njit(cache=True, nogil=True)
+def scatter_edges_range(edges, lo, a, b, cursor, out):
+    """:func:`scatter_edges` for the lines whose source is in [a, b) only: threads given
+    disjoint source ranges fill disjoint rows (each row in the same order)."""
+    for k in range(edges.shape[0]):
+        u = edges[k, 0]
+        v = edges[k, 1]
+        if a <= u < b:
+            out[cursor[u - lo]] = v
+            cursor[u - lo] += 1
+        if a <= v < b:
+            out[cursor[v - lo]] = u
+            cursor[v - lo] += 1
+
+
+@njit(cache=True, nogil=True)
 def group_by_rank(lines, bounds, dest, counts, out):
     """Copy ``lines`` into ``out`` grouped by the rank whose source range (``bounds``) holds
     their source, keeping their order within each rank (a counting sort); ``counts`` (P,)
@@ -153,6 +168,24 @@ class AdjacencyShard:
             s = end
         del tgt
 
+    def row_blocks(self) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Yield (s, end, targets of rows s..end-1) for consecutive rows (local, from 0) of
+        about ``chunk`` lines each, in stream order."""
+        total = int(self.indptr[-1])
+        if total == 0:
+            return
+        tgt = self.data if self.data is not None else \
+            np.memmap(self.path, dtype=self.dtype, mode="r", shape=(total,))
+        s, nrows = 0, self.hi - self.lo
+        while s < nrows:
+            end = int(np.searchsorted(self.indptr, self.indptr[s] + self.chunk, side="right")) - 1
+            end = min(max(end, s + 1), nrows)
+            a, b = int(self.indptr[s]), int(self.indptr[end])
+            if b > a:
+                yield s, end, tgt[a:b]
+            s = end
+        del tgt
+
     def sort_rows(self) -> None:
         """Sort every row of the targets file in place (rows already ascending, as from a
         sorted ``edges.bin``, are only scanned). Done after the clustering has streamed the
@@ -182,14 +215,17 @@ class AdjacencyShard:
 
 def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str | os.PathLike | None,
           timer: passes.PassTimer, memory: int = 0, name: str = "adjacency",
-          hold: bool = False) -> AdjacencyShard:
+          hold: bool = False, threads: int = 1) -> AdjacencyShard:
     """Route this rank's lines to the source-range owners and write its range's targets file
     (module docstring). ``deg``: global degrees. When the range's targets take at most
     ``memory`` bytes they are scattered in memory and written once, sequentially (scattering
     straight into the memory-mapped file makes the kernel write dirty pages back while they
     are still being filled); else into the memory-mapped file. With ``hold``, targets taking
     at most a quarter of ``memory`` stay in memory (``data``) for the store write, and on one
-    rank no file is written. ``name``: the pass's timer entry. Collective over comm."""
+    rank no file is written. ``name``: the pass's timer entry. With one rank and ``threads``
+    > 1 the lines are scattered by that many threads, each streaming the whole shard and
+    filling the rows of its own range of sources (about equal lines each): the same file.
+    Collective over comm."""
     t0 = time.perf_counter()
     P, r = comm.size, comm.rank
     dt = stream.meta.np_dtype
@@ -225,7 +261,10 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
     grouped = np.empty_like(buf)
     dest = np.empty(buf.shape[0] if P > 1 else 0, np.int64)
     counts = np.zeros(P, np.int64)
-    for e in passes.lockstep(stream, comm, raw=True):
+    threaded = P == 1 and threads > 1 and passes.splittable(stream)
+    if threaded:
+        _scatter_threads(stream, lo, hi, indptr, cursor[0], out, threads)
+    for e in () if threaded else passes.lockstep(stream, comm, raw=True):
         if P == 1:
             scatter_edges(e, lo, cursor[0], out)
             continue
@@ -253,6 +292,26 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
                           sorted_rows=ordered, data=held)
 
 
+def _scatter_threads(stream: EdgeStream, lo: int, hi: int, indptr: np.ndarray,
+                     cursor: np.ndarray, out: np.ndarray, threads: int) -> None:
+    """:func:`scatter_edges` of every chunk of ``stream`` by ``threads`` threads, each over
+    the whole stream for the sources of its range (cut by equal lines). Rank-local."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    want = np.linspace(0, int(indptr[-1]), threads + 1)[1:-1]
+    cuts = [lo, *(lo + np.searchsorted(indptr, want, side="left")).tolist(), hi]
+
+    def run(a: int, b: int) -> None:
+        for e in passes.native(stream):
+            scatter_edges_range(e, lo, a, b, cursor, out)
+
+    with ThreadPoolExecutor(threads - 1, thread_name_prefix="adjacency") as pool:
+        futures = [pool.submit(run, int(a), int(b)) for a, b in zip(cuts[1:-1], cuts[2:])]
+        run(int(cuts[0]), int(cuts[1]))
+        for f in futures:
+            f.result()
+
+
 def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True,
            ranks: int = 2) -> None:
     """Load the kernels of this module for ids of ``dtypes`` (pass timings exclude the JIT);
@@ -264,6 +323,7 @@ def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True,
         interleave(e, lines)
         scatter_lines(lines, 0, np.array([0, 1], np.int64), np.empty(2, dt))
         scatter_edges(e, 0, np.array([0, 1], np.int64), np.empty(2, dt))
+        scatter_edges_range(e, 0, 0, 2, np.array([0, 1], np.int64), np.empty(2, dt))
         rows_sorted(np.array([0, 2], np.int64), lines[:, 1])
         if ranks > 1:
             group_by_rank(lines, np.array([0, 1, 2], np.int64), np.empty(2, np.int64),
@@ -271,3 +331,5 @@ def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True,
         for st in (np.int32, np.int64) if cluster else ():
             vs = K.new_vertex_state(np.ones(2, np.int64), st)
             K.cluster_lines(lines, vs, np.zeros(4, st), 1.0, 1)
+            K.cluster_rows(np.array([0, 1, 2], np.int64), lines[:, 1].copy(), 0, 0, 2, vs,
+                           np.zeros(4, st), 1.0, 1)

@@ -142,6 +142,13 @@ def add_arguments(parser: Any) -> None:
                    "partition after another on the rank's own thread (same files). Default: "
                    "the cores the rank may use divided by the ranks on its node, at least 1; "
                    "the value used is in meta.json")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads per rank of the degree and hop passes (each a share of the "
+                   "rank's edges into its own counts) and, with one rank, of the adjacency "
+                   "pass (each the rows of a range of sources); same output for any N. "
+                   "Python threads running nogil kernels: OMP_NUM_THREADS does not limit "
+                   "them. Default: as --write-threads' default (the cores the rank may use "
+                   "divided by the ranks on its node); the value used is in meta.json")
     g.add_argument("--write-from", choices=("csr", "spill"), default="csr",
                    help="how the partition files are built: csr = from the graph's CSR kept "
                    "by the adjacency pass (two reads of each partition's rows, no sort; used "
@@ -204,7 +211,7 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
                             vcut_balance=args.vcut_balance,
                             seed=args.seed),
         auto=auto, write_memory=args.write_memory, compression=args.store_compression,
-        write_from=args.write_from, write_threads=args.write_threads)
+        write_from=args.write_from, write_threads=args.write_threads, threads=args.threads)
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:

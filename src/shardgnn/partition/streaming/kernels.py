@@ -17,7 +17,7 @@ from numba import njit
 # ----------------------------------------------------------------------------- degrees
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def count_degrees(edges, deg, directed_in_only):
     """Add each edge's contribution to ``deg`` (both endpoints; only the target when asked)."""
     for j in range(edges.shape[0]):
@@ -130,6 +130,45 @@ def cluster_lines(lines, vs, vol, tau, k):
         if vs[v, 1] < 0 or vs[v, 2] < du:
             vs[v, 1] = u
             vs[v, 2] = du
+    return k
+
+
+@njit(cache=True)
+def cluster_rows(indptr, tgt, lo, s0, s1, vs, vol, tau, k):
+    """:func:`cluster_lines` over the lines (lo + s, t) of rows s0..s1-1 of a source-grouped
+    CSR (``indptr`` from row 0, ``tgt`` the targets from ``indptr[0]``), without building
+    the lines: the same state, line for line."""
+    base = indptr[0]
+    for s in range(s0, s1):
+        u = lo + s
+        for j in range(indptr[s] - base, indptr[s + 1] - base):
+            v = tgt[j]
+            du = vs[u, 3]
+            dv = vs[v, 3]
+            cu = vs[u, 0]
+            if cu == 0:
+                cu = k
+                vs[u, 0] = k
+                vol[k] += du
+                k += 1
+            cv = vs[v, 0]
+            if cv == 0:
+                cv = k
+                vs[v, 0] = k
+                vol[k] += dv
+                k += 1
+            if vol[cu] <= tau and vol[cv] <= tau:
+                if vol[cu] <= vol[cv]:
+                    vol[cu] -= du
+                    vol[cv] += du
+                    vs[u, 0] = cv
+                else:
+                    vol[cu] += dv
+                    vol[cv] -= dv
+                    vs[v, 0] = cu
+            if vs[v, 1] < 0 or vs[v, 2] < du:
+                vs[v, 1] = u
+                vs[v, 2] = du
     return k
 
 
@@ -291,7 +330,7 @@ def greedy_assign(order, size, p):
 # ----------------------------------------------------------------------------- presence and routing
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def expand_presence(edges, pres, out, directed):
     """One hop: out[u] |= pres[v] and (undirected) out[v] |= pres[u] for every edge (u, v)."""
     w = pres.shape[1]

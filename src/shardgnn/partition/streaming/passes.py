@@ -6,9 +6,11 @@ Functions taking ``comm`` are collective over comm.
 """
 from __future__ import annotations
 
+import copy
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -79,6 +81,40 @@ def native(stream: EdgeStream) -> Iterator[np.ndarray]:
     return stream.native() if isinstance(stream, NativeStream) else iter(stream)
 
 
+def splittable(stream: EdgeStream) -> bool:
+    """Whether threads can stream ``stream`` concurrently (each its own reader)."""
+    return isinstance(stream, NativeStream)
+
+
+def shares(stream: EdgeStream, k: int) -> list[EdgeStream]:
+    """``stream`` cut into ``k`` streams of consecutive edges (about equal), in order."""
+    cuts = np.linspace(stream.lo, stream.hi, k + 1).astype(np.int64)
+    out = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        s = copy.copy(stream)
+        s.lo, s.hi = int(a), int(b)
+        out.append(s)
+    return out
+
+
+def threaded(stream: EdgeStream, threads: int, work: Callable[[EdgeStream, int], None]) -> None:
+    """``work(share, t)`` for the ``threads`` shares of ``stream`` (:func:`shares`), share 0
+    on this thread and the others on a pool at the same time; with one thread (or a stream
+    threads cannot split) ``work(stream, 0)``. ``work`` runs ``nogil`` kernels on its share's
+    own reader and writes only what share t owns. Rank-local."""
+    k = max(1, int(threads)) if splittable(stream) and stream.hi - stream.lo >= 2 * stream.chunk \
+        else 1
+    if k == 1:
+        work(stream, 0)
+        return
+    parts = shares(stream, k)
+    with ThreadPoolExecutor(k - 1, thread_name_prefix="pass") as pool:
+        futures = [pool.submit(work, parts[t], t) for t in range(1, k)]
+        work(parts[0], 0)
+        for f in futures:
+            f.result()
+
+
 def num_rounds(stream: EdgeStream, comm: Communicator) -> int:
     """The largest number of chunks any rank streams. Collective over comm."""
     mine = (stream.hi - stream.lo + stream.chunk - 1) // stream.chunk
@@ -102,15 +138,27 @@ def _progress(stream: EdgeStream, comm: Communicator, desc: str) -> log.Progress
     return log.Progress(stream.hi - stream.lo, desc, unit="edge", enabled=comm.rank == 0)
 
 
-def degree_pass(stream: EdgeStream, comm: Communicator, timer: PassTimer) -> np.ndarray:
-    """Global degree of every vertex (undirected; in + out for directed graphs). Collective."""
+def degree_pass(stream: EdgeStream, comm: Communicator, timer: PassTimer,
+                threads: int = 1) -> np.ndarray:
+    """Global degree of every vertex (undirected; in + out for directed graphs); ``threads``
+    count shares of this rank's edges into their own arrays, summed. Collective."""
     n = stream.meta.num_nodes
     deg = np.zeros(n, np.int64)
     t0 = time.perf_counter()
+    extra: list[np.ndarray] = []
     with _progress(stream, comm, "degrees") as bar:
-        for e in native(stream):
-            K.count_degrees(e, deg, False)
-            bar.update(len(e))
+        def count(share: EdgeStream, t: int) -> None:
+            d = deg if t == 0 else np.zeros(n, np.int64)
+            if t:
+                extra.append(d)
+            for e in native(share):
+                K.count_degrees(e, d, False)
+                if t == 0:
+                    bar.update(len(e))
+
+        threaded(stream, threads, count)
+    for d in extra:
+        deg += d
     comm.allreduce(deg, "sum")
     timer.add("degrees", time.perf_counter() - t0, stream.hi - stream.lo)
     return deg
@@ -130,15 +178,26 @@ def owner_bits(owner: np.ndarray, p: int) -> np.ndarray:
 
 
 def hop_pass(stream: EdgeStream, comm: Communicator, pres: np.ndarray, timer: PassTimer,
-             name: str) -> np.ndarray:
-    """One more hop of presence: a vertex joins every partition holding a neighbour. Collective."""
+             name: str, threads: int = 1) -> np.ndarray:
+    """One more hop of presence: a vertex joins every partition holding a neighbour;
+    ``threads`` expand shares of this rank's edges into their own copies, or-ed. Collective."""
     out = pres.copy()
     directed = bool(stream.meta.directed)
     t0 = time.perf_counter()
+    extra: list[np.ndarray] = []
     with _progress(stream, comm, name) as bar:
-        for e in native(stream):
-            K.expand_presence(e, pres, out, directed)
-            bar.update(len(e))
+        def expand(share: EdgeStream, t: int) -> None:
+            o = out if t == 0 else pres.copy()
+            if t:
+                extra.append(o)
+            for e in native(share):
+                K.expand_presence(e, pres, o, directed)
+                if t == 0:
+                    bar.update(len(e))
+
+        threaded(stream, threads, expand)
+    for o in extra:
+        out |= o
     comm.allreduce(out, "bor")
     timer.add(name, time.perf_counter() - t0, stream.hi - stream.lo)
     return out

@@ -67,6 +67,7 @@ class PartitionConfig:
     compression: str = "none"
     write_from: str = "csr"   # csr: from the sorted CSR where usable (store_csr); spill: always
     write_threads: int | None = None   # CSR write's worker threads; None = write_threads()
+    threads: int | None = None   # threads of the degree, adjacency and hop passes; None = same
 
 
 #: Default share of the node's available memory the store write may hold (split over its ranks).
@@ -140,6 +141,8 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
         raise ShardError(f"--refine: expected >= 0 passes, got {cfg.refine}")
     if cfg.write_threads is not None and cfg.write_threads < 0:
         raise ShardError(f"--write-threads: expected >= 0, got {cfg.write_threads}")
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ShardError(f"--threads: expected >= 1, got {cfg.threads}")
     if cfg.write_memory is not None and cfg.write_memory < 1 << 20:
         raise ShardError(f"--write-memory: expected >= 1M bytes, got {cfg.write_memory}")
     if cfg.compression not in store_write.COMPRESSIONS:
@@ -169,15 +172,17 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
 
 
 def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
-            timer: passes.PassTimer, keep: bool, memory: int) -> tuple[np.ndarray, dict[str, Any]]:
+            timer: passes.PassTimer, keep: bool, memory: int,
+            threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
     """Owners; ``info["degrees"]`` the global degrees where computed, ``info["adjacency"]``
     SPRING's targets file when ``keep``."""
     n = stream.meta.num_nodes
     if cfg.algo == "hash":
         return hash_owner(n, p, cfg.seed), {}
-    deg = passes.degree_pass(stream, comm, timer)
+    deg = passes.degree_pass(stream, comm, timer, threads)
     if cfg.algo == "spring":
-        owner, info = spring_owner(stream, comm, deg, p, cfg.spring, timer, keep, memory)
+        owner, info = spring_owner(stream, comm, deg, p, cfg.spring, timer, keep, memory,
+                                   threads)
     else:
         user = None if cfg.algo in ALGORITHMS else load_user_class(cfg.algo)
         owner, info = vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user)
@@ -226,10 +231,16 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
             cfg = replace(cfg, spring=replace(cfg.spring, scratch=str(Path(cfg.out).absolute().parent)))
     timer.add("jit", time.perf_counter() - t0, 0)
     budget = cfg.write_memory if cfg.write_memory is not None else write_budget(comm)
-    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, budget)
+    cores = write_threads(comm)
+    threads = cfg.threads if cfg.threads is not None else cores
+    if cfg.write_threads is None:
+        cfg = replace(cfg, write_threads=cores)
+    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, budget, threads)
+    info["threads"] = threads
     shard: adjacency.AdjacencyShard | None = info.pop("adjacency", None)
     try:
-        m = _place(comm, cfg, meta, p, tmp, stream, timer, owner, info, shard, use_csr, budget)
+        m = _place(comm, cfg, meta, p, tmp, stream, timer, owner, info, shard, use_csr, budget,
+                   threads)
     finally:
         if shard is not None:
             shard.remove()
@@ -240,7 +251,7 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
 def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
            stream: Any, timer: passes.PassTimer, owner: np.ndarray, info: dict[str, Any],
            shard: adjacency.AdjacencyShard | None, use_csr: bool,
-           budget: int) -> dict[str, Any]:
+           budget: int, threads: int = 1) -> dict[str, Any]:
     """Refinement, hops and the partition files (from the CSR or the spill); the metrics.
     Collective over comm."""
     deg = info.pop("degrees", None)
@@ -266,14 +277,14 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
         if cfg.hops > 0:
             pres = passes.owner_bits(owner, p)
             for h in range(cfg.hops):
-                pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}")
+                pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}", threads)
         if use_csr:
             assert pres is not None   # store_csr.usable: --hops >= 1
             if deg is None:
-                deg = passes.degree_pass(stream, comm, timer)
+                deg = passes.degree_pass(stream, comm, timer, threads)
             if shard is None:
                 shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr",
-                                        hold=True)
+                                        hold=True, threads=threads)
             t0 = time.perf_counter()
             shard.sort_rows()   # no-op scan for a sorted edges.bin; the order is used up now
             timer.add("csr_sort", time.perf_counter() - t0, 0)

@@ -68,9 +68,10 @@ def cluster_pass(stream: EdgeStream, comm: Communicator, deg: np.ndarray, tau_vo
     if source is not None:
         with log.Progress(int(source.indptr[-1]), f"{name} (adjacency)", unit="line",
                           enabled=comm.rank == 0) as bar:
-            for e in source.chunks():
-                k = K.cluster_lines(e, vs, vol, tau_vol, k)
-                bar.update(len(e))
+            for s, end, tgt in source.row_blocks():
+                k = K.cluster_rows(source.indptr[s:end + 1], tgt, source.lo + s, 0, end - s,
+                                   vs, vol, tau_vol, k)
+                bar.update(len(tgt))
         modes = (0,)
     else:
         for mode in modes:
@@ -167,7 +168,7 @@ def merge_and_assign(cl: Clustering, deg: np.ndarray, p: int,
 
 def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int,
                  params: SpringParams, timer: PassTimer, keep: bool = False,
-                 memory: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
+                 memory: int = 0, threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
     """Owner partition of every vertex by SPRING (``info["labels"]``: merged and streaming
     cluster of every vertex, coarse first). ``memory``: bytes the adjacency order's targets
     may take in memory while built (:func:`adjacency.build`). With ``keep``, its targets
@@ -185,7 +186,7 @@ def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int
     source = None
     if params.stream_order == "adjacency" and not stream.meta.directed:
         source = adjacency.build(stream, comm, deg, params.scratch, timer, memory=memory,
-                                 hold=keep)
+                                 hold=keep, threads=threads)
     try:
         cl = cluster_pass(stream, comm, deg, tau_vol, modes, timer, source=source)
     except BaseException:
