@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 import numpy as np
-from numba import njit
 
 from shardgnn.errors import input_error
 
@@ -66,130 +65,6 @@ class EdgeSource:
     def chunks(self) -> Iterator[EdgeChunk]:
         """Yield the source's edge chunks in file order (each reader implements this)."""
         raise TypeError(f"{type(self).__name__} must implement chunks()")
-
-
-# ----------------------------------------------------------------------------- text parsing
-@njit(cache=True)
-def _is_sep(c: int) -> bool:
-    return c == 32 or c == 9 or c == 44 or c == 13 or c == 59
-
-
-@njit(cache=True)
-def _sign(buf, i, n):  # pragma: no cover - numba
-    """(negative, index past an optional '+' or '-' at ``buf[i]``)."""
-    if i < n and (buf[i] == 45 or buf[i] == 43):
-        return buf[i] == 45, i + 1
-    return False, i
-
-
-@njit(cache=True)
-def _parse_float(buf, i, n):  # pragma: no cover - numba
-    """Parse a decimal number (sign, digits, '.', digits, exponent) at ``buf[i]``.
-
-    Returns (value, next index, ok); ``ok`` is False for anything else (nan, inf, text).
-    """
-    neg, i = _sign(buf, i, n)
-    mant = 0.0
-    nd = 0
-    while i < n and 48 <= buf[i] <= 57:
-        mant = mant * 10.0 + (buf[i] - 48)
-        nd += 1
-        i += 1
-    scale = 0
-    if i < n and buf[i] == 46:
-        i += 1
-        while i < n and 48 <= buf[i] <= 57:
-            mant = mant * 10.0 + (buf[i] - 48)
-            scale -= 1
-            nd += 1
-            i += 1
-    if nd == 0:
-        return 0.0, i, False
-    if i < n and (buf[i] == 101 or buf[i] == 69):
-        i += 1
-        eneg, i = _sign(buf, i, n)
-        ev = 0
-        ne = 0
-        while i < n and 48 <= buf[i] <= 57:
-            ev = min(ev * 10 + (buf[i] - 48), 10000)
-            ne += 1
-            i += 1
-        if ne == 0:
-            return 0.0, i, False
-        scale += -ev if eneg else ev
-    val = mant * 10.0 ** scale if scale >= -300 else (mant * 10.0 ** (scale + 300)) * 1e-300
-    return (-val if neg else val), i, True
-
-
-@njit(cache=True)
-def _parse_block(buf, nparse, ncols, out, lines, line0, wcol, wout):  # pragma: no cover - numba
-    """Parse complete text lines of integers (columns < nparse) and one decimal column ``wcol``
-    (the edge weight, into ``wout``; -1: none).
-
-    Returns (rows, last_line, ncols, err, err_line, err_val). err: 0 ok, 1 column count,
-    2 negative id, 3 non-integer, 4 integer too large, 5 fewer than 2 columns, 6 a weight that
-    is not a finite decimal number.
-    """
-    n = buf.shape[0]
-    i = 0
-    row = 0
-    line = line0
-    while i < n:
-        line += 1
-        while i < n and (buf[i] == 32 or buf[i] == 9):
-            i += 1
-        if i >= n:
-            break
-        c = buf[i]
-        if c == 35 or c == 37 or c == 10 or c == 13:
-            while i < n and buf[i] != 10:
-                i += 1
-            i += 1
-            continue
-        col = 0
-        while True:
-            if col < nparse:
-                if buf[i] == 45:
-                    if i + 1 < n and 48 <= buf[i + 1] <= 57:
-                        return row, line, ncols, 2, line, col
-                    return row, line, ncols, 3, line, col
-                if buf[i] == 43:
-                    i += 1
-                v = 0
-                nd = 0
-                while i < n and 48 <= buf[i] <= 57:
-                    v = v * 10 + (buf[i] - 48)
-                    nd += 1
-                    i += 1
-                if nd == 0 or (i < n and not _is_sep(buf[i]) and buf[i] != 10):
-                    return row, line, ncols, 3, line, col
-                if nd > 18:
-                    return row, line, ncols, 4, line, col
-                out[row, col] = v
-            elif col == wcol:
-                w, i, ok = _parse_float(buf, i, n)
-                if not ok or (i < n and not _is_sep(buf[i]) and buf[i] != 10) or \
-                        not np.isfinite(w) or abs(w) > 3.4e38:
-                    return row, line, ncols, 6, line, col
-                wout[row] = w
-            else:
-                while i < n and not _is_sep(buf[i]) and buf[i] != 10:
-                    i += 1
-            col += 1
-            while i < n and _is_sep(buf[i]):
-                i += 1
-            if i >= n or buf[i] == 10:
-                break
-        i += 1
-        if ncols == 0:
-            if col < 2:
-                return row, line, ncols, 5, line, col
-            ncols = col
-        elif col != ncols:
-            return row, line, ncols, 1, line, col
-        lines[row] = line
-        row += 1
-    return row, line, ncols, 0, 0, 0
 
 
 def _open_bytes(path: Path) -> IO[bytes]:
@@ -360,6 +235,8 @@ class TextSource(EdgeSource):
                 line0 += block.count(b"\n")
 
     def chunks(self) -> Iterator[EdgeChunk]:
+        from shardgnn.io.textparse import parse_block   # numba: imported when text is parsed
+
         nparse = 3 if self.has_types else 2
         ncols = 0
         seen = 0
@@ -369,7 +246,7 @@ class TextSource(EdgeSource):
             out = np.empty((cap, nparse), dtype=np.int64)
             lines = np.empty(cap, dtype=np.int64)
             wout = np.zeros(cap if self.has_weights else 1, dtype=np.float64)
-            rows, _, ncols, err, eline, eval_ = _parse_block(
+            rows, _, ncols, err, eline, eval_ = parse_block(
                 buf, nparse, ncols, out, lines, line0, nparse if self.has_weights else -1, wout)
             if err:
                 self._raise(err, eline, eval_, ncols, block, line0)
