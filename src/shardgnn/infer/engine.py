@@ -28,6 +28,7 @@ from shardgnn.infer import samplewise as sw
 from shardgnn.infer import store as es
 from shardgnn.infer.model import (LoadedModel, apply_layer, load_model, mean_adjacency,
                                   sage_input, sage_output, training_graph)
+from shardgnn.io import outputs
 from shardgnn.io.results import ResultWriter, check_output_path
 from shardgnn.partition.vertexcut import ordering
 from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
@@ -269,6 +270,7 @@ class _Layers:
         self.root = cfg.layers_root()
         self.bounds = block_bounds(plan.n, comm.size)
         self._route: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._sync: outputs.BackgroundSync | None = None
 
     def want(self, layer: int) -> dict[str, Any]:
         return {"run_key": self.key, "layer": layer, "rank": self.comm.rank,
@@ -303,22 +305,46 @@ class _Layers:
         by_gid[at] = rows
         del rows
         err = ""
+        # the last layer's files must be on disk before the results file that links them is
+        # committed: they are fsynced on a background thread meanwhile (synced() waits)
+        last = layer == self.last
+        path = es.rank_file(self.root, layer, comm.rank)
         try:
-            es.write_rank_file(es.rank_file(self.root, layer, comm.rank), emb, g, by_gid,
-                               self.want(layer), self.cfg.chunk_rows, self.cfg.compression,
-                               durable=layer == self.last)
+            es.write_rank_file(path, emb, g, by_gid, self.want(layer), self.cfg.chunk_rows,
+                               self.cfg.compression, durable=False)
         except OSError as exc:
-            err = f"{es.rank_file(self.root, layer, comm.rank)}: cannot write ({exc})"
+            err = f"{path}: cannot write ({exc})"
+        if last and not err:
+            self._background(path)
         comm.agree(not err, err)
         if comm.rank == 0:
+            vds = es.vds_file(self.root, layer)
             try:
-                srcs = [(es.rank_file(self.root, layer, r), int(self.bounds[r]),
-                         int(self.bounds[r + 1])) for r in range(comm.size)]
-                es.write_vds(es.vds_file(self.root, layer), srcs, plan.n, emb.shape[1],
-                             {"layer": layer, "run_key": self.key}, durable=layer == self.last)
+                es.write_vds(vds, self.sources(layer), plan.n, emb.shape[1],
+                             {"layer": layer, "run_key": self.key}, durable=False)
             except OSError as exc:
-                err = f"{es.vds_file(self.root, layer)}: cannot write ({exc})"
+                err = f"{vds}: cannot write ({exc})"
+            if last and not err:
+                self._background(vds)
         comm.agree(not err, err)
+
+    def _background(self, path: Path) -> None:
+        """Queue the fsync of a written file and of its folder's entry."""
+        if self._sync is None:
+            self._sync = outputs.BackgroundSync()
+        self._sync.add(path)
+        self._sync.add_folder(path.parent)
+
+    def synced(self) -> None:
+        """Wait until the last layer's files are on disk. Collective over comm."""
+        err = ""
+        if self._sync is not None:
+            try:
+                self._sync.__exit__(None, None, None)
+            except ShardError as exc:
+                err = str(exc)
+            self._sync = None
+        self.comm.agree(not err, err)
 
     def sources(self, layer: int) -> list[tuple[Path, int, int]]:
         return [(es.rank_file(self.root, layer, r), int(self.bounds[r]),
@@ -610,25 +636,33 @@ def _write(comm: Communicator, cfg: InferConfig, lm: LoadedModel, plan: _Plan, l
     """The results file: per-layer timings and cache statistics per rank, the final layer as
     the virtual dataset ``/embeddings/emb``, edge scores. Collective over comm."""
     L = lm.layers
-    req = comm.allreduce_scalar(float(hist["requests"].sum()))
-    hits = comm.allreduce_scalar(float(hist["hits"].sum()))
+    # one sum and one max over ranks, one gather of every per-rank figure (not one collective
+    # per figure)
+    sums = np.array([hist[k].sum() for k in ("requests", "hits", "reads", "computed_rows")]
+                    + [hist["targets_done"].max(initial=0)])
+    maxs = np.array([hist["fill_time"].sum(), hist["model_time"].sum()])
+    comm.allreduce(sums, "sum")
+    comm.allreduce(maxs, "max")
+    req, hits, reads, rows, done = (float(v) for v in sums)
     summary = {"vertices": plan.n, "width": lm.out_channels, "layers": L, "ranks": comm.size,
                "model": lm.name, "engine": lm.engine, "direction": lm.direction,
                "resumed_layers": start, "total_time": total,
-               "fill_time": comm.allreduce_scalar(float(hist["fill_time"].sum()), "max"),
-               "model_time": comm.allreduce_scalar(float(hist["model_time"].sum()), "max"),
-               "chunk_requests": req, "chunk_hits": hits,
-               "chunk_reads": comm.allreduce_scalar(float(hist["reads"].sum())),
+               "fill_time": float(maxs[0]), "model_time": float(maxs[1]),
+               "chunk_requests": req, "chunk_hits": hits, "chunk_reads": reads,
                "hit_ratio": hits / req if req else 0.0, "score_time": t_score,
                "layers_dir": str(layers.root.resolve()), "run_key": layers.key,
                "mode": f"samplewise-{cfg.samplewise}" if cfg.samplewise else "layerwise",
-               "computed_rows": comm.allreduce_scalar(float(hist["computed_rows"].sum())),
-               "targets_done": comm.allreduce_scalar(float(hist["targets_done"].max(initial=0)))}
+               "computed_rows": rows, "targets_done": done}
+    mine = np.concatenate([np.stack([hist[k] for k in STATS]).reshape(-1),
+                           [peak_rss_bytes(), plan.targets.size]])[None, :]
+    every = comm.gatherv(mine)
     with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
-        for k in STATS:
-            rw.per_rank(f"infer/{k}", hist[k])
-        rw.per_rank("infer/peak_rss", peak_rss_bytes())
-        rw.per_rank("infer/targets", int(plan.targets.size))
+        if every is not None:   # rank 0: (P, L) per statistic, (P, 1) peak RSS and targets
+            per = every[:, :len(STATS) * L].reshape(comm.size, len(STATS), L)
+            for j, k in enumerate(STATS):
+                rw.dataset(f"infer/{k}", per[:, j])
+            rw.dataset("infer/peak_rss", every[:, -2:-1].astype(np.int64))
+            rw.dataset("infer/targets", every[:, -1:].astype(np.int64))
         rw.attrs("infer", summary)
         if scores is not None:
             rw.dataset("infer/scores", scores)
@@ -639,4 +673,5 @@ def _write(comm: Communicator, cfg: InferConfig, lm: LoadedModel, plan: _Plan, l
         rw.attrs("embeddings", {"layer": L, "width": lm.out_channels, "rows": plan.n,
                                 "order": "global id",
                                 "source": str(es.vds_file(layers.root, L).resolve())})
+        layers.synced()   # the layer files it links are on disk before it is committed
     return summary

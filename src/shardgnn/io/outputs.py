@@ -377,6 +377,12 @@ class BackgroundSync:
         """Queue an fsync of the file ``path``."""
         self._futures.append((Path(path), self._pool.submit(fsync_path, Path(path))))
 
+    def add_folder(self, path: str | os.PathLike) -> None:
+        """Queue an fsync of the folder ``path`` itself (its entries: a rename into it), not of
+        the files below it."""
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+        self._futures.append((Path(path), self._pool.submit(_fsync_one, Path(path), flags)))
+
     def __enter__(self) -> BackgroundSync:
         return self
 
