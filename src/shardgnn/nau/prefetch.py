@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import functools
+
+import llvmlite.binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -18,6 +21,23 @@ from numba.extending import intrinsic
 #: Index entries looked ahead by the NAU gather/scatter kernels (``run/bench/nau.py`` ``fused``:
 #: 8 to 32 are equally fast on CSBM 50k rows of 64 floats; 2 or 4 are slower).
 DISTANCE = 8
+
+
+@functools.lru_cache(maxsize=1)
+def _intrinsic_name() -> str:
+    """The prefetch intrinsic's name as this LLVM mangles it: ``llvm.prefetch.p0`` with opaque
+    pointers (LLVM >= 15, numba >= 0.61), ``llvm.prefetch.p0i8`` before; the first whose call
+    verifies. Pure (parses a four-line module, once)."""
+    for name in ("llvm.prefetch.p0", "llvm.prefetch.p0i8"):
+        src = (f'declare void @"{name}"(i8*, i32, i32, i32)\n'
+               f'define void @probe(i8* %p) {{\n'
+               f'  call void @"{name}"(i8* %p, i32 0, i32 3, i32 1)\n  ret void\n}}\n')
+        try:
+            llvm.parse_assembly(src).verify()
+        except RuntimeError:
+            continue
+        return name
+    return "llvm.prefetch.p0i8"
 
 
 def _codegen(write: int) -> Any:
@@ -29,7 +49,7 @@ def _codegen(write: int) -> Any:
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        fn = cgutils.get_or_insert_function(builder.module, fnty, _intrinsic_name())
         # (address, read 0 / write 1, locality 3 = keep in every cache level, data cache)
         builder.call(fn, [builder.bitcast(ptr, i8p), i32(write), i32(3), i32(1)])
         return context.get_dummy_value()
