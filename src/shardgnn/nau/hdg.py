@@ -199,9 +199,28 @@ def _take(a: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     return a if order is None else a[order]
 
 
+def _from_root_ptr(schema: SchemaTree, roots: np.ndarray, root_ptr: np.ndarray,
+                   leaf: np.ndarray, weight: np.ndarray | None) -> HDG:
+    """:func:`from_records` of one-leaf records of a single-type schema whose per-root offsets
+    are known: ``root_ptr`` is the slot offsets."""
+    n = leaf.size
+    if (root_ptr.shape != (roots.size + 1,) or (root_ptr.size and (root_ptr[0] != 0 or
+                                                                   root_ptr[-1] != n))
+            or np.any(root_ptr[1:] < root_ptr[:-1])):
+        raise ShardError(f"HDG records: root offsets expected {roots.size + 1} non-decreasing "
+                         f"values from 0 to {n}, got shape {root_ptr.shape}")
+    if weight is not None and np.shape(weight) != (n,):
+        raise ShardError(f"HDG records: expected {n} weights, got {np.shape(weight)}")
+    bound = max(n, int(roots.max(initial=0)) + 1, int(leaf.max(initial=0)) + 1 if n else 0)
+    it = index_dtype(bound + 1)
+    return HDG(schema, roots.astype(it), root_ptr.astype(it), leaf.astype(it), None,
+               None if weight is None else np.asarray(weight, dtype=np.float32))
+
+
 def from_records(schema: SchemaTree, roots: np.ndarray, rec_root: np.ndarray, rec_type: np.ndarray,
                  rec_ptr: np.ndarray | None, rec_leaf: np.ndarray,
-                 rec_weight: np.ndarray | None = None) -> HDG:
+                 rec_weight: np.ndarray | None = None,
+                 rec_root_ptr: np.ndarray | None = None) -> HDG:
     """Build HDGs from formatted records ``(root, nei=[leaf...], nei_type)`` (§4.1).
 
     Parameters
@@ -218,12 +237,19 @@ def from_records(schema: SchemaTree, roots: np.ndarray, rec_root: np.ndarray, re
         The leaves (global vertex ids), concatenated per record.
     rec_weight
         Optional weight per record.
+    rec_root_ptr
+        Optional offsets of each root's records (records ordered by root): with a single-type
+        schema and one leaf per record they are the slot offsets, taken as they are (no sort,
+        no count; ``rec_root`` / ``rec_type`` are then not read).
 
     Records are reordered by (root, type) (stable), which makes the in-between level's
     destination array ordered and therefore omissible.
     """
     roots = np.asarray(roots, dtype=np.int64)
     t = schema.num_types
+    if rec_root_ptr is not None and t == 1 and rec_ptr is None:
+        return _from_root_ptr(schema, roots, np.asarray(rec_root_ptr), np.asarray(rec_leaf),
+                              rec_weight)
     rec_root = np.asarray(rec_root, dtype=np.int64)
     rec_type = np.asarray(rec_type, dtype=np.int64)
     if rec_root.size and (rec_root.min() < 0 or rec_root.max() >= roots.size):

@@ -35,6 +35,9 @@ class Records:
 
     ``root`` holds positions in the roots array; ``ptr`` the offsets of each record's leaves in
     ``leaf`` (None: one leaf per record); ``weight`` an optional weight per record.
+    ``root_ptr`` (optional, single-type schemas with one leaf per record): the offsets of each
+    root's records, which then come ordered by root; it lets :func:`~shardgnn.nau.hdg.
+    from_records` take them as the HDG's slot offsets without sorting or counting the records.
     """
 
     root: np.ndarray
@@ -42,6 +45,7 @@ class Records:
     leaf: np.ndarray
     ptr: np.ndarray | None = None
     weight: np.ndarray | None = None
+    root_ptr: np.ndarray | None = None
 
 
 class NeighborUDF(Protocol):
@@ -85,7 +89,8 @@ def neighbor_selection(graph: TypedGraph, schema: SchemaTree, nbr_udf: NeighborU
     roots = (np.arange(graph.num_nodes, dtype=np.int64) if roots is None
              else np.asarray(roots, dtype=np.int64))
     rec = nbr_udf(graph, schema, roots, np.random.default_rng(seed))
-    return from_records(schema, roots, rec.root, rec.type, rec.ptr, rec.leaf, rec.weight)
+    return from_records(schema, roots, rec.root, rec.type, rec.ptr, rec.leaf, rec.weight,
+                        rec.root_ptr)
 
 
 class LevelGraph:

@@ -19,6 +19,7 @@ from shardgnn.errors import ShardError
 from shardgnn.nau.aggregation import kernel_threads
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.layer import Records
+from shardgnn.nau.prefetch import prefetch
 from shardgnn.sampling.kernels import draw01, vertex_key
 
 
@@ -95,18 +96,45 @@ _CMAX = (1 << 23) - 1
 _IDBITS = 40
 
 
+@numba.njit(inline="always")
+def _insert(top: np.ndarray, nt: int, k: int, key: int) -> int:  # pragma: no cover - compiled
+    """Insert ``key`` into the ascending ``top[:nt]`` kept to the ``k`` smallest; new ``nt``."""
+    if nt < k:
+        j = nt
+        nt += 1
+    elif k > 0 and key < top[k - 1]:
+        j = k - 1
+    else:
+        return nt
+    while j > 0 and top[j - 1] > key:
+        top[j] = top[j - 1]
+        j -= 1
+    top[j] = key
+    return nt
+
+
+#: Most once-visited vertices of one root ranked by comparing all pairs (branch-free, O(n²));
+#: beyond this, they go through :func:`_insert` like the repeatedly visited ones.
+_RANK_MAX = 64
+
+
 @numba.njit(cache=True)
 def _count_topk(vis: np.ndarray, lo: int, hi: int, root: int, k: int, hk: np.ndarray,
-                hc: np.ndarray, used: np.ndarray, top: np.ndarray, leaf: np.ndarray,
-                cnt: np.ndarray, off: int) -> int:  # pragma: no cover - compiled
+                hc: np.ndarray, used: np.ndarray, top: np.ndarray, sing: np.ndarray,
+                outs: np.ndarray, leaf: np.ndarray, cnt: np.ndarray,
+                off: int) -> int:  # pragma: no cover - compiled
     """The ``k`` most visited vertices of ``vis[lo:hi]`` (ids < 0 and ``root`` ignored) into
     ``leaf[off:off+k]`` / ``cnt[off:off+k]``, most visits first (smaller id on ties); returns
     how many.
 
     Counting by an open-addressing table ``hk``/``hc`` (a power of two of at least twice the
-    visits; every key -1 on entry and again on return), then one pass over the distinct
-    vertices keeping the ``k`` smallest visit-order keys sorted in ``top``: O(visits) per
-    root, no sort of the visits.
+    visits; every key -1 on entry and again on return): O(visits) per root, no sort of the
+    visits. Then the vertices visited more than once (few on walks through a large graph) are
+    kept sorted by visit-order key in ``top`` (:func:`_insert`), and the once-visited ones
+    (``sing``), which all rank below them in id order, are ranked by counting smaller ids
+    (branch-free; ``outs`` holds the first ``k - len(top)`` of them, one spare slot):
+    where the inserts' mispredicted branches were the largest part of NeighborSelection.
+    Scratch: ``top`` ``max(k, 1)``, ``sing`` ``hi - lo``, ``outs`` ``k + 1`` entries.
     """
     mask = np.int64(hk.shape[0] - 1)
     sh = np.uint64(64)
@@ -130,21 +158,31 @@ def _count_topk(vis: np.ndarray, lo: int, hi: int, root: int, k: int, hk: np.nda
         else:
             hc[s] += 1
     nt = 0
+    ns = 0
     for q in range(nu):
         s = used[q]
-        key = ((np.int64(_CMAX) - hc[s]) << np.int64(_IDBITS)) | hk[s]
+        v, c = hk[s], hc[s]
         hk[s] = -1
-        if nt < k:
-            j = nt
-            nt += 1
-        elif k > 0 and key < top[k - 1]:
-            j = k - 1
+        if c == 1:
+            sing[ns] = v
+            ns += 1
         else:
-            continue
-        while j > 0 and top[j - 1] > key:
-            top[j] = top[j - 1]
-            j -= 1
-        top[j] = key
+            nt = _insert(top, nt, k, ((np.int64(_CMAX) - c) << np.int64(_IDBITS)) | v)
+    one = np.int64(_CMAX - 1) << np.int64(_IDBITS)
+    if ns <= _RANK_MAX:
+        need = k - nt
+        for i in range(ns):
+            si = sing[i]
+            rank = 0
+            for j in range(ns):
+                rank += sing[j] < si
+            outs[min(rank, need)] = si
+        for j in range(min(ns, need)):
+            top[nt] = one | outs[j]
+            nt += 1
+    else:
+        for i in range(ns):
+            nt = _insert(top, nt, k, one | sing[i])
     idmask = np.int64((1 << _IDBITS) - 1)
     for j in range(nt):
         leaf[off + j] = top[j] & idmask
@@ -175,20 +213,57 @@ def _topk(walks: np.ndarray, roots: np.ndarray, traces: int, k: int, size: int
         hc = np.empty(size, dtype=np.int64)
         used = np.empty(size, dtype=np.int64)
         top = np.empty(max(k, 1), dtype=np.int64)
+        sing = np.empty(max(traces * hops, 1), dtype=np.int64)
+        outs = np.empty(k + 1, dtype=np.int64)
         for r in range(c * _CHUNK, min(nr, (c + 1) * _CHUNK)):
             kept[r] = _count_topk(vis, r * traces * hops, (r + 1) * traces * hops, roots[r], k,
-                                  hk, hc, used, top, leaf, cnt, r * k)
+                                  hk, hc, used, top, sing, outs, leaf, cnt, r * k)
     return leaf, cnt, kept
+
+
+#: Roots whose walks :func:`_walk_topk` advances together (more independent loads in flight).
+_GROUP = 4
+
+
+@numba.njit(inline="always")
+def _walk_group(indptr: np.ndarray, indices: np.ndarray, roots: np.ndarray, r0: int, g: int,
+                key: int, traces: int, hops: int, keys: np.ndarray, cur: np.ndarray,
+                pos: np.ndarray, vis: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The walks of roots ``r0 .. r0+g-1`` into ``vis`` (root ``a``'s visits at ``a·traces·hops``,
+    trace-major), all ``g·traces`` walks a hop at a time: first every walk's next position in
+    ``indices`` is computed and prefetched, then read, so the random reads overlap."""
+    for a in range(g):
+        keys[a] = vertex_key(key, 0, 0, roots[r0 + a], 0)
+        for t in range(traces):
+            cur[a * traces + t] = roots[r0 + a]
+    for h in range(hops):
+        for a in range(g):
+            kr = keys[a]
+            for t in range(traces):
+                c = a * traces + t
+                v = cur[c]
+                p = -1
+                if v >= 0:
+                    d = indptr[v + 1] - indptr[v]
+                    if d > 0:
+                        p = indptr[v] + min(int(draw01(kr, t * hops + h) * d), d - 1)
+                        prefetch(indices, p)
+                pos[c] = p
+        for c in range(g * traces):
+            p = pos[c]
+            v = indices[p] if p >= 0 else -1
+            cur[c] = v
+            vis[c * hops + h] = v
 
 
 @numba.njit(parallel=True, cache=True)
 def _walk_topk(indptr: np.ndarray, indices: np.ndarray, roots: np.ndarray, key: int,
                traces: int, hops: int, k: int, size: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """:func:`_walks` and :func:`_topk` in one pass per root, roots in parallel, without the
-    ``(roots·traces, hops)`` walk array: a root's walks advance hop by hop together (their
-    memory loads are independent, so they overlap) into a scratch row of ``traces·hops``
-    visits, counted at once. The uniforms are :func:`_root_uniforms`' for the same key."""
+    """:func:`_walks` and :func:`_topk` in one pass per group of ``_GROUP`` roots, groups in
+    parallel, without the ``(roots·traces, hops)`` walk array: the group's walks advance hop by
+    hop together (:func:`_walk_group`) into a scratch of ``traces·hops`` visits per root, each
+    root's counted at once. The uniforms are :func:`_root_uniforms`' for the same key."""
     nr, m = roots.shape[0], traces * hops
     leaf = np.zeros(nr * k, dtype=np.int64)
     cnt = np.zeros(nr * k, dtype=np.int64)
@@ -197,34 +272,29 @@ def _walk_topk(indptr: np.ndarray, indices: np.ndarray, roots: np.ndarray, key: 
         hk = np.full(size, -1, dtype=np.int64)
         hc = np.empty(size, dtype=np.int64)
         used = np.empty(size, dtype=np.int64)
-        vis = np.empty(max(m, 1), dtype=np.int64)
-        cur = np.empty(max(traces, 1), dtype=np.int64)
+        vis = np.empty(max(_GROUP * m, 1), dtype=np.int64)
+        cur = np.empty(max(_GROUP * traces, 1), dtype=np.int64)
+        pos = np.empty(max(_GROUP * traces, 1), dtype=np.int64)
+        keys = np.empty(_GROUP, dtype=np.uint64)
         top = np.empty(max(k, 1), dtype=np.int64)
-        for r in range(c * _CHUNK, min(nr, (c + 1) * _CHUNK)):
-            root = roots[r]
-            kr = vertex_key(key, 0, 0, root, 0)
-            for t in range(traces):
-                cur[t] = root
-            for h in range(hops):
-                for t in range(traces):
-                    v = cur[t]
-                    if v >= 0:
-                        d = indptr[v + 1] - indptr[v]
-                        if d == 0:
-                            v = -1
-                        else:
-                            v = indices[indptr[v] + min(int(draw01(kr, t * hops + h) * d), d - 1)]
-                    cur[t] = v
-                    vis[t * hops + h] = v
-            kept[r] = _count_topk(vis, 0, m, root, k, hk, hc, used, top, leaf, cnt, r * k)
+        sing = np.empty(max(m, 1), dtype=np.int64)
+        outs = np.empty(k + 1, dtype=np.int64)
+        end = min(nr, (c + 1) * _CHUNK)
+        for r0 in range(c * _CHUNK, end, _GROUP):
+            g = min(_GROUP, end - r0)
+            _walk_group(indptr, indices, roots, r0, g, key, traces, hops, keys, cur, pos, vis)
+            for a in range(g):
+                kept[r0 + a] = _count_topk(vis, a * m, (a + 1) * m, roots[r0 + a], k, hk, hc,
+                                           used, top, sing, outs, leaf, cnt, (r0 + a) * k)
     return leaf, cnt, kept
 
 
 @numba.njit(parallel=True, cache=True)
 def _compact(leaf: np.ndarray, cnt: np.ndarray, kept: np.ndarray, k: int
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """The kept entries of the ``(roots, k)`` scratch rows, in root order: root positions,
-    vertices and weights (count / the root's kept total, rounded to float32)."""
+    vertices and weights (count / the root's kept total, rounded to float32), and each root's
+    offsets."""
     nr = kept.shape[0]
     ptr = np.zeros(nr + 1, dtype=np.int64)
     for r in range(nr):
@@ -240,13 +310,13 @@ def _compact(leaf: np.ndarray, cnt: np.ndarray, kept: np.ndarray, k: int
             pos[ptr[r] + j] = r
             node[ptr[r] + j] = leaf[r * k + j]
             w[ptr[r] + j] = np.float32(cnt[r * k + j] / tot)
-    return pos, node, w
+    return pos, node, w, ptr
 
 
 def _visit_records(leaf: np.ndarray, cnt: np.ndarray, kept: np.ndarray, k: int) -> Records:
     """Records of the kept ``(root, leaf, count)`` triples, weights = count / selected total."""
-    pos, node, w = _compact(leaf, cnt, kept, k)
-    return Records(pos, np.zeros(pos.size, np.int64), node, None, w)
+    pos, node, w, ptr = _compact(leaf, cnt, kept, k)
+    return Records(pos, np.zeros(pos.size, np.int64), node, None, w, root_ptr=ptr)
 
 
 def _check_visits(num_nodes: int, visits: int) -> None:

@@ -99,6 +99,21 @@ def draw01(key: np.uint64, j: int) -> float:
     return (float(x >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
 
 
+@numba.njit(cache=True)
+def draw01_threshold(p: float) -> np.uint64:
+    """The smallest 53-bit integer ``m`` with ``(m + 0.5) * 2**-53 >= p`` as :func:`draw01`
+    computes it (``2**53``: none), so ``draw01(key, j) >= p`` exactly when the draw's top 53
+    bits are ``>= m`` (the draw is monotone in them); by bisection, 54 steps."""
+    lo, hi = np.uint64(0), np.uint64(1) << np.uint64(53)
+    while lo < hi:
+        mid = (lo + hi) >> np.uint64(1)
+        if (float(mid) + 0.5) * (1.0 / 9007199254740992.0) >= p:
+            hi = mid
+        else:
+            lo = mid + np.uint64(1)
+    return lo
+
+
 @numba.njit(inline="always")
 def edge01(key: np.uint64, u: int, t: int) -> float:
     """Uniform in (0, 1) for the edge to neighbour ``u`` of type ``t`` in stream ``key``."""
@@ -859,11 +874,14 @@ def keyed_dropout_apply(x: np.ndarray, gids: np.ndarray, seed: int, step: int, l
                         keep: np.ndarray) -> None:  # pragma: no cover - compiled
     """Inverted dropout of the (len(gids), cols) rows ``x`` in one pass: ``keep`` gets exactly
     :func:`keyed_keep`'s mask and ``out`` the kept elements times ``scale`` (dropped ones 0),
-    without a branch per element."""
+    without a branch per element. The draw is compared as an integer against
+    :func:`draw01_threshold` (the same outcome as ``draw01(key, c) >= p``, without the
+    integer-to-float conversion per element)."""
+    th = draw01_threshold(p)
     for i in numba.prange(gids.shape[0]):
         key = vertex_key(seed, step, layer, gids[i], _DROP_SALT)
         for c in range(x.shape[1]):
-            k = draw01(key, c) >= p
+            k = (mix64(key + (np.uint64(c) + np.uint64(1)) * _GOLD) >> np.uint64(11)) >= th
             keep[i, c] = k
             out[i, c] = x[i, c] * (scale * np.float32(k))
 
