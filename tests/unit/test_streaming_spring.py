@@ -310,3 +310,12 @@ def test_route_pass_spill_error_propagates(comm, tmp_path):
     with pytest.raises(OSError, match="disk full"):
         passes.route_pass(passes.open_stream(str(d), comm, 1), comm, 2, passes.PassTimer(),
                           sink, pres=pres)
+
+
+def test_fit_threads_bounds_the_extra_copies():
+    from shardgnn.partition.streaming.passes import fit_threads
+
+    assert fit_threads(4, 100, 1000) == 4
+    assert fit_threads(4, 100, 250) == 3     # two extra copies fit
+    assert fit_threads(4, 100, 50) == 1
+    assert fit_threads(0, 100, 1000) == 1

@@ -147,8 +147,11 @@ def add_arguments(parser: Any) -> None:
                    "rank's edges into its own counts) and, with one rank, of the adjacency "
                    "pass (each the rows of a range of sources); same output for any N. "
                    "Python threads running nogil kernels: OMP_NUM_THREADS does not limit "
-                   "them. Default: as --write-threads' default (the cores the rank may use "
-                   "divided by the ranks on its node); the value used is in meta.json")
+                   "them. The degree and hop passes use at most as many as let their extra "
+                   "copies (8 bytes per vertex and 64 partitions each) fit a quarter of "
+                   "--write-memory. Default: as --write-threads' default (the cores the rank "
+                   "may use divided by the ranks on its node); the values used are in "
+                   "meta.json (threads, pass_copy_threads)")
     g.add_argument("--write-from", choices=("csr", "spill"), default="csr",
                    help="how the partition files are built: csr = from the graph's CSR kept "
                    "by the adjacency pass (two reads of each partition's rows, no sort; used "

@@ -97,6 +97,12 @@ def shares(stream: EdgeStream, k: int) -> list[EdgeStream]:
     return out
 
 
+def fit_threads(threads: int, copy_bytes: int, memory: int) -> int:
+    """Threads (at most ``threads``, at least 1) whose extra copies of ``copy_bytes`` each,
+    one per thread but the first, fit ``memory`` bytes. Pure."""
+    return max(1, min(int(threads), 1 + int(memory) // max(1, int(copy_bytes))))
+
+
 def threaded(stream: EdgeStream, threads: int, work: Callable[[EdgeStream, int], None]) -> None:
     """``work(share, t)`` for the ``threads`` shares of ``stream`` (:func:`shares`), share 0
     on this thread and the others on a pool at the same time; with one thread (or a stream

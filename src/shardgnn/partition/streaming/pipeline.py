@@ -173,13 +173,13 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
 
 def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
             timer: passes.PassTimer, keep: bool, memory: int,
-            threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
+            threads: int = 1, copy_threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
     """Owners; ``info["degrees"]`` the global degrees where computed, ``info["adjacency"]``
     SPRING's targets file when ``keep``."""
     n = stream.meta.num_nodes
     if cfg.algo == "hash":
         return hash_owner(n, p, cfg.seed), {}
-    deg = passes.degree_pass(stream, comm, timer, threads)
+    deg = passes.degree_pass(stream, comm, timer, copy_threads)
     if cfg.algo == "spring":
         owner, info = spring_owner(stream, comm, deg, p, cfg.spring, timer, keep, memory,
                                    threads)
@@ -235,12 +235,17 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
     threads = cfg.threads if cfg.threads is not None else cores
     if cfg.write_threads is None:
         cfg = replace(cfg, write_threads=cores)
-    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, budget, threads)
+    # the degree and hop passes hold an extra degree / presence array per extra thread: at
+    # most as many as fit a quarter of the write budget
+    copy_threads = passes.fit_threads(threads, 8 * meta.num_nodes * passes.words_for(p),
+                                      budget // 4)
+    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, budget, threads, copy_threads)
     info["threads"] = threads
+    info["pass_copy_threads"] = copy_threads
     shard: adjacency.AdjacencyShard | None = info.pop("adjacency", None)
     try:
         m = _place(comm, cfg, meta, p, tmp, stream, timer, owner, info, shard, use_csr, budget,
-                   threads)
+                   threads, copy_threads)
     finally:
         if shard is not None:
             shard.remove()
@@ -251,7 +256,7 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
 def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
            stream: Any, timer: passes.PassTimer, owner: np.ndarray, info: dict[str, Any],
            shard: adjacency.AdjacencyShard | None, use_csr: bool,
-           budget: int, threads: int = 1) -> dict[str, Any]:
+           budget: int, threads: int = 1, copy_threads: int = 1) -> dict[str, Any]:
     """Refinement, hops and the partition files (from the CSR or the spill); the metrics.
     Collective over comm."""
     deg = info.pop("degrees", None)
@@ -277,11 +282,12 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
         if cfg.hops > 0:
             pres = passes.owner_bits(owner, p)
             for h in range(cfg.hops):
-                pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}", threads)
+                pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}",
+                                       copy_threads)
         if use_csr:
             assert pres is not None   # store_csr.usable: --hops >= 1
             if deg is None:
-                deg = passes.degree_pass(stream, comm, timer, threads)
+                deg = passes.degree_pass(stream, comm, timer, copy_threads)
             if shard is None:
                 shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr",
                                         hold=True, threads=threads)
