@@ -25,14 +25,20 @@ checkpoint). Every command runs on ``--ranks`` ranks in its own process.
 * ``compression``: every ``--compression`` filter on rank 0's layer-1 file: bytes, write and
   read seconds and CPU seconds (best of 3); alone (without ``wise``/``layerwise``) it times
   nothing else, and its CPU seconds need no heavy lock.
+* ``layout``: rank 0's layer-1 file written uncompressed contiguous (the store's default) vs in
+  HDF5 chunks of 32,768 rows: bytes, median write and chunk-slice read seconds.
 
 Timings: run under the heavy lock (``flock /tmp/shardgnn-heavy.lock python run/bench/inference.py
-...``); counts, bytes and RSS are exact.
+...``); counts, bytes and RSS are exact. Every timed command is a fresh run (this benchmark's
+previous outputs of that name are removed first) of byte-compiled sources (compiled once
+before).
 """
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -111,6 +117,10 @@ def prepare(work: Path, a: argparse.Namespace) -> tuple[str, Path, Path]:
 def infer(ckp: Path, store: Path, out: Path, P: int, *extra) -> dict:
     import h5py
 
+    # a fresh run, as a user's: the previous round's outputs (this benchmark's own) go first,
+    # so no timed rename replaces an existing file (ext4 then flushes the new file's data)
+    shutil.rmtree(f"{out}.layers", ignore_errors=True)
+    out.unlink(missing_ok=True)
     wall = sh(["infer", ckp, store, "--out", out, "--no-resume", *extra], ranks=P)
     with h5py.File(out) as f:
         a = {k: (v.item() if hasattr(v, "item") else v) for k, v in f["infer"].attrs.items()}
@@ -224,6 +234,40 @@ def compression(layer_file: Path, work: Path) -> dict:
     return out
 
 
+def layout(layer_file: Path, work: Path, chunk_rows: int = 32768, repeat: int = 7) -> dict:
+    """Uncompressed layer files laid out contiguously (the default) vs in HDF5 chunks of
+    ``chunk_rows`` rows: bytes, and medians of the write (/emb, /gid, /by_gid, as the store
+    writes them) and of the read in ``chunk_rows`` slices (as the caches read)."""
+    import statistics
+
+    import h5py
+
+    with h5py.File(layer_file) as f:
+        emb, gid, by_gid = f["emb"][()], f["gid"][()], f["by_gid"][()]
+    out: dict = {"shape": list(emb.shape), "chunk_rows": chunk_rows, "repeat": repeat}
+    for kind in ("contiguous", "chunked"):
+        p, ws, rs = work / f"layout-{kind}.h5", [], []
+        for _ in range(repeat):
+            p.unlink(missing_ok=True)
+            t0 = time.perf_counter()
+            with h5py.File(p, "w") as f:
+                for name, data in (("emb", emb), ("by_gid", by_gid)):
+                    kw = {"chunks": (min(chunk_rows, len(data)), data.shape[1])} \
+                        if kind == "chunked" else {}
+                    f.create_dataset(name, data=data, **kw)
+                f.create_dataset("gid", data=gid)
+            ws.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with h5py.File(p, "r", rdcc_nbytes=0) as f:
+                for lo in range(0, len(emb), chunk_rows):
+                    f["emb"][lo:lo + chunk_rows]
+            rs.append(time.perf_counter() - t0)
+        out[kind] = {"bytes": p.stat().st_size, "write_s_median": round(statistics.median(ws), 4),
+                     "read_s_median": round(statistics.median(rs), 4)}
+        p.unlink()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graph", choices=("csbm", "rmat", "github"), default="csbm")
@@ -238,7 +282,8 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--sections", default="wise",
                     help="comma list of wise, sw-batch (with wise: also --samplewise batch), "
-                    "orders, compression, layerwise (only the layerwise run)")
+                    "orders, compression, layout (contiguous vs chunked uncompressed layer "
+                    "files), layerwise (only the layerwise run)")
     ap.add_argument("--sw-fraction", type=float, default=1.0,
                     help="--target-fraction of the sample-wise runs")
     ap.add_argument("--sw-batch-size", type=int, default=1024,
@@ -254,6 +299,9 @@ def main() -> int:
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
+    # byte-compile the sources once, as an installed copy has them: otherwise, with
+    # PYTHONDONTWRITEBYTECODE set, every timed command compiles shardgnn's modules again
+    compileall.compile_dir(str(ROOT / "src"), quiet=1)
     load0 = harness.loadavg()
     t0 = time.perf_counter()
     prefix, store, data = prepare(work, a)
@@ -267,7 +315,7 @@ def main() -> int:
                  "loadavg_before": load0}
     if secs & {"wise", "layerwise"}:
         wise(res, ckp, store, work, name, a, secs)
-    elif "compression" in secs and not (work / f"{name}-layerwise.h5").exists():
+    elif secs & {"compression", "layout"} and not (work / f"{name}-layerwise.h5").exists():
         infer(ckp, store, work / f"{name}-layerwise.h5", a.ranks)   # its layer files only
     if "orders" in secs:
         o = {k: infer(ckp, store, work / f"{name}-o-{k}.h5", a.ranks, "--order", k,
@@ -282,6 +330,9 @@ def main() -> int:
             for kk in ("requests_l2plus", "reads_l2plus")}
     if "compression" in secs:
         res["compression"] = compression(
+            work / f"{name}-layerwise.h5.layers" / "layer-01" / "rank-00000.h5", work)
+    if "layout" in secs:
+        res["layout"] = layout(
             work / f"{name}-layerwise.h5.layers" / "layer-01" / "rank-00000.h5", work)
     res["bench_seconds"] = round(time.perf_counter() - t0, 1)
     out = Path(a.out)
