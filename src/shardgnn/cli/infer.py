@@ -49,7 +49,9 @@ def add_parser(sub: Any) -> None:
                    "(partition, degree descending), ns = global id, ds = degree descending, "
                    "ps = (partition, global id) (default: pds); changes I/O, never results")
     p.add_argument("--chunk-rows", type=int, default=32768,
-                   help="rows per chunk of the embedding files (default: 32768)")
+                   help="rows per chunk of the embedding files: the unit the caches read, "
+                   "and the HDF5 chunk of a compressed file (an uncompressed one is stored "
+                   "contiguous; default: 32768)")
     p.add_argument("--compression", choices=("none", "lzf", "gzip", "lz4", "blosc", "zstd"),
                    default="none",
                    help="filter of the embedding files: none (default: the fastest to write and "
