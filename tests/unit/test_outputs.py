@@ -69,6 +69,24 @@ def test_atomic_file_and_dir_commit_or_vanish(tmp_path):
     assert (d / "f").read_text() == "2" and sorted(tmp_path.iterdir()) == [t, d]
 
 
+def test_background_sync_of_files_and_a_folder_entry(tmp_path, monkeypatch):
+    f = tmp_path / "sub" / "f.bin"
+    f.parent.mkdir()
+    f.write_bytes(b"x")
+    synced: list[tuple[str, bool]] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), os.path.isdir(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    with outputs.BackgroundSync() as bg:
+        bg.add(f)
+        bg.add_folder(f.parent)   # the folder itself, not the files below it
+    assert synced == [(str(f), False), (str(f.parent), True)]
+
+
 def test_enospc_inside_the_block_is_one_line(tmp_path):
     with pytest.raises(ShardError) as ei:
         with outputs.atomic_file(tmp_path / "r.h5"):
