@@ -97,6 +97,65 @@ _IDBITS = 40
 
 
 @numba.njit(inline="always")
+def _count_hash(vis: np.ndarray, lo: int, hi: int, root: int, hk: np.ndarray, hc: np.ndarray,
+                used: np.ndarray, uv: np.ndarray, uc: np.ndarray) -> int:  # pragma: no cover
+    """The distinct vertices of ``vis[lo:hi]`` (ids < 0 and ``root`` ignored) into ``uv`` and
+    their visit counts into ``uc`` (first-visit order); returns how many. Counting by an
+    open-addressing table ``hk``/``hc`` (a power of two of at least twice the visits; every key
+    -1 on entry and again on return): O(visits), no sort."""
+    mask = np.int64(hk.shape[0] - 1)
+    sh = np.uint64(64)
+    b = mask
+    while b > 0:  # 64 - log2(table size)
+        sh -= np.uint64(1)
+        b >>= 1
+    nu = 0
+    for j in range(lo, hi):
+        v = vis[j]
+        if v < 0 or v == root:
+            continue
+        s = np.int64((np.uint64(v) * _GOLD) >> sh)
+        while hk[s] >= 0 and hk[s] != v:
+            s = (s + np.int64(1)) & mask
+        if hk[s] < 0:
+            hk[s] = v
+            hc[s] = 1
+            used[nu] = s
+            nu += 1
+        else:
+            hc[s] += 1
+    for q in range(nu):
+        s = used[q]
+        uv[q], uc[q] = hk[s], hc[s]
+        hk[s] = -1
+    return nu
+
+
+@numba.njit(inline="always")
+def _count_direct(vis: np.ndarray, lo: int, hi: int, root: int, stamp: int, tab: np.ndarray,
+                  uv: np.ndarray, uc: np.ndarray) -> int:  # pragma: no cover - compiled
+    """:func:`_count_hash` with a vertex-indexed table: ``tab[v]`` is ``stamp << 23 | count``
+    for the vertices seen under ``stamp`` (a number unique to this root in this table's life;
+    stale entries of earlier stamps read as unseen), so nothing is reset between roots."""
+    nu = 0
+    st = np.int64(stamp) << np.int64(23)
+    for j in range(lo, hi):
+        v = vis[j]
+        if v < 0 or v == root:
+            continue
+        e = tab[v]
+        if (e >> np.int64(23)) != stamp:
+            tab[v] = st | np.int64(1)
+            uv[nu] = v
+            nu += 1
+        else:
+            tab[v] = e + np.int64(1)
+    for q in range(nu):
+        uc[q] = tab[uv[q]] & np.int64(_CMAX)
+    return nu
+
+
+@numba.njit(inline="always")
 def _insert(top: np.ndarray, nt: int, k: int, key: int) -> int:  # pragma: no cover - compiled
     """Insert ``key`` into the ascending ``top[:nt]`` kept to the ``k`` smallest; new ``nt``."""
     if nt < k:
@@ -119,50 +178,24 @@ _RANK_MAX = 64
 
 
 @numba.njit(cache=True)
-def _count_topk(vis: np.ndarray, lo: int, hi: int, root: int, k: int, hk: np.ndarray,
-                hc: np.ndarray, used: np.ndarray, top: np.ndarray, sing: np.ndarray,
-                outs: np.ndarray, leaf: np.ndarray, cnt: np.ndarray,
-                off: int) -> int:  # pragma: no cover - compiled
-    """The ``k`` most visited vertices of ``vis[lo:hi]`` (ids < 0 and ``root`` ignored) into
+def _select_topk(uv: np.ndarray, uc: np.ndarray, nu: int, k: int, top: np.ndarray,
+                 sing: np.ndarray, outs: np.ndarray, leaf: np.ndarray, cnt: np.ndarray,
+                 off: int) -> int:  # pragma: no cover - compiled
+    """The ``k`` most visited of the distinct vertices ``uv[:nu]`` (visit counts ``uc``) into
     ``leaf[off:off+k]`` / ``cnt[off:off+k]``, most visits first (smaller id on ties); returns
     how many.
 
-    Counting by an open-addressing table ``hk``/``hc`` (a power of two of at least twice the
-    visits; every key -1 on entry and again on return): O(visits) per root, no sort of the
-    visits. Then the vertices visited more than once (few on walks through a large graph) are
-    kept sorted by visit-order key in ``top`` (:func:`_insert`), and the once-visited ones
-    (``sing``), which all rank below them in id order, are ranked by counting smaller ids
-    (branch-free; ``outs`` holds the first ``k - len(top)`` of them, one spare slot):
-    where the inserts' mispredicted branches were the largest part of NeighborSelection.
-    Scratch: ``top`` ``max(k, 1)``, ``sing`` ``hi - lo``, ``outs`` ``k + 1`` entries.
+    The vertices visited more than once (few on walks through a large graph) are kept sorted by
+    visit-order key in ``top`` (:func:`_insert`); the once-visited ones (``sing``), which all
+    rank below them in id order, are ranked by counting smaller ids (branch-free; ``outs``
+    holds the first ``k - len(top)`` of them, one spare slot), where inserting every distinct
+    vertex mispredicted most of its branches. Scratch: ``top`` ``max(k, 1)``, ``sing`` ``nu``,
+    ``outs`` ``k + 1`` entries.
     """
-    mask = np.int64(hk.shape[0] - 1)
-    sh = np.uint64(64)
-    b = mask
-    while b > 0:  # 64 - log2(table size)
-        sh -= np.uint64(1)
-        b >>= 1
-    nu = 0
-    for j in range(lo, hi):
-        v = vis[j]
-        if v < 0 or v == root:
-            continue
-        s = np.int64((np.uint64(v) * _GOLD) >> sh)
-        while hk[s] >= 0 and hk[s] != v:
-            s = (s + np.int64(1)) & mask
-        if hk[s] < 0:
-            hk[s] = v
-            hc[s] = 1
-            used[nu] = s
-            nu += 1
-        else:
-            hc[s] += 1
     nt = 0
     ns = 0
     for q in range(nu):
-        s = used[q]
-        v, c = hk[s], hc[s]
-        hk[s] = -1
+        v, c = uv[q], uc[q]
         if c == 1:
             sing[ns] = v
             ns += 1
@@ -190,12 +223,28 @@ def _count_topk(vis: np.ndarray, lo: int, hi: int, root: int, k: int, hk: np.nda
     return nt
 
 
+@numba.njit(cache=True)
+def _count_topk(vis: np.ndarray, lo: int, hi: int, root: int, k: int, hk: np.ndarray,
+                hc: np.ndarray, used: np.ndarray, uv: np.ndarray, uc: np.ndarray,
+                top: np.ndarray, sing: np.ndarray, outs: np.ndarray, leaf: np.ndarray,
+                cnt: np.ndarray, off: int) -> int:  # pragma: no cover - compiled
+    """The ``k`` most visited vertices of ``vis[lo:hi]`` (ids < 0 and ``root`` ignored) into
+    ``leaf[off:off+k]`` / ``cnt[off:off+k]``: :func:`_count_hash` then :func:`_select_topk`
+    (``uv``, ``uc``, ``sing``: ``hi - lo`` entries)."""
+    nu = _count_hash(vis, lo, hi, root, hk, hc, used, uv, uc)
+    return _select_topk(uv, uc, nu, k, top, sing, outs, leaf, cnt, off)
+
+
 def _table_size(visits: int) -> int:
     """Power of two of at least twice ``visits`` (and at least 2): the counting table."""
     return 1 << max(1, int(2 * max(visits, 1) - 1).bit_length())
 
 
 _CHUNK = 512  # roots per parallel task (scratch allocated once per task)
+#: Largest vertex-indexed counting tables :func:`walk_topk` allocates (one per thread, 8 bytes
+#: per vertex; graphs with more vertices count with a hash table per root instead). CSBM 50k,
+#: one thread: the walks and top-k 52 -> 41 ms of CPU time (micro-benchmark, same records).
+_DIRECT_MAX_BYTES = 64 << 20
 
 
 @numba.njit(parallel=True, cache=True)
@@ -212,12 +261,14 @@ def _topk(walks: np.ndarray, roots: np.ndarray, traces: int, k: int, size: int
         hk = np.full(size, -1, dtype=np.int64)
         hc = np.empty(size, dtype=np.int64)
         used = np.empty(size, dtype=np.int64)
+        uv = np.empty(max(traces * hops, 1), dtype=np.int64)
+        uc = np.empty(max(traces * hops, 1), dtype=np.int64)
         top = np.empty(max(k, 1), dtype=np.int64)
         sing = np.empty(max(traces * hops, 1), dtype=np.int64)
         outs = np.empty(k + 1, dtype=np.int64)
         for r in range(c * _CHUNK, min(nr, (c + 1) * _CHUNK)):
             kept[r] = _count_topk(vis, r * traces * hops, (r + 1) * traces * hops, roots[r], k,
-                                  hk, hc, used, top, sing, outs, leaf, cnt, r * k)
+                                  hk, hc, used, uv, uc, top, sing, outs, leaf, cnt, r * k)
     return leaf, cnt, kept
 
 
@@ -258,34 +309,44 @@ def _walk_group(indptr: np.ndarray, indices: np.ndarray, roots: np.ndarray, r0: 
 
 @numba.njit(parallel=True, cache=True)
 def _walk_topk(indptr: np.ndarray, indices: np.ndarray, roots: np.ndarray, key: int,
-               traces: int, hops: int, k: int, size: int
+               traces: int, hops: int, k: int, size: int, direct: int, chunk: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """:func:`_walks` and :func:`_topk` in one pass per group of ``_GROUP`` roots, groups in
-    parallel, without the ``(roots·traces, hops)`` walk array: the group's walks advance hop by
-    hop together (:func:`_walk_group`) into a scratch of ``traces·hops`` visits per root, each
-    root's counted at once. The uniforms are :func:`_root_uniforms`' for the same key."""
+    """:func:`_walks` and :func:`_topk` in one pass per group of ``_GROUP`` roots, chunks of
+    ``chunk`` roots in parallel, without the ``(roots·traces, hops)`` walk array: the group's
+    walks advance hop by hop together (:func:`_walk_group`) into a scratch of ``traces·hops``
+    visits per root, each root's counted at once. The uniforms are :func:`_root_uniforms`' for
+    the same key. ``direct > 0``: count with a vertex-indexed table of ``direct`` entries per
+    chunk (:func:`_count_direct`), else with a hash table of ``size`` (:func:`_count_hash`)."""
     nr, m = roots.shape[0], traces * hops
     leaf = np.zeros(nr * k, dtype=np.int64)
     cnt = np.zeros(nr * k, dtype=np.int64)
     kept = np.zeros(nr, dtype=np.int64)
-    for c in numba.prange((nr + _CHUNK - 1) // _CHUNK):
-        hk = np.full(size, -1, dtype=np.int64)
-        hc = np.empty(size, dtype=np.int64)
-        used = np.empty(size, dtype=np.int64)
+    for c in numba.prange((nr + chunk - 1) // chunk):
+        tab = np.zeros(direct, dtype=np.int64)
+        hk = np.full(0 if direct > 0 else size, -1, dtype=np.int64)
+        hc = np.empty(hk.shape[0], dtype=np.int64)
+        used = np.empty(hk.shape[0], dtype=np.int64)
         vis = np.empty(max(_GROUP * m, 1), dtype=np.int64)
         cur = np.empty(max(_GROUP * traces, 1), dtype=np.int64)
         pos = np.empty(max(_GROUP * traces, 1), dtype=np.int64)
         keys = np.empty(_GROUP, dtype=np.uint64)
+        uv = np.empty(max(m, 1), dtype=np.int64)
+        uc = np.empty(max(m, 1), dtype=np.int64)
         top = np.empty(max(k, 1), dtype=np.int64)
         sing = np.empty(max(m, 1), dtype=np.int64)
         outs = np.empty(k + 1, dtype=np.int64)
-        end = min(nr, (c + 1) * _CHUNK)
-        for r0 in range(c * _CHUNK, end, _GROUP):
+        end = min(nr, (c + 1) * chunk)
+        for r0 in range(c * chunk, end, _GROUP):
             g = min(_GROUP, end - r0)
             _walk_group(indptr, indices, roots, r0, g, key, traces, hops, keys, cur, pos, vis)
             for a in range(g):
-                kept[r0 + a] = _count_topk(vis, a * m, (a + 1) * m, roots[r0 + a], k, hk, hc,
-                                           used, top, sing, outs, leaf, cnt, (r0 + a) * k)
+                r = r0 + a
+                if direct > 0:  # stamps r + 1 - c * chunk: unique within the chunk's table
+                    nu = _count_direct(vis, a * m, (a + 1) * m, roots[r], r + 1 - c * chunk,
+                                       tab, uv, uc)
+                else:
+                    nu = _count_hash(vis, a * m, (a + 1) * m, roots[r], hk, hc, used, uv, uc)
+                kept[r] = _select_topk(uv, uc, nu, k, top, sing, outs, leaf, cnt, r * k)
     return leaf, cnt, kept
 
 
@@ -350,9 +411,12 @@ def walk_topk(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: int, 
     roots = np.ascontiguousarray(roots, np.int64)
     key = int(rng.integers(0, 2 ** 62))
     _check_visits(graph.num_nodes, int(num_traces) * int(hops))
-    kernel_threads()
+    threads = kernel_threads()
+    direct = graph.num_nodes if graph.num_nodes * 8 * threads <= _DIRECT_MAX_BYTES else 0
+    chunk = max(1, -(-roots.size // threads)) if direct else _CHUNK
     leaf, cnt, kept = _walk_topk(graph.indptr, graph.indices, roots, key, int(num_traces),
-                                 int(hops), int(k), _table_size(int(num_traces) * int(hops)))
+                                 int(hops), int(k), _table_size(int(num_traces) * int(hops)),
+                                 direct, chunk)
     return _visit_records(leaf, cnt, kept, int(k))
 
 
