@@ -1,5 +1,7 @@
 """Units of `shardgnn infer`: the dynamic chunk cache (FIFO vs LRU, size 0), chunked fills in
 any order, layer files recognised as complete only with the run's key and a valid checksum."""
+from pathlib import Path
+
 import h5py
 import numpy as np
 
@@ -30,6 +32,16 @@ def test_fill_reads_rows_in_any_order():
     src.fill(ids, out, cache, batch=5)
     assert np.array_equal(out, x[ids]) and src.num_chunks == 7
     assert cache.reads <= cache.requests
+    assert src.chunks_holding(ids) == np.unique(ids // 8).size
+    # a layer >= 1: chunks of each owner's file (3 ranks, 8-row chunks)
+    rng = np.random.default_rng(2)
+    owner = rng.integers(0, 3, 50)
+    row = np.zeros(50, np.int64)
+    for r in range(3):
+        row[owner == r] = np.arange(np.count_nonzero(owner == r))
+    lay = es.LayerSource(1, 8, root=Path("unused"), owner=owner, row=row, ranks=3)
+    assert lay.num_chunks == sum(-(-np.count_nonzero(owner == r) // 8) for r in range(3))
+    assert lay.chunks_holding(ids) == np.unique(owner[ids] * 100 + row[ids] // 8).size
 
 
 def test_rank_file_complete_only_with_key_and_checksum(tmp_path):

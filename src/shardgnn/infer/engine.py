@@ -402,8 +402,7 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
         if k != "hit_ratio":
             st[k] += v
     st["static_rows"] += need.size
-    where, row = src.where(need)   # the least number of chunk reads the fill could do
-    st["chunks_needed"] += np.unique(where * (1 << 40) + row // cfg.chunk_rows).size
+    st["chunks_needed"] += src.chunks_holding(need)   # the fewest reads a fill could do
     st["remote_rows"] += int(np.count_nonzero(plan.owner[need] != comm.rank))
     st["edges"] += hood.npos.size
     st["computed_rows"] += t.size

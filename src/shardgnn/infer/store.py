@@ -252,17 +252,27 @@ class LayerSource:
         self.files: dict[int, Any] = {}
         if layer == 0:
             assert features is not None
-            self.num_chunks = -(-int(features.shape[0]) // self.C)
+            per = np.array([-(-int(features.shape[0]) // self.C)], np.int64)
         else:
             assert owner is not None
-            counts = np.bincount(owner, minlength=ranks)
-            self.num_chunks = int(sum(-(-int(c) // self.C) for c in counts))
+            per = -(-np.bincount(owner, minlength=ranks).astype(np.int64) // self.C)
+        #: index of each source's first chunk in a numbering of all the layer's chunks
+        self.first_chunk = np.concatenate([[0], np.cumsum(per)[:-1]]).astype(np.int64)
+        self.num_chunks = int(per.sum())
 
     def where(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source id, row in source) of global ids."""
         if self.layer == 0:
             return np.zeros(gids.size, np.int64), gids.astype(np.int64)
         return self.owner[gids].astype(np.int64), self.row[gids]  # type: ignore[index]
+
+    def chunks_holding(self, gids: np.ndarray) -> int:
+        """How many distinct chunks hold the rows of ``gids`` (the fewest reads any fill of them
+        could do); O(len(gids)), no sort."""
+        src, row = self.where(gids)
+        mark = np.zeros(self.num_chunks, bool)
+        mark[self.first_chunk[src] + row // self.C] = True
+        return int(np.count_nonzero(mark))
 
     def _load(self, key: tuple[int, int]) -> np.ndarray:
         src, c = key
