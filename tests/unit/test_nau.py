@@ -14,6 +14,7 @@ from shardgnn.nau.graph import TypedGraph, from_edges
 from shardgnn.nau.hdg import SchemaTree, from_records, memory_report, records
 from shardgnn.nau.layer import neighbor_selection, per_vertex
 from shardgnn.nau.models import resolve
+from shardgnn.nau import selection
 from shardgnn.nau.selection import random_walks, topk_visits, walk_topk
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,18 +204,22 @@ def test_jknet_equals_pyg_jumping_knowledge(jk_mode: str) -> None:
 
 
 # ------------------------------------------------------------------ PinSage top-k
-def test_pinsage_topk_matches_brute_force() -> None:
-    rng = np.random.default_rng(3)
-    n, roots, traces, hops, k = 30, np.array([0, 4, 9, 17]), 6, 4, 3
-    walks = rng.integers(-1, n, (roots.size * traces, hops))
-    rec = topk_visits(walks, roots, traces, k, n)
-    for pos, v in enumerate(roots.tolist()):
-        c = Counter(int(u) for u in walks[pos * traces:(pos + 1) * traces].ravel()
-                    if u >= 0 and u != v)
-        best = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
-        mine = rec.root == pos
-        assert list(zip(rec.leaf[mine].tolist(), [int(round(w * sum(cnt for _, cnt in best)))
-                                                  for w in rec.weight[mine]])) == best
+def test_pinsage_topk_matches_brute_force(monkeypatch: pytest.MonkeyPatch) -> None:
+    # few distinct visits (repeat visitors ranked by insertion, the rest branch-free) and many
+    # (more than 64 once-visited vertices per root: all by insertion)
+    for n, traces, hops, k in ((30, 6, 4, 3), (5000, 30, 4, 70)):
+        rng = np.random.default_rng(3)
+        roots = np.array([0, 4, 9, 17])
+        walks = rng.integers(-1, n, (roots.size * traces, hops))
+        rec = topk_visits(walks, roots, traces, k, n)
+        for pos, v in enumerate(roots.tolist()):
+            c = Counter(int(u) for u in walks[pos * traces:(pos + 1) * traces].ravel()
+                        if u >= 0 and u != v)
+            best = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+            mine = rec.root == pos
+            total = sum(cnt for _, cnt in best)
+            assert list(zip(rec.leaf[mine].tolist(),
+                            [int(round(w * total)) for w in rec.weight[mine]])) == best
     # the fused walk + count kernel gives the two-step path's records, whichever roots it gets
     g = typed_graph(5)
     allr = np.arange(g.num_nodes, dtype=np.int64)
@@ -228,6 +233,11 @@ def test_pinsage_topk_matches_brute_force() -> None:
     for pos, v in enumerate(sub.tolist()):
         assert np.array_equal(part.leaf[part.root == pos], one.leaf[one.root == v])
         assert np.array_equal(part.weight[part.root == pos], one.weight[one.root == v])
+    # counting with the hash table per root (graphs too large for the vertex-indexed table)
+    monkeypatch.setattr(selection, "_DIRECT_MAX_BYTES", 0)
+    hashed = walk_topk(g, allr, 7, 3, 4, np.random.default_rng(4))
+    for f in ("root", "leaf", "weight"):
+        assert np.array_equal(getattr(hashed, f), getattr(one, f)), f
 
 
 # ------------------------------------------------------------------ compiled dense ops, transpose
