@@ -29,7 +29,7 @@ import torch
 
 from shardgnn.errors import ShardError
 from shardgnn.nau.hdg import HDG
-from shardgnn.nau.prefetch import DISTANCE, prefetch, prefetch_write
+from shardgnn.prefetch import DISTANCE, prefetch, prefetch_write
 from shardgnn.train.models import SparseMM
 
 MODES = ("hybrid", "scatter")

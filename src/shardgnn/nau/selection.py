@@ -19,7 +19,7 @@ from shardgnn.errors import ShardError
 from shardgnn.nau.aggregation import kernel_threads
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.layer import Records
-from shardgnn.nau.prefetch import prefetch
+from shardgnn.prefetch import prefetch
 from shardgnn.sampling.kernels import draw01, vertex_key
 
 

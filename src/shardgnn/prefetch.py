@@ -1,10 +1,12 @@
 """A software prefetch for compiled (numba) kernels: ``prefetch(a, i)``. Rank-local.
 
-The NAU kernels gather or scatter whole feature rows at indices read from an index array
-(``x[idx[j]]``), which the hardware prefetcher cannot predict: each row is a cache miss whose
+The NAU kernels gather or scatter whole feature rows, and the partition store's CSR fill looks
+up a table entry, at indices read from an index array (``x[idx[j]]``), which the hardware
+prefetcher cannot predict: each row is a cache miss whose
 latency the out-of-order core overlaps only a few rows deep. Prefetching the rows a few entries
 ahead (``idx[j + D]``) keeps more misses in flight. A prefetch is a hint: it changes no value,
-and an address past the array is not dereferenced.
+and an address past the array is not dereferenced. A leaf module (no shardgnn imports), so
+any kernel module can use it.
 """
 from __future__ import annotations
 
