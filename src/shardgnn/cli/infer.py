@@ -18,8 +18,8 @@ of the partitions holding a vertex, picked by a hash of its id, owns it; partiti
 vertices and of their neighbours, read chunk by chunk from the embedding store through a
 dynamic FIFO chunk cache. --samplewise runs a sample-wise baseline instead.
 
-Each layer is written to LAYERS/layer-LL/rank-RRRRR.h5 (one file per rank, chunked and
-compressed) plus LAYERS/layer-LL.h5, a virtual N x d dataset in global-id order. OUT holds the
+Each layer is written to LAYERS/layer-LL/rank-RRRRR.h5 (one file per rank, read back in
+--chunk-rows chunks, compressed with --compression if set) plus LAYERS/layer-LL.h5, a virtual N x d dataset in global-id order. OUT holds the
 last layer as the virtual dataset /embeddings/emb, per-layer timings and cache statistics
 (/infer). A rerun of the same job resumes after the last complete layer. See docs/inference.md.
 """
