@@ -37,6 +37,7 @@ from shardgnn.io import outputs
 from shardgnn.io.canonical import EdgeStream
 from shardgnn.partition.streaming import kernels as K
 from shardgnn.partition.streaming import passes
+from shardgnn.prefetch import prefetch_write
 
 
 @njit(cache=True)
@@ -51,6 +52,10 @@ def interleave(edges, out):
         out[2 * k + 1, 1] = u
 
 
+#: Edges looked ahead by the scatter kernels' prefetches.
+SCATTER_AHEAD = 16
+
+
 @njit(cache=True)
 def scatter_lines(lines, lo, cursor, out):
     """Write the target of each line (s, t) at ``cursor[s - lo]`` (then advance it)."""
@@ -63,8 +68,17 @@ def scatter_lines(lines, lo, cursor, out):
 @njit(cache=True)
 def scatter_edges(edges, lo, cursor, out):
     """:func:`interleave` then :func:`scatter_lines` in one sweep, without the lines: the
-    target of (u, v) then of (v, u) for every stored edge (u, v), in order."""
-    for k in range(edges.shape[0]):
+    target of (u, v) then of (v, u) for every stored edge (u, v), in order. Cursors are
+    prefetched 2 x :data:`SCATTER_AHEAD` edges ahead, the slots they point at
+    :data:`SCATTER_AHEAD` ahead (a hint: the values are those of the plain loop)."""
+    m = edges.shape[0]
+    for k in range(m):
+        if k + 2 * SCATTER_AHEAD < m:
+            prefetch_write(cursor, edges[k + 2 * SCATTER_AHEAD, 0] - lo)
+            prefetch_write(cursor, edges[k + 2 * SCATTER_AHEAD, 1] - lo)
+        if k + SCATTER_AHEAD < m:
+            prefetch_write(out, cursor[edges[k + SCATTER_AHEAD, 0] - lo])
+            prefetch_write(out, cursor[edges[k + SCATTER_AHEAD, 1] - lo])
         u = edges[k, 0]
         v = edges[k, 1]
         out[cursor[u - lo]] = v
@@ -76,8 +90,24 @@ def scatter_edges(edges, lo, cursor, out):
 @njit(cache=True, nogil=True)
 def scatter_edges_range(edges, lo, a, b, cursor, out):
     """:func:`scatter_edges` for the lines whose source is in [a, b) only: threads given
-    disjoint source ranges fill disjoint rows (each row in the same order)."""
-    for k in range(edges.shape[0]):
+    disjoint source ranges fill disjoint rows (each row in the same order). Prefetches as
+    :func:`scatter_edges`, for the sources in range."""
+    m = edges.shape[0]
+    for k in range(m):
+        if k + 2 * SCATTER_AHEAD < m:
+            x = edges[k + 2 * SCATTER_AHEAD, 0]
+            y = edges[k + 2 * SCATTER_AHEAD, 1]
+            if a <= x < b:
+                prefetch_write(cursor, x - lo)
+            if a <= y < b:
+                prefetch_write(cursor, y - lo)
+        if k + SCATTER_AHEAD < m:
+            x = edges[k + SCATTER_AHEAD, 0]
+            y = edges[k + SCATTER_AHEAD, 1]
+            if a <= x < b:
+                prefetch_write(out, cursor[x - lo])
+            if a <= y < b:
+                prefetch_write(out, cursor[y - lo])
         u = edges[k, 0]
         v = edges[k, 1]
         if a <= u < b:

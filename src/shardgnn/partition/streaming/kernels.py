@@ -14,6 +14,12 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from shardgnn.prefetch import prefetch, prefetch_write
+
+#: Edges looked ahead by the refinement count kernels' prefetches (the (|V|, p) count matrix and
+#: the owner array outgrow the caches: 2^22 vertices x 8 parts = 128 MB).
+COUNT_AHEAD = 16
+
 # ----------------------------------------------------------------------------- degrees
 
 
@@ -539,8 +545,20 @@ def vertex_hash_parts(num_nodes, p, seed):
 
 @njit(cache=True)
 def neighbour_part_counts(edges, owner, cnt, directed):
-    """cnt[v, owner[u]] += 1 for every edge (u, v) (and the reverse for undirected graphs)."""
-    for j in range(edges.shape[0]):
+    """cnt[v, owner[u]] += 1 for every edge (u, v) (and the reverse for undirected graphs). The
+    owners and count rows of the edge :data:`COUNT_AHEAD` on are prefetched."""
+    m = edges.shape[0]
+    p = cnt.shape[1]
+    flat = cnt.reshape(cnt.size)
+    for j in range(m):
+        if j + COUNT_AHEAD < m:
+            a = edges[j + COUNT_AHEAD, 0]
+            b = edges[j + COUNT_AHEAD, 1]
+            prefetch(owner, a)
+            prefetch_write(flat, b * p)
+            if not directed:
+                prefetch(owner, b)
+                prefetch_write(flat, a * p)
         u = edges[j, 0]
         v = edges[j, 1]
         cnt[v, owner[u]] += 1
@@ -611,8 +629,24 @@ def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), spill: bool = True,
 @njit(cache=True)
 def cluster_part_counts(edges, owner, label, cnt, inner, directed):
     """Per-cluster neighbour counts: cnt[label[v], owner[u]] += 1 for every edge (u, v) (and the
-    reverse for undirected graphs); inner[c] counts the adjacencies inside cluster c."""
-    for j in range(edges.shape[0]):
+    reverse for undirected graphs); inner[c] counts the adjacencies inside cluster c. Labels
+    and owners are prefetched 2 x :data:`COUNT_AHEAD` edges ahead, the count rows (which need
+    the label) :data:`COUNT_AHEAD` ahead."""
+    m = edges.shape[0]
+    p = cnt.shape[1]
+    flat = cnt.reshape(cnt.size)
+    for j in range(m):
+        if j + 2 * COUNT_AHEAD < m:
+            a = edges[j + 2 * COUNT_AHEAD, 0]
+            b = edges[j + 2 * COUNT_AHEAD, 1]
+            prefetch(label, a)
+            prefetch(label, b)
+            prefetch(owner, a)
+            prefetch(owner, b)
+        if j + COUNT_AHEAD < m:
+            prefetch_write(flat, label[edges[j + COUNT_AHEAD, 1]] * p)
+            if not directed:
+                prefetch_write(flat, label[edges[j + COUNT_AHEAD, 0]] * p)
         u = edges[j, 0]
         v = edges[j, 1]
         cnt[label[v], owner[u]] += 1
