@@ -25,8 +25,14 @@ COUNT_AHEAD = 16
 
 @njit(cache=True, nogil=True)
 def count_degrees(edges, deg, directed_in_only):
-    """Add each edge's contribution to ``deg`` (both endpoints; only the target when asked)."""
-    for j in range(edges.shape[0]):
+    """Add each edge's contribution to ``deg`` (both endpoints; only the target when asked);
+    the degrees of the edge :data:`COUNT_AHEAD` on are prefetched."""
+    m = edges.shape[0]
+    for j in range(m):
+        if j + COUNT_AHEAD < m:
+            if not directed_in_only:
+                prefetch_write(deg, edges[j + COUNT_AHEAD, 0])
+            prefetch_write(deg, edges[j + COUNT_AHEAD, 1])
         u = edges[j, 0]
         v = edges[j, 1]
         if not directed_in_only:
@@ -338,9 +344,21 @@ def greedy_assign(order, size, p):
 
 @njit(cache=True, nogil=True)
 def expand_presence(edges, pres, out, directed):
-    """One hop: out[u] |= pres[v] and (undirected) out[v] |= pres[u] for every edge (u, v)."""
+    """One hop: out[u] |= pres[v] and (undirected) out[v] |= pres[u] for every edge (u, v);
+    the rows of the edge :data:`COUNT_AHEAD` on are prefetched (``pres``, ``out`` C-contiguous)."""
     w = pres.shape[1]
-    for j in range(edges.shape[0]):
+    m = edges.shape[0]
+    pf = pres.reshape(pres.size)
+    of = out.reshape(out.size)
+    for j in range(m):
+        if j + COUNT_AHEAD < m:
+            a = edges[j + COUNT_AHEAD, 0]
+            b = edges[j + COUNT_AHEAD, 1]
+            prefetch(pf, b * w)
+            prefetch_write(of, a * w)
+            if not directed:
+                prefetch(pf, a * w)
+                prefetch_write(of, b * w)
         u = edges[j, 0]
         v = edges[j, 1]
         for q in range(w):
