@@ -77,8 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShardError as exc:
         prefix = f"rank {comm.rank}: " if comm.size > 1 else ""
         print(f"shardgnn: error: {prefix}{exc}", file=sys.stderr, flush=True)
-        if comm.size > 1 and not exc.agreed:
-            comm.abort(2)
+        if comm.size > 1:
+            if not exc.agreed:
+                comm.abort(2)
+            # every rank raised it together: wait until all have printed their line, since a
+            # rank's non-zero exit may end the job (``python -m mpi4py`` aborts on it)
+            comm.barrier()
         return 2
     except KeyboardInterrupt:
         if comm.size > 1:
