@@ -161,12 +161,25 @@ def _one(comm, job: dict, log_file: Path | None) -> dict:
     s = main(comm, AveragingConfig(**job["config"]))
     s = dict(s, wall_s=time.perf_counter() - t0, **{k: v for k, v in job.items() if k != "config"})
     if comm.rank == 0:
+        s.update(_curves(Path(job["config"]["out"])))
         print(json.dumps({k: s[k] for k in ("tag", "test_acc", "best_val_acc", "wall_s")}),
               file=sys.stderr, flush=True)
         if log_file is not None:
             with open(log_file, "a") as fh:
                 fh.write(json.dumps(s, default=float) + "\n")
     return s
+
+
+def _curves(h5: Path) -> dict[str, list[float]]:
+    """Per-epoch validation and test accuracy of a finished run (its results HDF5, series
+    ``train/val_acc`` and ``train/test_acc``), rounded to 4 digits, for convergence checks."""
+    import h5py
+
+    if not h5.exists():
+        return {}
+    with h5py.File(h5, "r") as f:
+        return {f"{k}_curve": [round(float(v), 4) for v in f[f"train/{k}"][()]]
+                for k in ("val_acc", "test_acc") if f"train/{k}" in f}
 
 
 if __name__ == "__main__":
