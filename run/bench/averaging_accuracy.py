@@ -154,17 +154,44 @@ def paired(accs: dict[int, float], cen: dict[int, float]) -> dict:
             "paired_gap_std": float(d.std(ddof=1)) if d.size >= 2 else None, "paired_t_p": p}
 
 
+def convergence(runs: list[dict]) -> dict:
+    """How far a budget is from converged, over one side's seeds: the median best-validation
+    epoch (absolute and as a fraction of the budget) and, where the runs recorded their curves,
+    the rise of the seed-mean validation accuracy over the last 20 % of the epochs against epochs
+    50-70 % (points; > 0.5 reads "still rising"). Criterion used for issue 19's re-runs: a
+    budget is converged when the centralised side has median best epoch <= 0.7 x epochs and a
+    rise <= 0.5 points."""
+    e = int(runs[0]["epochs"])
+    med = float(np.median([r["best_epoch"] for r in runs]))
+    out: dict = {"median_best_epoch": med, "best_epoch_fraction": med / e, "late_rise_points": None}
+    curves = [r["val_acc_curve"] for r in runs if len(r.get("val_acc_curve", [])) == e]
+    if curves and e >= 10:
+        mc = 100 * np.mean(curves, axis=0)
+        out["late_rise_points"] = float(mc[int(0.8 * e):].mean() - mc[e // 2:int(0.7 * e)].mean())
+    out["converged"] = bool(out["best_epoch_fraction"] <= 0.7 and (
+        out["late_rise_points"] is None or out["late_rise_points"] <= 0.5))
+    return out
+
+
+def _conv_cell(c: dict) -> str:
+    rise = "" if c["late_rise_points"] is None else f", {c['late_rise_points']:+.1f}"
+    return f"{c['median_best_epoch']:g}{rise}"
+
+
 def table(rows: list[dict], partitioners: dict) -> tuple[list[dict], str]:
     """Mean/std over seeds per (dataset, model, p, optimiser, epochs, hops) against centralised,
-    with the paired per-seed comparison (:func:`paired`)."""
+    with the paired per-seed comparison (:func:`paired`) and each side's :func:`convergence`."""
     groups: dict[tuple, dict[int, float]] = {}
+    recs: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["dataset"], r["model"], r["p"], r["opt"], r["epochs"], r["hops"]),
-                          {})[int(r["seed"])] = 100 * r["test_acc"]
+        k = (r["dataset"], r["model"], r["p"], r["opt"], r["epochs"], r["hops"])
+        groups.setdefault(k, {})[int(r["seed"])] = 100 * r["test_acc"]
+        recs.setdefault(k, []).append(r)
     out, lines = [], ["| dataset | model | p | optimiser | epochs | partitioner | seeds | "
                       "test acc (mean ± std, %) | centralised (%) | gap (points) | paired gap "
-                      "(mean ± std; t-test p) | within 1.5 |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "(mean ± std; t-test p) | within 1.5 | median best epoch, late val rise "
+                      "(p / central) |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (d, m, p, o, e, h), by_seed in sorted(groups.items(), key=lambda kv: (
             kv[0][0], ORDER.index(kv[0][1]) if kv[0][1] in MODELS else 99,
             kv[0][2], kv[0][3], kv[0][4], kv[0][5])):
@@ -178,7 +205,9 @@ def table(rows: list[dict], partitioners: dict) -> tuple[list[dict], str]:
                "partitioner": part, "seeds": len(accs), "central_seeds": len(cen),
                "mean": float(np.mean(accs)), "std": float(np.std(accs)),
                "central_mean": float(np.mean(cen)), "central_std": float(np.std(cen)),
-               "gap_points": gap, "ok": abs(gap) <= 1.5, **paired(by_seed, cen_seed)}
+               "gap_points": gap, "ok": abs(gap) <= 1.5, **paired(by_seed, cen_seed),
+               "convergence": convergence(recs[(d, m, p, o, e, h)]),
+               "central_convergence": convergence(recs[(d, m, 1, "central", e, 0)])}
         out.append(rec)
         pg = (f"{rec['paired_gap_mean']:+.2f} ± {rec['paired_gap_std']:.2f}; "
               f"{'-' if rec['paired_t_p'] is None else format(rec['paired_t_p'], '.2f')}"
@@ -186,7 +215,8 @@ def table(rows: list[dict], partitioners: dict) -> tuple[list[dict], str]:
         lines.append(f"| {d} | {m} | {p} | {o} | {e} | {part}{'' if h == 1 else f' ({h} hops)'} | "
                      f"{len(accs)} / {len(cen)} | {rec['mean']:.2f} ± {rec['std']:.2f} | "
                      f"{rec['central_mean']:.2f} ± {rec['central_std']:.2f} | {gap:+.2f} | {pg} | "
-                     f"{'yes' if rec['ok'] else 'NO'} |")
+                     f"{'yes' if rec['ok'] else 'NO'} | {_conv_cell(rec['convergence'])} / "
+                     f"{_conv_cell(rec['central_convergence'])} |")
     return out, "\n".join(lines)
 
 
