@@ -1,5 +1,6 @@
 """Units of `shardgnn infer`: the dynamic chunk cache (FIFO vs LRU, size 0), chunked fills in
-any order, layer files recognised as complete only with the run's key and a valid checksum."""
+any order, layer files recognised as complete only with the run's key and a valid checksum, the
+NumPy neighbour-sum kernel against SciPy's SpMM (both kernels of a layerwise neighbourhood)."""
 from pathlib import Path
 
 import h5py
@@ -73,3 +74,35 @@ def test_owner_partitions_hash_among_holders():
     assert set(own[2000:3000]) == {0, 1} and 400 < (own[2000:3000] == 0).sum() < 600
     assert set(own[3000:3999]) == {3, 8} and own[3999] == 3999 % 10
     assert np.array_equal(own, owner_partitions(memb, 10, block=333))   # deterministic
+
+
+def test_neighbour_sum_equals_spmm():
+    import scipy.sparse as sp
+
+    from shardgnn.infer.engine import _Hood
+    from shardgnn.infer.model import mean_adjacency, neighbour_mean, neighbour_sum
+
+    rng = np.random.default_rng(3)
+    # empty, no edges, short rows only, and rows past the dense-degree bound (reduceat)
+    for nd, ns, most in ((0, 5, 3), (4, 5, 0), (60, 40, 3), (900, 300, 150)):
+        deg = rng.integers(0, most + 1, nd)
+        deg[: nd // 10] = 0
+        ip = np.zeros(nd + 1, np.int64)
+        np.cumsum(deg, out=ip[1:])
+        ind = rng.integers(0, ns, int(ip[-1]))
+        a = sp.csr_matrix((np.ones(ind.size), ind, ip), shape=(nd, ns))
+        for w in (0, 1, 4, 33):
+            x = rng.normal(size=(ns, w)).astype(np.float32)
+            got = neighbour_sum(ip, ind, x)
+            assert got.shape == (nd, w) and got.dtype == np.float32
+            np.testing.assert_allclose(got, a @ x.astype(np.float64), rtol=1e-5, atol=1e-5)
+            mean = neighbour_mean(ip, ind, x)
+            np.testing.assert_allclose(mean, mean_adjacency(ip, ind, ns) @ x, rtol=1e-5,
+                                       atol=1e-6)
+            if nd > 2:   # a layerwise neighbourhood: rows lo:hi, NumPy or SciPy
+                hood = _Hood(ip, np.arange(ns), np.arange(nd), ind)
+                lo, hi = 1, nd - 1
+                np.testing.assert_allclose(hood.mean(lo, hi, x), mean[lo:hi], rtol=1e-6)
+                hood.spmm = True
+                np.testing.assert_allclose(hood.mean(lo, hi, x), mean[lo:hi], rtol=1e-5,
+                                           atol=1e-6)

@@ -27,7 +27,7 @@ from shardgnn.errors import ShardError, input_error
 from shardgnn.infer import samplewise as sw
 from shardgnn.infer import store as es
 from shardgnn.infer.model import (LoadedModel, apply_layer, load_model, mean_adjacency,
-                                  sage_input, sage_output, training_graph)
+                                  neighbour_mean, sage_input, sage_output, training_graph)
 from shardgnn.io import outputs
 from shardgnn.io.results import ResultWriter, check_output_path
 from shardgnn.partition.vertexcut import ordering
@@ -39,6 +39,10 @@ from shardgnn.sampling.directory import partition_directory
 if TYPE_CHECKING:  # the sampler (numba kernels) is imported only by the runs that sample
     from shardgnn.sampling.service import GatherApplySampler
 
+#: GraphSAGE layers average the neighbours with NumPy (:func:`neighbour_mean`) unless a rank's
+#: remaining layers aggregate more than this many floats (edges x width): SciPy's SpMM saves
+#: ~1-2 ns per float but importing ``scipy.sparse`` costs ~0.25 s (docs/inference.md)
+SPMM_ABOVE = 1 << 27
 STATS = ("fill_time", "model_time", "sample_time", "write_time", "requests", "hits", "reads",
          "bytes_read", "static_rows", "remote_rows", "edges", "computed_rows", "targets_done",
          "chunks_needed")
@@ -361,16 +365,23 @@ class _Hood:
     need: np.ndarray
     tpos: np.ndarray
     npos: np.ndarray
+    spmm: bool = False
     _adj: Any = None
 
-    def mean_rows(self, lo: int, hi: int) -> Any:
-        """Rows ``lo:hi`` (targets) of the mean-aggregation CSR matrix over the cache's rows,
-        built once per neighbourhood (every full layer shares it) and sliced without copies."""
+    def mean(self, lo: int, hi: int, x: np.ndarray) -> np.ndarray:
+        """Neighbour means of targets ``lo:hi`` over the cache's rows ``x``: the NumPy kernel
+        (:func:`neighbour_mean`), or, with ``spmm``, SciPy's SpMM with the mean-aggregation CSR
+        matrix, built once per neighbourhood (every full layer shares it) and sliced without
+        copies."""
+        if not self.spmm:
+            a, b = int(self.indptr[lo]), int(self.indptr[hi])
+            return neighbour_mean(self.indptr[lo:hi + 1] - a, self.npos[a:b], x)
         if self._adj is None:
             self._adj = mean_adjacency(self.indptr, self.npos, self.need.size)
-        a = self._adj
-        return type(a)((a.data[a.indptr[lo]:a.indptr[hi]], a.indices[a.indptr[lo]:a.indptr[hi]],
-                        a.indptr[lo:hi + 1] - a.indptr[lo]), shape=(hi - lo, a.shape[1]))
+        m = self._adj
+        rows = type(m)((m.data[m.indptr[lo]:m.indptr[hi]], m.indices[m.indptr[lo]:m.indptr[hi]],
+                        m.indptr[lo:hi + 1] - m.indptr[lo]), shape=(hi - lo, m.shape[1]))
+        return np.asarray(rows @ x, np.float32)
 
     @classmethod
     def of(cls, targets: np.ndarray, nbrs: tuple[np.ndarray, np.ndarray], n: int) -> "_Hood":
@@ -414,11 +425,11 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
     B = cfg.chunk_rows
     # GraphSAGE: one SpMM per block of targets over the whole static cache (narrowing layers
     # first map every cached row, then average out-wide rows); other models: apply_layer
-    src = sage_input(lm, i, static) if lm.name == "sage" else static
+    agg = sage_input(lm, i, static) if lm.name == "sage" else static
     for lo in range(0, t.size, B):   # blocks over the whole static cache: no copy of rows
         hi = min(lo + B, t.size)
         if lm.name == "sage":
-            out[lo:hi] = sage_output(lm, i, hood.mean_rows(lo, hi) @ src,
+            out[lo:hi] = sage_output(lm, i, hood.mean(lo, hi, agg),
                                      static[hood.tpos[lo:hi]])
         else:
             blk = Block(num_src=need.size, num_dst=hi - lo,
@@ -429,6 +440,14 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
     prog.close()
     st["model_time"] += time.perf_counter() - t1
     return out
+
+
+def _aggregated_width(lm: LoadedModel, i: int) -> int:
+    """Floats per edge that GraphSAGE layer ``i`` averages (:func:`sage_input`: the narrower
+    of its input and output); 0 for other models (they aggregate in ``apply_layer``)."""
+    if lm.name != "sage":
+        return 0
+    return min(lm.in_channels if i == 0 else _out_width(lm, i - 1), _out_width(lm, i))
 
 
 def _out_width(lm: LoadedModel, i: int) -> int:
@@ -522,6 +541,8 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
         elif hood is None or last != -1:
             hood = _Hood.of(plan.targets, _full_neighbours(comm, plan), plan.n)
         last = fanouts[hop]
+        floats = hood.npos.size * sum(_aggregated_width(lm, j) for j in range(i, L))
+        hood.spmm = floats > SPMM_ABOVE
         st["sample_time"] = time.perf_counter() - t0
         src = _source(comm, cfg, plan, i, x)
         try:

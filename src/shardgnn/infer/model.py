@@ -220,6 +220,67 @@ def mean_adjacency(indptr: np.ndarray, indices: np.ndarray, num_src: int) -> Any
                          shape=(deg.size, int(num_src)))
 
 
+#: rows of :func:`neighbour_sum` with more neighbours than this are summed by
+#: ``np.add.reduceat``, the others in groups of equal degree (one dense gather each)
+_DENSE_DEGREE = 64
+#: neighbours gathered per step of :func:`neighbour_sum` (bounds its temporary to
+#: 16,384 x d floats)
+_GATHER_EDGES = 1 << 14
+
+
+def neighbour_sum(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Row ``i``: the float32 sum of the rows ``indices[indptr[i]:indptr[i + 1]]`` of ``x``
+    (zeros for a row without neighbours): ``A @ x`` for the 0/1 CSR matrix ``(indptr,
+    indices)``, in NumPy alone. SciPy's SpMM is 2-7x faster per edge, but importing
+    ``scipy.sparse`` costs ~0.2-0.3 s per process, more than this kernel spends on a
+    100k-vertex layer (docs/inference.md). Rows are grouped by degree: for each degree k up
+    to 64 one ``np.take`` gathers a (rows, k, d) block, summed over k; longer rows go through
+    ``np.add.reduceat``. Pure."""
+    indptr = np.asarray(indptr, np.int64)
+    indices = np.asarray(indices)
+    x = np.asarray(x, np.float32)
+    nd = indptr.size - 1
+    out = np.zeros((max(nd, 0), x.shape[1]), np.float32)
+    if nd <= 0 or x.shape[1] == 0 or indptr[-1] == indptr[0]:
+        return out
+    deg = np.diff(indptr)
+    order = np.argsort(deg, kind="stable")
+    ds = deg[order]
+    cut = np.searchsorted(ds, np.arange(1, _DENSE_DEGREE + 2))  # first row of degree >= k
+    for k in range(1, min(_DENSE_DEGREE, int(ds[-1])) + 1):
+        step = max(1, _GATHER_EDGES // k)
+        for lo in range(int(cut[k - 1]), int(cut[k]), step):
+            rows = order[lo:min(lo + step, int(cut[k]))]
+            idx = indices[indptr[rows][:, None] + np.arange(k)]
+            out[rows] = np.take(x, idx, axis=0).sum(axis=1)
+    long = order[int(cut[_DENSE_DEGREE]):]
+    lo = 0
+    while lo < long.size:   # long rows: a few at a time, about _GATHER_EDGES neighbours
+        ends = np.cumsum(deg[long[lo:]])
+        hi = lo + max(1, int(np.searchsorted(ends, _GATHER_EDGES, side="right")))
+        rows = long[lo:hi]
+        starts = np.concatenate([[0], ends[:hi - lo - 1]])
+        seg = indices[_ranges(indptr[rows], deg[rows])]
+        out[rows] = np.add.reduceat(np.take(x, seg, axis=0), starts, axis=0)
+        lo = hi
+    return out
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(starts[i], starts[i] + counts[i])`` (counts >= 1). Pure."""
+    ends = np.cumsum(counts)
+    return np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - counts - starts, counts)
+
+
+def neighbour_mean(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Row ``i``: the mean of its neighbours' rows of ``x`` (:func:`neighbour_sum` over the
+    degree; zeros without neighbours): what ``mean_adjacency(...) @ x`` gives. Pure."""
+    out = neighbour_sum(indptr, indices, x)
+    deg = np.diff(np.asarray(indptr, np.int64))
+    out *= (1.0 / np.maximum(deg, 1)).astype(np.float32)[:, None]
+    return out
+
+
 def sage_input(lm: LoadedModel, i: int, x: np.ndarray) -> np.ndarray:
     """What GraphSAGE layer ``i`` aggregates over the neighbours: ``x`` itself, or, when the
     layer narrows (out < in), ``x @ W_l^T`` (mean and linear map commute: the SpMM then moves
