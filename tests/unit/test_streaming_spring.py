@@ -319,3 +319,38 @@ def test_fit_threads_bounds_the_extra_copies():
     assert fit_threads(4, 100, 250) == 3     # two extra copies fit
     assert fit_threads(4, 100, 50) == 1
     assert fit_threads(0, 100, 1000) == 1
+
+
+@pytest.mark.parametrize("p", [3, 8, 130])
+def test_row_refinement_equals_streamed(tmp_path, p):
+    """One rank: the refinement from the CSR rows (rowrefine) makes the streamed passes' moves
+    (self-loops and repeated edges included, rows cut into several blocks, the cap binding)."""
+    from shardgnn.comm import serial
+    from shardgnn.graph.generators import rmat_edges
+    from shardgnn.partition.streaming import adjacency, passes, rowrefine
+    from shardgnn.partition.streaming.spring import spring_owner
+
+    e = rmat_edges(11, 12000, seed=3).astype(np.int64)
+    e = np.concatenate([e, [[5, 5], [7, 7], [1, 2], [1, 2]]])
+    n = 1 << 11
+    d = tmp_path / "g"
+    write_dataset(d, e, n)
+    comm = serial()
+    stream = passes.open_stream(str(d), comm, 1000)
+    timer = passes.PassTimer()
+    deg = passes.degree_pass(stream, comm, timer)
+    owner, info = spring_owner(stream, comm, deg, p, SpringParams(tau=0.05), timer)
+    rows = adjacency.build(stream, comm, deg, tmp_path, timer, hold=True, memory=1 << 30)
+    rows.chunk = 700   # several row blocks
+    try:
+        for cap in (1.05 * n / p, 1.01 * n / p):
+            a, b = owner.copy(), owner.copy()
+            for level, lab in enumerate(info["labels"]):
+                ma = passes.cluster_refine_pass(stream, comm, a, lab, p, 3, cap, level, timer)
+                mb = rowrefine.cluster_refine_pass_rows(rows, b, lab, p, 3, cap, level, timer)
+                assert ma == mb and np.array_equal(a, b)
+            ma = passes.refine_pass(stream, comm, a, p, 4, cap, 1, timer, 0.8)
+            mb = rowrefine.refine_pass_rows(rows, b, p, 4, cap, 1, timer, 0.8)
+            assert ma == mb and (sum(ma) > 0 or p > 64) and np.array_equal(a, b)
+    finally:
+        rows.remove()

@@ -679,11 +679,22 @@ def cluster_part_counts(edges, owner, label, cnt, inner, directed):
 @njit(cache=True)
 def cluster_sweep(cnt, inner, size, part_of, load, cap, seed, rnd):
     """Move whole clusters to the partition holding most of their outside neighbours, never
-    above ``cap`` owned vertices; clusters visited in a seeded random order. Returns moves."""
+    above ``cap`` owned vertices; clusters visited in a seeded random order (their rows
+    prefetched :data:`COUNT_AHEAD` clusters ahead). Returns moves."""
     k, p = cnt.shape
-    order = np.argsort(np.array([hash64(c, rnd, seed) for c in range(k)]))
+    keys = np.empty(k, np.uint64)
+    for c in range(k):
+        keys[c] = hash64(c, rnd, seed)
+    order = np.argsort(keys)
+    flat = cnt.reshape(cnt.size)
     moves = 0
     for idx in range(k):
+        if idx + COUNT_AHEAD < k:   # the random order's rows, a hint
+            c = order[idx + COUNT_AHEAD]
+            prefetch(flat, c * p)
+            prefetch(part_of, c)
+            prefetch(size, c)
+            prefetch(inner, c)
         c = order[idx]
         a = part_of[c]
         if a < 0 or size[c] == 0:

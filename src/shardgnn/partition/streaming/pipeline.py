@@ -25,7 +25,7 @@ from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_m
 from shardgnn.io.edgeattrs import EdgeAttrs
 from shardgnn.io.results import ResultWriter
 from shardgnn.partition import metrics, store, store_csr, store_write
-from shardgnn.partition.streaming import adjacency, kernels, passes
+from shardgnn.partition.streaming import adjacency, kernels, passes, rowrefine
 from shardgnn.partition.streaming.baselines import (BaselineParams, hash_owner, load_user_class,
                                                     vertexcut_owner)
 from shardgnn.partition.streaming.spring import SpringParams, spring_owner
@@ -223,6 +223,8 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
         kernels.warmup(ids, spill=not use_csr, cluster=cfg.algo in ("spring", "2ps-l"))
         if use_csr or adj_order:
             adjacency.warmup(ids, cluster=adj_order, ranks=comm.size)
+        if use_csr and cfg.refine and comm.size == 1:
+            rowrefine.warmup(ids, p)
         if use_csr:
             store_csr.warmup(ids, (np.int32,) if meta.num_nodes <= np.iinfo(np.int32).max
                              else (np.int32, np.int64))
@@ -261,20 +263,15 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
     Collective over comm."""
     deg = info.pop("degrees", None)
     labels = info.pop("labels", None)
-    if cfg.refine:
-        cap = cfg.refine_balance * meta.num_nodes / p
-        rounds = cfg.refine
-        for level, lab in enumerate(labels or []):
-            c_rounds = min(cfg.refine_clusters, rounds)
-            if c_rounds <= 0:
-                break
-            done = passes.cluster_refine_pass(stream, comm, owner, lab, p, c_rounds, cap,
-                                              cfg.seed + level, timer)
-            info[f"refine_cluster_moves_{level}"] = done
-            rounds -= len(done)
-        if rounds > 0:
-            info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, rounds, cap,
-                                                      cfg.seed, timer, cfg.refine_frac)
+    if cfg.refine and use_csr and comm.size == 1 and deg is not None:
+        # one rank: the refinement gathers each vertex's counts from the CSR rows the store
+        # write reads (built now instead of after the hops; the same moves as streaming)
+        if shard is None:
+            shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr",
+                                    hold=True, threads=threads)
+        _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, shard)
+    elif cfg.refine:
+        _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, None)
     del labels
     sink: store.SpillSink | None = None
     try:
@@ -317,6 +314,35 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
             sink.close()
         raise
     return _metrics(comm, meta, p, stats, info, timer)
+
+
+def _refine(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, stream: Any,
+            timer: passes.PassTimer, owner: np.ndarray, labels: list[np.ndarray] | None,
+            info: dict[str, Any], rows: adjacency.AdjacencyShard | None) -> None:
+    """SPRING's restreaming refinement of ``owner`` (in place): ``--refine-clusters`` passes
+    per cluster level of ``labels``, then vertex passes; from the CSR ``rows`` of every vertex
+    when given (one rank, :mod:`rowrefine`), else streamed. Collective over comm."""
+    cap = cfg.refine_balance * meta.num_nodes / p
+    rounds = cfg.refine
+    show = comm.rank == 0
+    for level, lab in enumerate(labels or []):
+        c_rounds = min(cfg.refine_clusters, rounds)
+        if c_rounds <= 0:
+            break
+        if rows is not None:
+            done = rowrefine.cluster_refine_pass_rows(rows, owner, lab, p, c_rounds, cap,
+                                                      cfg.seed + level, timer, show)
+        else:
+            done = passes.cluster_refine_pass(stream, comm, owner, lab, p, c_rounds, cap,
+                                              cfg.seed + level, timer)
+        info[f"refine_cluster_moves_{level}"] = done
+        rounds -= len(done)
+    if rounds > 0 and rows is not None:
+        info["refine_moves"] = rowrefine.refine_pass_rows(rows, owner, p, rounds, cap, cfg.seed,
+                                                          timer, cfg.refine_frac, show)
+    elif rounds > 0:
+        info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, rounds, cap,
+                                                  cfg.seed, timer, cfg.refine_frac)
 
 
 def _metrics(comm: Communicator, meta: GraphMeta, p: int, stats: dict[int, dict[str, Any]],
