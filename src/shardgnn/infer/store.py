@@ -298,18 +298,26 @@ class LayerSource:
         ``batch`` rows at a time in the given order; each batch asks the cache once per
         distinct chunk it touches."""
         src, row = self.where(gids)
-        pos = np.arange(gids.size) if dest is None else np.asarray(dest)
+        pos = None if dest is None else np.asarray(dest)
         for lo in range(0, gids.size, batch):
             s, r = src[lo:lo + batch], row[lo:lo + batch]
             key = s * (1 << 40) + r // self.C
-            uk, inv = np.unique(key, return_inverse=True)
-            by = np.argsort(inv, kind="stable")
-            cnt = np.bincount(inv, minlength=uk.size)
-            ends = np.cumsum(cnt)
-            for j, k in enumerate(uk):
-                data = cache.get((int(k >> 40), int(k & ((1 << 40) - 1))))
-                sel = by[ends[j] - cnt[j]:ends[j]]
-                out[pos[lo + sel]] = data[r[sel] % self.C]
+            # the batch's rows grouped by chunk, chunks in key order (a stable sort: a fill
+            # walking its source's layout is already sorted, and the sort is then linear)
+            by = np.argsort(key, kind="stable")
+            ks = key[by]
+            first = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]]))
+            for a, b in zip(first.tolist(), [*first[1:].tolist(), ks.size]):
+                k = int(ks[a])
+                data = cache.get((k >> 40, k & ((1 << 40) - 1)))
+                sel = by[a:b]
+                rows = data[r[sel] % self.C]
+                if pos is not None:
+                    out[pos[lo + sel]] = rows
+                elif int(sel[-1]) - int(sel[0]) == b - a - 1:   # consecutive: a slice
+                    out[lo + int(sel[0]):lo + int(sel[-1]) + 1] = rows
+                else:
+                    out[lo + sel] = rows
 
     def close(self) -> None:
         for f in self.files.values():
