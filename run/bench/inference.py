@@ -18,6 +18,9 @@ checkpoint). Every command runs on ``--ranks`` ranks in its own process.
   (``speedup_vs_target_command``, ``speedup_vs_target``). With ``--sw-fraction F`` < 1 the baselines run on a seeded F of the targets and
   their loop time (sampling + fetch + model, max over ranks) is scaled by the fraction done; the
   measured and the extrapolated engine times are both recorded.
+  ``--base-src DIR`` adds the layerwise command of other sources (an export of an older
+  commit) to every round (``layerwise_base``, ``base_over_layerwise_*``); ``--env KEY=VALUE``
+  sets a variable for every timed command of every mode (``--tag``: the run's name suffix).
 * ``orders``: ``--order pds|ns|ds|ps`` at ``--chunk-rows`` C with the default dynamic cache (5% of
   the chunks, FIFO; ``--policy lru`` for LRU): requests (GLISP's "chunks read from the caching
   system"), reads from the files, hits, hit ratio, and the least number of reads a fill could do
@@ -38,6 +41,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -52,11 +56,16 @@ STATS = ("fill_time", "model_time", "sample_time", "write_time", "requests", "re
          "chunks_needed", "edges")
 
 
-def sh(cmd: list, ranks: int = 0) -> float:
-    """Run a shardgnn command (on ``ranks`` MPI ranks); wall seconds."""
+#: environment of every timed command (``--env``), on top of the harness's
+ENV: dict[str, str] = {}
+
+
+def sh(cmd: list, ranks: int = 0, env: dict[str, str] | None = None) -> float:
+    """Run a shardgnn command (on ``ranks`` MPI ranks, with ``--env`` and ``env``); wall
+    seconds."""
     full = harness.shardgnn(cmd, ranks)
     t0 = time.perf_counter()
-    proc = harness.sh(full)
+    proc = harness.sh(full, env={**ENV, **(env or {})})
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(map(str, full))}\n{proc.stderr[-3000:]}")
     return time.perf_counter() - t0
@@ -114,14 +123,15 @@ def prepare(work: Path, a: argparse.Namespace) -> tuple[str, Path, Path]:
     return name, store, data
 
 
-def infer(ckp: Path, store: Path, out: Path, P: int, *extra) -> dict:
+def infer(ckp: Path, store: Path, out: Path, P: int, *extra, env: dict[str, str] | None = None
+          ) -> dict:
     import h5py
 
     # a fresh run, as a user's: the previous round's outputs (this benchmark's own) go first,
     # so no timed rename replaces an existing file (ext4 then flushes the new file's data)
     shutil.rmtree(f"{out}.layers", ignore_errors=True)
     out.unlink(missing_ok=True)
-    wall = sh(["infer", ckp, store, "--out", out, "--no-resume", *extra], ranks=P)
+    wall = sh(["infer", ckp, store, "--out", out, "--no-resume", *extra], ranks=P, env=env)
     with h5py.File(out) as f:
         a = {k: (v.item() if hasattr(v, "item") else v) for k, v in f["infer"].attrs.items()}
         per = {k: np.asarray(f[f"infer/{k}"][()], np.float64) for k in STATS}
@@ -173,7 +183,13 @@ def wise(res: dict, ckp: Path, store: Path, work: Path, name: str, a: argparse.N
     """Layerwise and the sample-wise baselines, ``--repeat`` rounds interleaved (one command of
     each mode per round); medians and the speedups of the whole command and of the engine."""
     frac = ["--target-fraction", a.sw_fraction, "--batch-size", a.sw_batch_size]
-    modes = {"layerwise": []}
+    modes: dict[str, list] = {"layerwise": []}
+    envs = {}
+    if a.base_src:   # the same layerwise command on other sources (e.g. main before a change)
+        modes["layerwise_base"] = []
+        src = Path(a.base_src).resolve()
+        compileall.compile_dir(str(src), quiet=1)
+        envs["layerwise_base"] = {"PYTHONPATH": os.pathsep.join([str(src / "src"), str(src)])}
     if "wise" in secs:
         modes["samplewise_target"] = ["--samplewise", "target", *frac]
         if "sw-batch" in secs:
@@ -182,11 +198,17 @@ def wise(res: dict, ckp: Path, store: Path, work: Path, name: str, a: argparse.N
     sw_rounds = a.repeat if a.sw_repeat is None else a.sw_repeat
     for r in range(a.repeat):
         for k, extra in modes.items():
-            if k == "layerwise" or r < sw_rounds:
-                runs[k].append(infer(ckp, store, work / f"{name}-{k}.h5", a.ranks, *extra))
+            if k.startswith("layerwise") or r < sw_rounds:
+                runs[k].append(infer(ckp, store, work / f"{name}-{k}.h5", a.ranks, *extra,
+                                     env=envs.get(k)))
     for k in modes:
         res[k] = _median_of(runs[k])
     lw = res["layerwise"]
+    if "layerwise_base" in res:   # how much faster than the other sources
+        base = res["layerwise_base"]
+        res["base_over_layerwise_command"] = round(base["wall_s_median"] / lw["wall_s_median"], 3)
+        res["base_over_layerwise_engine"] = round(base["engine_s_median"] / lw["engine_s_median"],
+                                                  3)
     for k, tag in (("samplewise_target", "target"), ("samplewise_batch", "batch")):
         if k in res:
             sw = res[k]
@@ -294,9 +316,18 @@ def main() -> int:
                     help="run the baselines only in the first N rounds (default: every round)")
     ap.add_argument("--chunk-rows", type=int, default=1024, help="orders: --chunk-rows")
     ap.add_argument("--policy", default="fifo", help="orders: --cache-policy")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="environment of every timed command, both modes (repeatable; e.g. "
+                    "MPIR_CVAR_CH4_NETMOD=ofi); recorded, and the run is named NAME-TAG")
+    ap.add_argument("--tag", default="", help="suffix of the run's name in --out")
+    ap.add_argument("--base-src", default="",
+                    help="wise: also time the layerwise command on the shardgnn sources of this "
+                    "folder (its src/ and perfmodel/ first on PYTHONPATH; e.g. an export of "
+                    "main before a change) in every round: 'layerwise_base'")
     ap.add_argument("--work", default=str(ROOT / "work" / "bench-inference"))
     ap.add_argument("--out", default=str(ROOT / "run" / "bench" / "results" / "inference.json"))
     a = ap.parse_args()
+    ENV.update(kv.split("=", 1) for kv in a.env)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     # byte-compile the sources once, as an installed copy has them: otherwise, with
@@ -307,12 +338,13 @@ def main() -> int:
     prefix, store, data = prepare(work, a)
     name = f"{prefix}-L{a.layers}-P{a.ranks}"
     ckp = work / f"ck-{name}.h5"
+    name += f"-{a.tag}" if a.tag else ""
     checkpoint(ckp, store, 32, a.layers)
     secs = set(a.sections.split(","))
     res: dict = {"graph": a.graph, "dataset": str(data), "layers": a.layers, "ranks": a.ranks,
                  "model": f"sage {a.layers} layers hidden 64, 32 features",
                  "meta_graph": json.loads((data / "graph.json").read_text()),
-                 "loadavg_before": load0}
+                 "loadavg_before": load0, "env": dict(ENV), "base_src": a.base_src}
     if secs & {"wise", "layerwise"}:
         wise(res, ckp, store, work, name, a, secs)
     elif secs & {"compression", "layout"} and not (work / f"{name}-layerwise.h5").exists():
