@@ -223,6 +223,8 @@ def mean_adjacency(indptr: np.ndarray, indices: np.ndarray, num_src: int) -> Any
 #: rows of :func:`neighbour_sum` with more neighbours than this are summed by
 #: ``np.add.reduceat``, the others in groups of equal degree (one dense gather each)
 _DENSE_DEGREE = 64
+#: widths up to this sum a degree group by a matrix product (see :func:`neighbour_sum`)
+_NARROW = 8
 #: neighbours gathered per step of :func:`neighbour_sum` (bounds its temporary to
 #: 16,384 x d floats)
 _GATHER_EDGES = 1 << 14
@@ -234,8 +236,8 @@ def neighbour_sum(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.
     indices)``, in NumPy alone. SciPy's SpMM is 2-7x faster per edge, but importing
     ``scipy.sparse`` costs ~0.2-0.3 s per process, more than this kernel spends on a
     100k-vertex layer (docs/inference.md). Rows are grouped by degree: for each degree k up
-    to 64 one ``np.take`` gathers a (rows, k, d) block, summed over k; longer rows go through
-    ``np.add.reduceat``. Pure."""
+    to 64 one ``np.take`` gathers a (rows, k, d) block, summed over k (for d <= 8 as one
+    matrix product); longer rows go through ``np.add.reduceat``. Pure."""
     indptr = np.asarray(indptr, np.int64)
     indices = np.asarray(indices)
     x = np.asarray(x, np.float32)
@@ -247,12 +249,16 @@ def neighbour_sum(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.
     order = np.argsort(deg, kind="stable")
     ds = deg[order]
     cut = np.searchsorted(ds, np.arange(1, _DENSE_DEGREE + 2))  # first row of degree >= k
+    d = x.shape[1]
     for k in range(1, min(_DENSE_DEGREE, int(ds[-1])) + 1):
         step = max(1, _GATHER_EDGES // k)
+        # narrow rows: the sum over k as one matrix product with k stacked identities (NumPy's
+        # reduction over the middle axis of (rows, k, 4) is 2x slower)
+        ones = np.tile(np.eye(d, dtype=np.float32), (k, 1)) if d <= _NARROW else None
         for lo in range(int(cut[k - 1]), int(cut[k]), step):
             rows = order[lo:min(lo + step, int(cut[k]))]
-            idx = indices[indptr[rows][:, None] + np.arange(k)]
-            out[rows] = np.take(x, idx, axis=0).sum(axis=1)
+            g = np.take(x, indices[indptr[rows][:, None] + np.arange(k)], axis=0)
+            out[rows] = g.sum(axis=1) if ones is None else g.reshape(rows.size, k * d) @ ones
     long = order[int(cut[_DENSE_DEGREE]):]
     lo = 0
     while lo < long.size:   # long rows: a few at a time, about _GATHER_EDGES neighbours
