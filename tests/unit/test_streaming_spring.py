@@ -324,7 +324,8 @@ def test_fit_threads_bounds_the_extra_copies():
 @pytest.mark.parametrize("p", [3, 8, 130])
 def test_row_refinement_equals_streamed(tmp_path, p):
     """One rank: the refinement from the CSR rows (rowrefine) makes the streamed passes' moves
-    (self-loops and repeated edges included, rows cut into several blocks, the cap binding)."""
+    (self-loops and repeated edges included, rows cut into several blocks, the cap binding;
+    one, two and three threads)."""
     from shardgnn.comm import serial
     from shardgnn.graph.generators import rmat_edges
     from shardgnn.partition.streaming import adjacency, passes, rowrefine
@@ -343,14 +344,16 @@ def test_row_refinement_equals_streamed(tmp_path, p):
     rows = adjacency.build(stream, comm, deg, tmp_path, timer, hold=True, memory=1 << 30)
     rows.chunk = 700   # several row blocks
     try:
-        for cap in (1.05 * n / p, 1.01 * n / p):
+        for cap, threads in ((1.05 * n / p, 1), (1.01 * n / p, 1), (1.05 * n / p, 2),
+                             (1.01 * n / p, 3)):
             a, b = owner.copy(), owner.copy()
             for level, lab in enumerate(info["labels"]):
                 ma = passes.cluster_refine_pass(stream, comm, a, lab, p, 3, cap, level, timer)
-                mb = rowrefine.cluster_refine_pass_rows(rows, b, lab, p, 3, cap, level, timer)
+                mb = rowrefine.cluster_refine_pass_rows(rows, b, lab, p, 3, cap, level, timer,
+                                                        threads=threads)
                 assert ma == mb and np.array_equal(a, b)
             ma = passes.refine_pass(stream, comm, a, p, 4, cap, 1, timer, 0.8)
-            mb = rowrefine.refine_pass_rows(rows, b, p, 4, cap, 1, timer, 0.8)
+            mb = rowrefine.refine_pass_rows(rows, b, p, 4, cap, 1, timer, 0.8, threads=threads)
             assert ma == mb and (sum(ma) > 0 or p > 64) and np.array_equal(a, b)
     finally:
         rows.remove()

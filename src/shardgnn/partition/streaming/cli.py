@@ -73,7 +73,10 @@ def add_arguments(parser: Any) -> None:
                    "--refine-clusters passes each), then single vertices, each towards the "
                    "partition holding most of their neighbours, never above --refine-balance * "
                    "|V|/p owned vertices. Each pass streams the edges once and keeps an int32 "
-                   "|V| x p neighbour-count matrix: O(|V|*p) memory" % DEFAULT_REFINE)
+                   "|V| x p neighbour-count matrix: O(|V|*p) memory; with one rank and the CSR "
+                   "write (--write-from csr) each pass reads the CSR rows instead and gathers a "
+                   "vertex's counts from its neighbours' owners (same moves; a cluster pass "
+                   "keeps a #clusters x p matrix)" % DEFAULT_REFINE)
     g.add_argument("--refine-clusters", type=int, default=DEFAULT_REFINE_CLUSTERS, metavar="C",
                    help="SPRING: refinement passes per cluster level (merged clusters, then "
                    "streaming clusters) before vertex moves; 0 = vertex moves only "
@@ -145,7 +148,10 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads per rank of the degree and hop passes (each a share of the "
                    "rank's edges into its own counts) and, with one rank, of the adjacency "
-                   "pass (each the rows of a range of sources); same output for any N. "
+                   "pass (each the rows of a range of sources) and of the refinement from the "
+                   "CSR rows (each a range of rows; a cluster pass's extra (#clusters, p) "
+                   "int32 counts per thread also fit a quarter of --write-memory); same output "
+                   "for any N. "
                    "Python threads running nogil kernels: OMP_NUM_THREADS does not limit "
                    "them. The degree and hop passes use at most as many as let their extra "
                    "copies (8 bytes per vertex and 64 partitions each) fit a quarter of "

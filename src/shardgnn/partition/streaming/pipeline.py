@@ -269,7 +269,8 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
         if shard is None:
             shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr",
                                     hold=True, threads=threads)
-        _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, shard)
+        _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, shard, threads,
+                budget)
     elif cfg.refine:
         _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, None)
     del labels
@@ -318,10 +319,12 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
 
 def _refine(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, stream: Any,
             timer: passes.PassTimer, owner: np.ndarray, labels: list[np.ndarray] | None,
-            info: dict[str, Any], rows: adjacency.AdjacencyShard | None) -> None:
+            info: dict[str, Any], rows: adjacency.AdjacencyShard | None, threads: int = 1,
+            budget: int = 0) -> None:
     """SPRING's restreaming refinement of ``owner`` (in place): ``--refine-clusters`` passes
     per cluster level of ``labels``, then vertex passes; from the CSR ``rows`` of every vertex
-    when given (one rank, :mod:`rowrefine`), else streamed. Collective over comm."""
+    when given (one rank, :mod:`rowrefine`, by ``threads`` threads; a cluster level's extra
+    count copies fit a quarter of ``budget``), else streamed. Collective over comm."""
     cap = cfg.refine_balance * meta.num_nodes / p
     rounds = cfg.refine
     show = comm.rank == 0
@@ -330,8 +333,11 @@ def _refine(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, s
         if c_rounds <= 0:
             break
         if rows is not None:
-            done = rowrefine.cluster_refine_pass_rows(rows, owner, lab, p, c_rounds, cap,
-                                                      cfg.seed + level, timer, show)
+            k = int(lab.max()) + 1 if lab.size else 0
+            copy = k * (p * rowrefine.count_dtype(int(rows.indptr[-1])).itemsize + 8)
+            done = rowrefine.cluster_refine_pass_rows(
+                rows, owner, lab, p, c_rounds, cap, cfg.seed + level, timer, show,
+                passes.fit_threads(threads, copy, budget // 4))
         else:
             done = passes.cluster_refine_pass(stream, comm, owner, lab, p, c_rounds, cap,
                                               cfg.seed + level, timer)
@@ -339,7 +345,7 @@ def _refine(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, s
         rounds -= len(done)
     if rounds > 0 and rows is not None:
         info["refine_moves"] = rowrefine.refine_pass_rows(rows, owner, p, rounds, cap, cfg.seed,
-                                                          timer, cfg.refine_frac, show)
+                                                          timer, cfg.refine_frac, show, threads)
     elif rounds > 0:
         info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, rounds, cap,
                                                   cfg.seed, timer, cfg.refine_frac)

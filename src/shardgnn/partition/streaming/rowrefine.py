@@ -15,6 +15,7 @@ holds both directions of every edge, a self-loop twice, as the streamed counts d
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,57 @@ def refine_rows(indptr, tgt, lo, s0, s1, snap, owner, load, cap, seed, rnd, frac
     return moves
 
 
+@njit(cache=True, nogil=True)
+def row_counts(indptr, tgt, lo, s0, s1, r0, snap, seed, rnd, frac, cnt):
+    """First phase of :func:`refine_rows` for threads: cnt[s - r0, i] = neighbours u of
+    vertex lo + s with snap[u] = i, for the rows s0..s1-1 whose vertex the seeded draw lets
+    move (the other rows of ``cnt`` are left as they are). ``tgt`` as there."""
+    p = cnt.shape[1]
+    thresh = np.uint64(frac * 18446744073709551615.0)
+    base = indptr[s0]
+    last = indptr[s1] - base
+    for s in range(s0, s1):
+        if K.hash64(lo + s, rnd, seed) > thresh:
+            continue
+        row = s - r0
+        for i in range(p):
+            cnt[row, i] = 0
+        a0 = indptr[s] - base
+        a1 = indptr[s + 1] - base
+        for j in range(a0, a1):
+            if j + GATHER_AHEAD < last:
+                prefetch(snap, tgt[j + GATHER_AHEAD])
+            cnt[row, snap[tgt[j]]] += 1
+
+
 @njit(cache=True)
+def sweep_rows(lo, s0, s1, cnt, owner, load, cap, seed, rnd, frac):
+    """Second phase, in vertex order: :func:`kernels.refine_sweep`'s moves of vertices
+    lo + s0 .. lo + s1 - 1 from their :func:`row_counts` (row s - s0). Returns the moves."""
+    p = cnt.shape[1]
+    thresh = np.uint64(frac * 18446744073709551615.0)
+    moves = 0
+    for s in range(s0, s1):
+        v = lo + s
+        if K.hash64(v, rnd, seed) > thresh:
+            continue
+        row = s - s0
+        a = owner[v]
+        best = a
+        bc = cnt[row, a]
+        for i in range(p):
+            if cnt[row, i] > bc and load[i] + 1 <= cap:
+                best = i
+                bc = cnt[row, i]
+        if best != a:
+            owner[v] = best
+            load[a] -= 1
+            load[best] += 1
+            moves += 1
+    return moves
+
+
+@njit(cache=True, nogil=True)
 def cluster_rows_counts(indptr, tgt, lo, s0, s1, keys, bits, cnt, inner):
     """:func:`kernels.cluster_part_counts` from rows s0..s1-1 (vertices lo + s): for every
     neighbour u of v, cnt[label[v], owner[u]] += 1 and inner[label[v]] += 1 when
@@ -121,34 +172,76 @@ def cluster_rows_counts(indptr, tgt, lo, s0, s1, keys, bits, cnt, inner):
             inner[lv] += same
 
 
+def _cuts(indptr: np.ndarray, s: int, end: int, threads: int) -> list[int]:
+    """Row bounds cutting rows s..end-1 into ``threads`` ranges of about equal lines. Pure."""
+    want = np.linspace(int(indptr[s]), int(indptr[end]), threads + 1)[1:-1]
+    mid = s + np.searchsorted(indptr[s:end + 1], want, side="left")
+    return [s, *np.clip(mid, s, end).tolist(), end]
+
+
+def _each(pool: Any, cuts: list[int], work: Any) -> None:
+    """``work(t, a, b)`` for every range t of ``cuts``, range 0 here, the others on ``pool``."""
+    futures = [pool.submit(work, t, cuts[t], cuts[t + 1]) for t in range(1, len(cuts) - 1)]
+    work(0, cuts[0], cuts[1])
+    for f in futures:
+        f.result()
+
+
 def refine_pass_rows(rows: Any, owner: np.ndarray, p: int, rounds: int, cap: float, seed: int,
-                     timer: Any, frac: float = 0.5, show: bool = True) -> list[int]:
+                     timer: Any, frac: float = 0.5, show: bool = True,
+                     threads: int = 1) -> list[int]:
     """:func:`passes.refine_pass` on one rank from ``rows`` (an
-    :class:`adjacency.AdjacencyShard` of every vertex, undirected): the same moves. Rank-local."""
+    :class:`adjacency.AdjacencyShard` of every vertex, undirected): the same moves. With
+    ``threads`` > 1 the counts of each block of rows are gathered by that many threads into
+    a (rows, p) array (:func:`row_counts`), then the block's moves made in vertex order
+    (:func:`sweep_rows`). Rank-local."""
     load = np.bincount(owner, minlength=p).astype(np.int64)
     moves: list[int] = []
     total = int(rows.indptr[-1])
-    for r in range(rounds):
-        t0 = time.perf_counter()
-        snap = snapshot(owner, p)
-        m = 0
-        with log.Progress(total, f"refine {r + 1}/{rounds}", unit="line", enabled=show) as bar:
-            for s, end, tgt in rows.row_blocks():
-                m += refine_rows(rows.indptr, tgt, rows.lo, s, end, snap, owner, load, cap,
-                                 seed, r + 1, frac, p)
-                bar.update(len(tgt))
-        moves.append(int(m))
-        timer.add("refine", time.perf_counter() - t0, total // 2)
-        if m == 0:
-            break
+    ip = rows.indptr
+    pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="refine") if threads > 1 else None
+    cnt = np.empty((0, p), count_dtype(total))
+    try:
+        for r in range(rounds):
+            t0 = time.perf_counter()
+            snap = snapshot(owner, p)
+            m = 0
+            with log.Progress(total, f"refine {r + 1}/{rounds}", unit="line",
+                              enabled=show) as bar:
+                for s, end, tgt in rows.row_blocks():
+                    if pool is None:
+                        m += refine_rows(ip, tgt, rows.lo, s, end, snap, owner, load, cap,
+                                         seed, r + 1, frac, p)
+                        bar.update(len(tgt))
+                        continue
+                    if cnt.shape[0] < end - s:
+                        cnt = np.empty((end - s, p), cnt.dtype)
+
+                    def work(t: int, a: int, b: int, tgt: np.ndarray = tgt, s: int = s,
+                             rnd: int = r + 1) -> None:
+                        row_counts(ip, tgt[ip[a] - ip[s]:], rows.lo, a, b, s, snap, seed, rnd,
+                                   frac, cnt)
+
+                    _each(pool, _cuts(ip, s, end, threads), work)
+                    m += sweep_rows(rows.lo, s, end, cnt, owner, load, cap, seed, r + 1, frac)
+                    bar.update(len(tgt))
+            moves.append(int(m))
+            timer.add("refine", time.perf_counter() - t0, total // 2)
+            if m == 0:
+                break
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return moves
 
 
 def cluster_refine_pass_rows(rows: Any, owner: np.ndarray, label: np.ndarray, p: int,
                              rounds: int, cap: float, seed: int, timer: Any,
-                             show: bool = True) -> list[int]:
+                             show: bool = True, threads: int = 1) -> list[int]:
     """:func:`passes.cluster_refine_pass` on one rank from ``rows`` (as
-    :func:`refine_pass_rows`): the same moves. Rank-local."""
+    :func:`refine_pass_rows`): the same moves. With ``threads`` > 1 the rows of each block
+    are counted by that many threads, each into its own (#clusters, p) counts (summed before
+    the sweep: ``threads`` - 1 extra copies). Rank-local."""
     k = int(label.max()) + 1 if label.size else 0
     size = np.bincount(label, minlength=k).astype(np.int64)
     part_of = np.full(k, -1, np.int64)
@@ -156,24 +249,50 @@ def cluster_refine_pass_rows(rows: Any, owner: np.ndarray, label: np.ndarray, p:
     load = np.bincount(owner, minlength=p).astype(np.int64)
     moves: list[int] = []
     total = int(rows.indptr[-1])
-    for r in range(rounds):
-        t0 = time.perf_counter()
-        keys, bits = cluster_keys(owner, label, p)
-        cnt = np.zeros((k, p), count_dtype(total))
-        inner = np.zeros(k, np.int64)
-        with log.Progress(total, f"cluster refine {r + 1}/{rounds}", unit="line",
-                          enabled=show) as bar:
-            for s, end, tgt in rows.row_blocks():
-                cluster_rows_counts(rows.indptr, tgt, rows.lo, s, end, keys, bits, cnt, inner)
-                bar.update(len(tgt))
-        del keys
-        m = K.cluster_sweep(cnt, inner, size, part_of, load, cap, seed, 1000 + r)
-        owner[...] = part_of[label]
-        moves.append(int(m))
-        timer.add("refine", time.perf_counter() - t0, total // 2)
-        if m == 0:
-            break
+    pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="refine") if threads > 1 else None
+    try:
+        for r in range(rounds):
+            t0 = time.perf_counter()
+            keys, bits = cluster_keys(owner, label, p)
+            cnt, inner = _cluster_counts(rows, keys, bits, k, p, pool, threads,
+                                         f"cluster refine {r + 1}/{rounds}", show)
+            del keys
+            m = K.cluster_sweep(cnt, inner, size, part_of, load, cap, seed, 1000 + r)
+            owner[...] = part_of[label]
+            moves.append(int(m))
+            timer.add("refine", time.perf_counter() - t0, total // 2)
+            if m == 0:
+                break
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return moves
+
+
+def _cluster_counts(rows: Any, keys: np.ndarray, bits: int, k: int, p: int, pool: Any,
+                    threads: int, desc: str, show: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(#clusters, p) counts and inner adjacencies of every cluster from ``rows``
+    (:func:`cluster_rows_counts`), by ``threads`` threads (``pool`` holds the others) each
+    into its own copy, summed. Rank-local."""
+    ip = rows.indptr
+    total = int(ip[-1])
+    cnts = [np.zeros((k, p), count_dtype(total)) for _ in range(threads if pool else 1)]
+    inners = [np.zeros(k, np.int64) for _ in cnts]
+    with log.Progress(total, desc, unit="line", enabled=show) as bar:
+        for s, end, tgt in rows.row_blocks():
+            def work(t: int, a: int, b: int, tgt: np.ndarray = tgt, s: int = s) -> None:
+                cluster_rows_counts(ip, tgt[ip[a] - ip[s]:], rows.lo, a, b, keys, bits,
+                                    cnts[t], inners[t])
+
+            if pool is None:
+                work(0, s, end)
+            else:
+                _each(pool, _cuts(ip, s, end, threads), work)
+            bar.update(len(tgt))
+    for c, i in zip(cnts[1:], inners[1:]):
+        cnts[0] += c
+        inners[0] += i
+    return cnts[0], inners[0]
 
 
 def warmup(dtypes: tuple[Any, ...], p: int) -> None:
@@ -183,8 +302,12 @@ def warmup(dtypes: tuple[Any, ...], p: int) -> None:
     label = np.zeros(2, np.int64)
     for dt in dtypes:
         tgt = np.array([1, 0], dt)
-        refine_rows(indptr, tgt, 0, 0, 2, snapshot(owner, p), owner.copy(),
-                    np.zeros(p, np.int64), 1.0, 0, 1, 0.5, p)
+        snap = snapshot(owner, p)
+        refine_rows(indptr, tgt, 0, 0, 2, snap, owner.copy(), np.zeros(p, np.int64), 1.0, 0, 1,
+                    0.5, p)
+        rc = np.empty((2, p), count_dtype(2))
+        row_counts(indptr, tgt, 0, 0, 2, 0, snap, 0, 1, 0.5, rc)
+        sweep_rows(0, 0, 2, rc, owner.copy(), np.zeros(p, np.int64), 1.0, 0, 1, 0.5)
         cnt = np.zeros((5001, p), count_dtype(2))
         inner = np.zeros(5001, np.int64)
         for lab in (label, np.array([0, 5000], np.int64)):   # int16 and int32 keys
