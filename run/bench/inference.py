@@ -318,12 +318,13 @@ def main() -> int:
     ap.add_argument("--policy", default="fifo", help="orders: --cache-policy")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="environment of every timed command, both modes (repeatable; e.g. "
-                    "MPIR_CVAR_CH4_NETMOD=ofi); recorded, and the run is named NAME-TAG")
+                    "MPIR_CVAR_CH4_NETMOD=ofi); recorded in the run (name it with --tag)")
     ap.add_argument("--tag", default="", help="suffix of the run's name in --out")
     ap.add_argument("--base-src", default="",
                     help="wise: also time the layerwise command on the shardgnn sources of this "
-                    "folder (its src/ and perfmodel/ first on PYTHONPATH; e.g. an export of "
-                    "main before a change) in every round: 'layerwise_base'")
+                    "folder (DIR/src, then DIR, on PYTHONPATH; e.g. an export of main before a "
+                    "change) in every round: 'layerwise_base'. Python puts the working "
+                    "directory first, so run from elsewhere than a checkout for its perfmodel/")
     ap.add_argument("--work", default=str(ROOT / "work" / "bench-inference"))
     ap.add_argument("--out", default=str(ROOT / "run" / "bench" / "results" / "inference.json"))
     a = ap.parse_args()
