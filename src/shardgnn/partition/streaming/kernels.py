@@ -586,6 +586,20 @@ def neighbour_part_counts(edges, owner, cnt, directed):
             cnt[u, owner[v]] += 1
 
 
+@njit(cache=True, inline="always")
+def best_part(c, a, load, cap):
+    """The partition i with most counts c[i] (first such i) among those whose ``load`` stays
+    within ``cap`` after one more vertex, if it holds more than the current partition ``a``;
+    else ``a`` (ties keep a vertex where it is). The decision of every refinement sweep."""
+    best = a
+    bc = c[a]
+    for i in range(c.shape[0]):
+        if c[i] > bc and load[i] + 1 <= cap:
+            best = i
+            bc = c[i]
+    return best
+
+
 @njit(cache=True)
 def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
     """Move vertices towards the partition holding most neighbours, never above ``cap`` owned.
@@ -593,19 +607,14 @@ def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
     Only a seeded random ``frac`` of the vertices may move in one sweep (limits oscillation from
     stale counts). Ties keep the current partition. Returns the number of moves.
     """
-    n, p = cnt.shape
+    n = cnt.shape[0]
     moves = 0
     thresh = np.uint64(frac * 18446744073709551615.0)
     for v in range(n):
         if hash64(v, rnd, seed) > thresh:
             continue
         a = owner[v]
-        best = a
-        bc = cnt[v, a]
-        for i in range(p):
-            if cnt[v, i] > bc and load[i] + 1 <= cap:
-                best = i
-                bc = cnt[v, i]
+        best = best_part(cnt[v], a, load, cap)
         if best != a:
             owner[v] = best
             load[a] -= 1

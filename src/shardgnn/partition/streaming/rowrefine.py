@@ -76,12 +76,7 @@ def refine_rows(indptr, tgt, lo, s0, s1, snap, owner, load, cap, seed, rnd, frac
                 prefetch(snap, tgt[j + GATHER_AHEAD])
             cnt[snap[tgt[j]]] += 1
         a = owner[v]
-        best = a
-        bc = cnt[a]
-        for i in range(p):
-            if cnt[i] > bc and load[i] + 1 <= cap:
-                best = i
-                bc = cnt[i]
+        best = K.best_part(cnt, a, load, cap)
         if best != a:
             owner[v] = best
             load[a] -= 1
@@ -117,7 +112,6 @@ def row_counts(indptr, tgt, lo, s0, s1, r0, snap, seed, rnd, frac, cnt):
 def sweep_rows(lo, s0, s1, cnt, owner, load, cap, seed, rnd, frac):
     """Second phase, in vertex order: :func:`kernels.refine_sweep`'s moves of vertices
     lo + s0 .. lo + s1 - 1 from their :func:`row_counts` (row s - s0). Returns the moves."""
-    p = cnt.shape[1]
     thresh = np.uint64(frac * 18446744073709551615.0)
     moves = 0
     for s in range(s0, s1):
@@ -126,12 +120,7 @@ def sweep_rows(lo, s0, s1, cnt, owner, load, cap, seed, rnd, frac):
             continue
         row = s - s0
         a = owner[v]
-        best = a
-        bc = cnt[row, a]
-        for i in range(p):
-            if cnt[row, i] > bc and load[i] + 1 <= cap:
-                best = i
-                bc = cnt[row, i]
+        best = K.best_part(cnt[row], a, load, cap)
         if best != a:
             owner[v] = best
             load[a] -= 1
