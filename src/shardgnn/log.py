@@ -67,8 +67,9 @@ class Progress:
     def _line(self, now: float) -> None:
         rate = self.done / max(now - self.t0, 1e-9)
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        get().info("%s: %d/%d %ss (%.1f%%, %.2f M%ss/s)", self.desc, self.done, self.total,
-                   self.unit, pct, rate / 1e6, self.unit)
+        units = "vertices" if self.unit == "vertex" else f"{self.unit}s"
+        get().info("%s: %d/%d %s (%.1f%%, %.2f M%s/s)", self.desc, self.done, self.total,
+                   units, pct, rate / 1e6, units)
 
     def close(self) -> float:
         """Finish the bar; returns elapsed seconds."""

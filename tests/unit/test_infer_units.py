@@ -1,6 +1,7 @@
 """Units of `shardgnn infer`: the dynamic chunk cache (FIFO vs LRU, size 0), chunked fills in
 any order, layer files recognised as complete only with the run's key and a valid checksum, the
-NumPy neighbour-sum kernel against SciPy's SpMM (both kernels of a layerwise neighbourhood)."""
+NumPy neighbour-sum kernel against SciPy's SpMM (both kernels of a layerwise neighbourhood), a
+narrowing GraphSAGE layer from the rows mapped ahead for it."""
 from pathlib import Path
 
 import h5py
@@ -57,6 +58,48 @@ def test_rank_file_complete_only_with_key_and_checksum(tmp_path):
     assert es.check_rank_file(p, want) == "checksum mismatch"
     assert es.check_rank_file(tmp_path / "nothing.h5", want) == "missing"
     assert list(p.parent.iterdir()) == [p]   # no temporary left behind
+    # /ahead: in the checksum, its width an attribute a run expects
+    q = tmp_path / "layer-02" / "rank-00000.h5"
+    ahead = emb[:, :2] * 3
+    es.write_rank_file(q, emb, np.arange(70), emb, {**want, "ahead_width": 2}, 32, "none",
+                       ahead=ahead)
+    assert es.check_rank_file(q, {**want, "ahead_width": 2}) == ""
+    assert "ahead_width" in es.check_rank_file(q, {**want, "ahead_width": 0})
+    assert "ahead_width" in es.check_rank_file(p, {**want, "ahead_width": 2})
+    lay = es.LayerSource(1, 32, root=tmp_path, owner=np.zeros(70, np.int32),
+                         row=np.arange(70), dataset="ahead")
+    lay.layer = 2
+    got = np.empty((70, 2), np.float32)
+    lay.fill(np.arange(70), got, lay.cache(1, "fifo"), 32)
+    lay.close()
+    np.testing.assert_array_equal(got, ahead)
+    with h5py.File(q, "r+") as f:
+        f["ahead"][5, 1] += 1.0
+    assert es.check_rank_file(q, {**want, "ahead_width": 2}) == "checksum mismatch"
+
+
+def test_sage_layer_from_rows_mapped_ahead():
+    from shardgnn.infer.model import (LoadedModel, neighbour_mean, sage_ahead,
+                                      sage_ahead_width, sage_input, sage_output)
+
+    rng = np.random.default_rng(4)
+    widths = {0: (16, 8), 1: (4, 16)}   # layer 1 narrows 16 -> 4 (out, in)
+    state = {}
+    for i, (o, n) in widths.items():
+        state[f"convs.{i}.lin_l.weight"] = rng.normal(size=(o, n)).astype(np.float32)
+        state[f"convs.{i}.lin_r.weight"] = rng.normal(size=(o, n)).astype(np.float32)
+        state[f"convs.{i}.lin_l.bias"] = rng.normal(size=o).astype(np.float32)
+    lm = LoadedModel(state, "sage", "sampled", 2, 8, 4, [16, 4], "out", "layer", "k", {})
+    assert [sage_ahead_width(lm, i) for i in range(3)] == [0, 8, 0]
+    x = rng.normal(size=(5000, 16)).astype(np.float32)   # layer 1's input rows
+    ip = np.arange(0, 3 * 2001, 3)                        # 2000 targets, 3 neighbours each
+    ind = rng.integers(0, x.shape[0], int(ip[-1]))
+    own = rng.integers(0, x.shape[0], 2000)
+    want = sage_output(lm, 1, neighbour_mean(ip, ind, sage_input(lm, 1, x)), x[own])
+    z = sage_ahead(lm, 1, x)
+    got = sage_output(lm, 1, neighbour_mean(ip, ind, np.ascontiguousarray(z[:, :4])),
+                      z[own, 4:], mapped=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_owner_partitions_hash_among_holders():

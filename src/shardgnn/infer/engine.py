@@ -27,7 +27,8 @@ from shardgnn.errors import ShardError, input_error
 from shardgnn.infer import samplewise as sw
 from shardgnn.infer import store as es
 from shardgnn.infer.model import (LoadedModel, apply_layer, load_model, mean_adjacency,
-                                  neighbour_mean, sage_input, sage_output, training_graph)
+                                  neighbour_mean, sage_ahead, sage_ahead_width, sage_input,
+                                  sage_output, training_graph)
 from shardgnn.io import outputs
 from shardgnn.io.results import ResultWriter, check_output_path
 from shardgnn.partition.vertexcut import ordering
@@ -269,8 +270,9 @@ class _Layers:
     """Writing and checking the per-layer files of this run. Collective methods say so."""
 
     def __init__(self, comm: Communicator, cfg: InferConfig, plan: _Plan, key: str,
-                 last: int) -> None:
+                 last: int, ahead: dict[int, int] | None = None) -> None:
         self.comm, self.cfg, self.plan, self.key, self.last = comm, cfg, plan, key, last
+        self.ahead = ahead or {}   # layer -> width of its files' /ahead (absent: none)
         self.root = cfg.layers_root()
         self.bounds = block_bounds(plan.n, comm.size)
         self._route: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -278,7 +280,8 @@ class _Layers:
 
     def want(self, layer: int) -> dict[str, Any]:
         return {"run_key": self.key, "layer": layer, "rank": self.comm.rank,
-                "ranks": self.comm.size, "rows": int(self.plan.targets.size)}
+                "ranks": self.comm.size, "rows": int(self.plan.targets.size),
+                "ahead_width": self.ahead.get(layer, 0)}
 
     def complete(self, layer: int) -> bool:
         """Whether every rank's file of ``layer`` and its virtual dataset are finished files of
@@ -289,9 +292,9 @@ class _Layers:
             ok = ok and es.vds_key(es.vds_file(self.root, layer)) == self.key
         return bool(self.comm.allreduce_scalar(int(ok), "min"))
 
-    def write(self, layer: int, emb: np.ndarray) -> None:
-        """Redistribute the rows to global-id blocks, write this rank's file, then rank 0 the
-        virtual dataset. Collective over comm."""
+    def write(self, layer: int, emb: np.ndarray, ahead: np.ndarray | None = None) -> None:
+        """Redistribute the rows to global-id blocks, write this rank's file (with the next
+        layer's ``ahead`` rows), then rank 0 the virtual dataset. Collective over comm."""
         comm, plan = self.comm, self.plan
         g = plan.targets
         if self._route is None:   # the same for every layer: once per run
@@ -315,7 +318,7 @@ class _Layers:
         path = es.rank_file(self.root, layer, comm.rank)
         try:
             es.write_rank_file(path, emb, g, by_gid, self.want(layer), self.cfg.chunk_rows,
-                               self.cfg.compression, durable=False)
+                               self.cfg.compression, durable=False, ahead=ahead)
         except OSError as exc:
             err = f"{path}: cannot write ({exc})"
         if last and not err:
@@ -395,15 +398,18 @@ class _Hood:
 
 
 def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i: int,
-           hood: _Hood, src: es.LayerSource, capacity: int, st: dict[str, float]) -> np.ndarray:
-    """Model layer ``i`` for this rank's targets: static-cache fill, then batches. Rank-local
+           hood: _Hood, src: es.LayerSource, capacity: int, st: dict[str, float]
+           ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Model layer ``i`` for this rank's targets: static-cache fill, then batches; and, when
+    layer ``i + 1`` narrows, the rows mapped ahead for it (:func:`sage_ahead`). Rank-local
     (the neighbour lists were sampled beforehand)."""
     t, need, indptr = plan.targets, hood.need, hood.indptr
     t0 = time.perf_counter()
     # the cache holds rows in global-id order; the fill walks them in the order of the source's
     # layout: the features are in global-id order (layer 0), the embedding files in --order
     walk = None if i == 0 else ordering.order(cfg.order, need, plan.part[need], plan.deg[need])
-    width = lm.in_channels if i == 0 else _out_width(lm, i - 1)
+    mapped = sage_ahead_width(lm, i)   # > 0: the source holds [x W_l^T | x W_r^T] rows
+    width = mapped or (lm.in_channels if i == 0 else _out_width(lm, i - 1))
     static = np.empty((need.size, width), np.float32)
     dyn = src.cache(capacity, cfg.cache_policy)
     src.fill(need if walk is None else need[walk], static, dyn, cfg.chunk_rows, dest=walk)
@@ -425,21 +431,26 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
     B = cfg.chunk_rows
     # GraphSAGE: one SpMM per block of targets over the whole static cache (narrowing layers
     # first map every cached row, then average out-wide rows); other models: apply_layer
-    agg = sage_input(lm, i, static) if lm.name == "sage" else static
+    k = mapped // 2
+    if mapped:
+        agg = np.ascontiguousarray(static[:, :k])
+    else:
+        agg = sage_input(lm, i, static) if lm.name == "sage" else static
     for lo in range(0, t.size, B):   # blocks over the whole static cache: no copy of rows
         hi = min(lo + B, t.size)
         if lm.name == "sage":
-            out[lo:hi] = sage_output(lm, i, hood.mean(lo, hi, agg),
-                                     static[hood.tpos[lo:hi]])
+            xself = static[hood.tpos[lo:hi], k:] if mapped else static[hood.tpos[lo:hi]]
+            sage_output(lm, i, hood.mean(lo, hi, agg), xself, out=out[lo:hi], mapped=bool(mapped))
         else:
             blk = Block(num_src=need.size, num_dst=hi - lo,
                         indptr=indptr[lo:hi + 1] - indptr[lo],
                         indices=hood.npos[indptr[lo]:indptr[hi]])
             out[lo:hi] = apply_layer(lm, i, static, blk, deg, dst=hood.tpos[lo:hi])
         prog.update(hi - lo)
+    ahead = sage_ahead(lm, i + 1, out) if sage_ahead_width(lm, i + 1) else None
     prog.close()
     st["model_time"] += time.perf_counter() - t1
-    return out
+    return out, ahead
 
 
 def _aggregated_width(lm: LoadedModel, i: int) -> int:
@@ -514,11 +525,11 @@ def _capacity(cfg: InferConfig, src: es.LayerSource) -> int:
 
 
 def _source(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int,
-            x: np.ndarray | es.NpyRows) -> es.LayerSource:
+            x: np.ndarray | es.NpyRows, dataset: str = "emb") -> es.LayerSource:
     if layer == 0:
         return es.LayerSource(0, cfg.chunk_rows, features=x)
     return es.LayerSource(layer, cfg.chunk_rows, root=cfg.layers_root(), owner=plan.owner,
-                          row=plan.row, ranks=comm.size)
+                          row=plan.row, ranks=comm.size, dataset=dataset)
 
 
 def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
@@ -544,13 +555,13 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
         floats = hood.npos.size * sum(_aggregated_width(lm, j) for j in range(i, L))
         hood.spmm = floats > SPMM_ABOVE
         st["sample_time"] = time.perf_counter() - t0
-        src = _source(comm, cfg, plan, i, x)
+        src = _source(comm, cfg, plan, i, x, "ahead" if sage_ahead_width(lm, i) else "emb")
         try:
-            emb = _layer(comm, lm, cfg, plan, i, hood, src, _capacity(cfg, src), st)
+            emb, ahead = _layer(comm, lm, cfg, plan, i, hood, src, _capacity(cfg, src), st)
         finally:
             src.close()
         t1 = time.perf_counter()
-        layers.write(i + 1, emb)
+        layers.write(i + 1, emb, ahead)
         st["write_time"] = time.perf_counter() - t1
         for k in STATS:
             hist[k][i] = st[k]
@@ -630,7 +641,8 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
         sampler = GatherApplySampler(comm, store, direction=lm.direction, mode="uniform",
                                      seed=cfg.seed)
     layers = _Layers(comm, cfg, plan, run_key(lm, cfg, store.meta, fanouts, comm.size),
-                     lm.layers)
+                     lm.layers, {i: w for i in range(1, lm.layers)
+                                 if (w := sage_ahead_width(lm, i)) and not cfg.samplewise})
     L = lm.layers
     hist = {k: np.zeros(L) for k in STATS}
     start = _resume_point(layers, L, cfg.samplewise) if cfg.resume else 0

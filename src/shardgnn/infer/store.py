@@ -10,8 +10,12 @@ Layout of a layers directory (``docs/inference.md``)::
         /by_gid  (hi - lo, d) float32 rows lo..hi-1 of the N x d matrix in global-id order
                  (lo, hi = block_range(N, P, r)), stored as /emb: the source of the virtual
                  dataset
+        /ahead   (rows_r, 2k) float32, only before a narrowing GraphSAGE layer (k = its output
+                 width < d): the rows of /emb times that layer's two weight matrices,
+                 [x W_l^T | x W_r^T], in /emb's order, stored as /emb; the next layer's
+                 caches read these 2k floats per row instead of d
         attrs    format, layer, rank, ranks, rows, width, chunk_rows, compression, run_key,
-                 adler32 (of /emb then /by_gid), complete
+                 ahead_width (2k, or 0), adler32 (of /emb, /by_gid, then /ahead), complete
     DIR/layer-LL.h5              /emb: virtual (N, d) dataset over every rank's /by_gid
 
 A file is written under a temporary name and renamed when complete, so a file under the final
@@ -94,10 +98,11 @@ def _chunked(f: Any, name: str, data: np.ndarray, chunk_rows: int, compression: 
 
 def write_rank_file(path: Path, emb: np.ndarray, gid: np.ndarray, by_gid: np.ndarray,
                     attrs: dict[str, Any], chunk_rows: int, compression: str,
-                    durable: bool = True) -> None:
+                    durable: bool = True, ahead: np.ndarray | None = None) -> None:
     """Write one rank's layer file atomically (temp name beside it, rename when complete);
     ``durable``: fsynced (the last layer's; an intermediate layer's file is only read back by
-    this job or a resumed one, which verifies its checksum)."""
+    this job or a resumed one, which verifies its checksum); ``ahead``: the rows of ``emb``
+    already mapped by the next layer (``/ahead``)."""
     import h5py
 
     with outputs.atomic_file(path, lock=False, durable=durable) as tmp, \
@@ -105,12 +110,16 @@ def write_rank_file(path: Path, emb: np.ndarray, gid: np.ndarray, by_gid: np.nda
         _chunked(f, "emb", emb, chunk_rows, compression)
         f.create_dataset("gid", data=gid)
         _chunked(f, "by_gid", by_gid, chunk_rows, compression)
+        extra = () if ahead is None else (ahead,)
+        if ahead is not None:
+            _chunked(f, "ahead", ahead, chunk_rows, compression)
         for k, v in attrs.items():
             f.attrs[k] = v
         f.attrs["format"] = FORMAT
         f.attrs["chunk_rows"] = int(chunk_rows)
         f.attrs["compression"] = compression
-        f.attrs["adler32"] = checksum(emb, by_gid)
+        f.attrs["ahead_width"] = 0 if ahead is None else int(ahead.shape[1])
+        f.attrs["adler32"] = checksum(emb, by_gid, *extra)
         f.attrs["complete"] = True
 
 
@@ -128,7 +137,8 @@ def check_rank_file(path: Path, want: dict[str, Any], verify: bool = True) -> st
             for k, v in want.items():
                 if a.get(k) != v:
                     return f"{k} is {a.get(k)!r}, expected {v!r}"
-            if verify and checksum(f["emb"][()], f["by_gid"][()]) != int(a["adler32"]):
+            parts = [f[k][()] for k in ("emb", "by_gid", "ahead") if k in f]
+            if verify and checksum(*parts) != int(a["adler32"]):
                 return "checksum mismatch"
     except (OSError, KeyError) as exc:
         return f"unreadable ({exc})"
@@ -239,15 +249,16 @@ class LayerSource:
     """Chunked row reads of one layer's embeddings, wherever they are. Rank-local.
 
     Layer 0 reads the dataset's feature array (chunks of ``chunk_rows`` rows in global-id
-    order); a layer >= 1 reads the ``/emb`` datasets of every rank's file (chunk ``c`` of rank
-    ``r`` = rows ``c * C .. (c + 1) * C`` of that file). ``where(gids)`` gives each vertex's
+    order); a layer >= 1 reads the ``/emb`` datasets of every rank's file, or their ``/ahead``
+    with ``dataset="ahead"`` (chunk ``c`` of rank ``r`` = rows ``c * C .. (c + 1) * C`` of that
+    file). ``where(gids)`` gives each vertex's
     (source, row); :meth:`fill` copies rows through a :class:`ChunkCache`.
     """
 
     def __init__(self, layer: int, chunk_rows: int, features: np.ndarray | NpyRows | None = None,
                  root: Path | None = None, owner: np.ndarray | None = None,
-                 row: np.ndarray | None = None, ranks: int = 1) -> None:
-        self.layer, self.C = int(layer), int(chunk_rows)
+                 row: np.ndarray | None = None, ranks: int = 1, dataset: str = "emb") -> None:
+        self.layer, self.C, self.dataset = int(layer), int(chunk_rows), dataset
         self.features, self.root, self.owner, self.row = features, root, owner, row
         self.files: dict[int, Any] = {}
         if layer == 0:
@@ -287,7 +298,7 @@ class LayerSource:
             f = h5py.File(rank_file(self.root, self.layer, src), "r",  # type: ignore[arg-type]
                           rdcc_nbytes=0)
             self.files[src] = f
-        return np.asarray(f["emb"][lo:hi], dtype=np.float32)
+        return np.asarray(f[self.dataset][lo:hi], dtype=np.float32)
 
     def cache(self, capacity: int, policy: str) -> ChunkCache:
         return ChunkCache(self._load, capacity, policy)
