@@ -14,7 +14,6 @@ import gc
 import importlib.util
 import os
 import sys
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -36,6 +35,8 @@ def default_cache_dir() -> Path:
     d = Path(base) / "shardgnn" / "numba"
     if _writable(d):
         return d
+    import tempfile
+
     return Path(tempfile.gettempdir()) / f"shardgnn-numba-{os.getuid() if hasattr(os, 'getuid') else 0}"
 
 

@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -229,7 +228,7 @@ class OutputLock:
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as fh:
-            fh.write(f"pid={os.getpid()} host={socket.gethostname()} "
+            fh.write(f"pid={os.getpid()} host={os.uname().nodename} "
                      f"started={time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
         return True
 
@@ -262,7 +261,7 @@ class OutputLock:
             pid = int(info.get("pid", "0"))
         except ValueError:
             pid = 0
-        if info.get("host") != socket.gethostname() or pid_alive(pid):
+        if info.get("host") != os.uname().nodename or pid_alive(pid):
             return False
         aside = self.path.with_name(f"{self.path.name}.stale-{os.getpid()}")
         try:

@@ -10,7 +10,6 @@ import gzip
 import zlib
 import io
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -450,6 +449,8 @@ class NpzSource(EdgeSource):
         self.name = self.path.stem
         self.chunk = int(chunk_edges)
         _check_readable(self.path)
+        import zipfile   # here: only .npz edge lists need it
+
         try:
             with zipfile.ZipFile(self.path) as zf:
                 names = set(zf.namelist())
@@ -498,6 +499,8 @@ class NpzSource(EdgeSource):
                               f"got {self.shapes[-1][0]}")
 
     def chunks(self) -> Iterator[EdgeChunk]:
+        import zipfile
+
         with zipfile.ZipFile(self.path) as zf:
             members = self.members + (["weight.npy"] if self.has_weights else [])
             fhs = [zf.open(mname) for mname in members]

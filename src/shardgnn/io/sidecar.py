@@ -15,11 +15,6 @@ from typing import Any, Iterable
 
 from shardgnn.errors import input_error
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 
 def read_sidecar(path: str | os.PathLike, fmt: str | None = None,
                  version: int | tuple[int, ...] | None = None, required: Iterable[str] = (),
@@ -52,6 +47,10 @@ def read_sidecar(path: str | os.PathLike, fmt: str | None = None,
         what = "missing" if not p.exists() else "not a file"
         raise input_error(p, f"{what}; {missing_hint}" if missing_hint else what)
     toml = p.suffix == ".toml"
+    if sys.version_info >= (3, 11):   # imported here: most sidecars are JSON
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
         raw = tomllib.loads(p.read_text()) if toml else json.loads(p.read_text())
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
