@@ -119,6 +119,30 @@ def test_owner_partitions_hash_among_holders():
     assert np.array_equal(own, owner_partitions(memb, 10, block=333))   # deterministic
 
 
+def test_owner_partitions_balanced_where_replicas_allow():
+    from shardgnn.infer.engine import owner_partitions
+
+    # 2 partitions: 1000 vertices only in 0, 200 only in 1, 800 in both -> 1000 / 1000
+    memb = np.zeros((2000, 1), np.uint8)
+    memb[:1000], memb[1000:1200], memb[1200:] = 0b01, 0b10, 0b11
+    own = owner_partitions(memb, 2)
+    assert (own[:1000] == 0).all() and (own[1000:] == 1).all()
+    # 3 partitions: 600 / 400 / 200 vertices held by one, 1800 by all three -> 1000 each; and
+    # random holders: every owner holds its vertex, no load above the hash pick's largest, the
+    # same with other block sizes
+    memb = np.full((3000, 1), 0b111, np.uint8)
+    memb[:600], memb[600:1000], memb[1000:1200] = 0b001, 0b010, 0b100
+    assert np.bincount(owner_partitions(memb, 3)).tolist() == [1000, 1000, 1000]
+    rng = np.random.default_rng(5)
+    bits = rng.random((3000, 3)) < np.array([0.9, 0.4, 0.2])
+    bits[~bits.any(1), 2] = True
+    memb = np.packbits(bits.astype(np.uint8), axis=1, bitorder="little")
+    own = owner_partitions(memb, 3)
+    assert bits[np.arange(3000), own].all()
+    assert np.bincount(own, minlength=3).max() < 1275 + 871 * 0.5   # 1275 held by 0 alone
+    assert np.array_equal(own, owner_partitions(memb, 3, block=77))
+
+
 def test_neighbour_sum_equals_spmm():
     import scipy.sparse as sp
 

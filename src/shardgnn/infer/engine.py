@@ -146,10 +146,13 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 18) -> np.ndarray:
     """Owner partition of every vertex: among the partitions holding it (its bits in
     ``membership``, (n, ceil(p/8)) uint8), the one picked by a hash of its global id, so that
-    the replicas of a vertex-cut spread evenly over partitions; a vertex in no partition:
-    ``gid % p``. Deterministic, the same on every rank. Pure."""
+    the replicas of a vertex-cut spread evenly over partitions; then balanced
+    (:func:`_balance_owners`): no partition owns more than ceil(n / p) vertices where its
+    replicated vertices can go to less loaded holders. A vertex in no partition: ``gid % p``.
+    Deterministic, the same on every rank. Pure."""
     n, p = membership.shape[0], max(int(num_parts), 1)
     out = np.empty(n, np.int64)
+    holders = np.empty(n, np.int32)
     for lo in range(0, n, block):
         hi = min(lo + block, n)
         bits = np.unpackbits(membership[lo:hi], axis=1, bitorder="little")[:, :p]
@@ -159,7 +162,54 @@ def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 1
         pick = (_mix(gid) % np.maximum(k, np.uint64(1))).astype(np.int32) + 1
         own = np.argmax(cum >= pick[:, None], axis=1)
         out[lo:hi] = np.where(k > 0, own, gid % p)
-    return out
+        holders[lo:hi] = cum[:, -1]
+    return _balance_owners(out, membership, holders, p)
+
+
+def _balance_owners(own: np.ndarray, membership: np.ndarray, holders: np.ndarray, p: int,
+                    rounds: int = 16, block: int = 1 << 15) -> np.ndarray:
+    """Move vertices held by several partitions from partitions owning more than
+    ``ceil(n / p)`` to the least loaded of their other holders below it, in rounds (each moves
+    at most a partition's surplus out and a partition's deficit in, vertices in a fixed hash
+    order), until none can move. ``own`` is changed in place and returned. Pure."""
+    n = own.size
+    movable = np.flatnonzero(holders >= 2)
+    if p < 2 or movable.size == 0:
+        return own
+    target = -(-n // p)
+    pri = _mix(movable.astype(np.uint64) ^ np.uint64(0x5851F42D4C957F2D))
+    big = np.iinfo(np.int64).max
+    for _ in range(rounds):
+        load = np.bincount(own, minlength=p).astype(np.int64)
+        cand = np.flatnonzero(load[own[movable]] > target)
+        if cand.size == 0:
+            break
+        alt = np.empty(cand.size, np.int64)
+        room = np.empty(cand.size, bool)
+        for lo in range(0, cand.size, block):   # least loaded other holder, block by block
+            v = movable[cand[lo:lo + block]]
+            bits = np.unpackbits(membership[v], axis=1, bitorder="little")[:, :p].astype(bool)
+            r = np.arange(v.size)
+            bits[r, own[v]] = False
+            lw = np.where(bits, load[None, :], big)
+            a = lw.argmin(axis=1)
+            alt[lo:lo + block] = a
+            room[lo:lo + block] = lw[r, a] < target
+        cand, alt = cand[room], alt[room]
+        if cand.size == 0:
+            break
+        for key, cap in ((lambda c, a: own[movable[c]], lambda q: load[q] - target),
+                         (lambda c, a: a, lambda q: target - load[q])):
+            q = key(cand, alt)
+            o = np.lexsort((pri[cand], q))          # grouped by partition, hash order within
+            cand, alt, q = cand[o], alt[o], q[o]
+            nth = np.arange(q.size) - np.searchsorted(q, q)   # position within its group
+            keep = nth < cap(q)
+            cand, alt = cand[keep], alt[keep]
+        if cand.size == 0:
+            break
+        own[movable[cand]] = alt
+    return own
 
 
 def _plan(comm: Communicator, store: PartitionStore, cfg: InferConfig, direction: str) -> _Plan:
