@@ -143,26 +143,45 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+#: set bits of every byte value, and the position of its j-th set bit (j = 0..7): the tables
+#: of :func:`owner_partitions`
+_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], np.int32)
+_SELECT = np.array([[j for j in range(8) if b >> j & 1] + [0] * (8 - bin(b).count("1"))
+                    for b in range(256)], np.int64)
+
+
 def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 18) -> np.ndarray:
     """Owner partition of every vertex: among the partitions holding it (its bits in
-    ``membership``, (n, ceil(p/8)) uint8), the one picked by a hash of its global id, so that
-    the replicas of a vertex-cut spread evenly over partitions; then balanced
-    (:func:`_balance_owners`): no partition owns more than ceil(n / p) vertices where its
-    replicated vertices can go to less loaded holders. A vertex in no partition: ``gid % p``.
-    Deterministic, the same on every rank. Pure."""
+    ``membership``, (n, ceil(p/8)) uint8), the one picked by a hash of its global id
+    (splitmix64, reduced by a multiply-shift), so that the replicas of a vertex-cut spread
+    evenly over partitions; then balanced (:func:`_balance_owners`): no partition owns more
+    than ceil(n / p) vertices where its replicated vertices can go to less loaded holders. A
+    vertex in no partition: ``gid % p``. Byte tables (set bits, position of the j-th set bit),
+    no loop over partitions. Deterministic, the same on every rank. Pure."""
     n, p = membership.shape[0], max(int(num_parts), 1)
+    nb = -(-p // 8)
     out = np.empty(n, np.int64)
     holders = np.empty(n, np.int32)
     for lo in range(0, n, block):
         hi = min(lo + block, n)
-        bits = np.unpackbits(membership[lo:hi], axis=1, bitorder="little")[:, :p]
-        cum = np.cumsum(bits, axis=1, dtype=np.int32)
-        k = cum[:, -1].astype(np.uint64)
+        m = np.array(membership[lo:hi, :nb], np.uint8)
+        if p % 8:   # bits past the last partition do not count
+            m[:, -1] &= np.uint8((1 << (p % 8)) - 1)
+        pop = _POPCOUNT[m]
+        cum = pop[:, 0] if nb == 1 else np.cumsum(pop, axis=1, dtype=np.int32)
+        k = cum if nb == 1 else cum[:, -1]
         gid = np.arange(lo, hi, dtype=np.int64)
-        pick = (_mix(gid) % np.maximum(k, np.uint64(1))).astype(np.int32) + 1
-        own = np.argmax(cum >= pick[:, None], axis=1)
+        pick = (((_mix(gid) >> np.uint64(32)) * k.astype(np.uint64)) >> np.uint64(32)).astype(
+            np.int64)                                  # in [0, k): the pick-th holder
+        if nb == 1:
+            own = _SELECT[m[:, 0], np.minimum(pick, 7)]
+        else:
+            r = np.arange(hi - lo)
+            byte = np.argmax(cum > pick[:, None], axis=1)
+            within = pick - (cum[r, byte] - pop[r, byte])
+            own = byte * 8 + _SELECT[m[r, byte], np.minimum(within, 7)]
         out[lo:hi] = np.where(k > 0, own, gid % p)
-        holders[lo:hi] = cum[:, -1]
+        holders[lo:hi] = k
     return _balance_owners(out, membership, holders, p)
 
 
