@@ -185,6 +185,16 @@ def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 1
     return _balance_owners(out, membership, holders, p)
 
 
+def _first_per_group(group: np.ndarray, pri: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """Mask keeping, in every group, the ``limit`` items (``limit[j]``: of item j's group)
+    first in ``pri`` order. Pure."""
+    o = np.lexsort((pri, group))
+    g = group[o]
+    nth = np.empty(g.size, np.int64)
+    nth[o] = np.arange(g.size) - np.searchsorted(g, g)   # position within its group
+    return nth < limit
+
+
 def _balance_owners(own: np.ndarray, membership: np.ndarray, holders: np.ndarray, p: int,
                     rounds: int = 16, block: int = 1 << 15) -> np.ndarray:
     """Move vertices held by several partitions from partitions owning more than
@@ -217,14 +227,11 @@ def _balance_owners(own: np.ndarray, membership: np.ndarray, holders: np.ndarray
         cand, alt = cand[room], alt[room]
         if cand.size == 0:
             break
-        for key, cap in ((lambda c, a: own[movable[c]], lambda q: load[q] - target),
-                         (lambda c, a: a, lambda q: target - load[q])):
-            q = key(cand, alt)
-            o = np.lexsort((pri[cand], q))          # grouped by partition, hash order within
-            cand, alt, q = cand[o], alt[o], q[o]
-            nth = np.arange(q.size) - np.searchsorted(q, q)   # position within its group
-            keep = nth < cap(q)
-            cand, alt = cand[keep], alt[keep]
+        src = own[movable[cand]]
+        keep = _first_per_group(src, pri[cand], load[src] - target)    # surplus out
+        cand, alt = cand[keep], alt[keep]
+        keep = _first_per_group(alt, pri[cand], target - load[alt])    # deficit in
+        cand, alt = cand[keep], alt[keep]
         if cand.size == 0:
             break
         own[movable[cand]] = alt
