@@ -44,9 +44,36 @@ Displs = tuple[np.ndarray, np.ndarray]
 
 
 def _mpi() -> Any:
+    if "mpi4py.MPI" not in sys.modules:
+        single_node_defaults(os.environ)
     from mpi4py import MPI  # the one place in shardgnn that imports mpi4py
 
     return MPI
+
+
+def single_node(env: Any) -> bool:
+    """Whether the launcher's environment ``env`` says every rank of the job runs on this node:
+    Hydra (MPICH) or Open MPI local and world sizes equal, a Slurm step on one node, or no
+    launcher at all (a singleton). False when it cannot tell."""
+    for local, size in (("MPI_LOCALNRANKS", "PMI_SIZE"),
+                        ("OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_SIZE")):
+        if env.get(local) and env.get(size):
+            return env[local] == env[size]
+    if env.get("SLURM_STEP_NUM_NODES"):
+        return env["SLURM_STEP_NUM_NODES"] == "1"
+    return not any(k in env for k in ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                                      "SLURM_PROCID"))
+
+
+def single_node_defaults(env: Any) -> None:
+    """Before the MPI library loads: on a single-node job, ``UCX_MEM_EVENTS=no`` unless the user
+    set it. UCX's memory-event hooks (installed when libmpi loads, ~40 ms per rank here) keep
+    its cache of registered network buffers valid. On one node messages move through shared
+    memory, where that cache has little or nothing to guard, and without the events UCX stays
+    correct (it registers per transfer instead of caching). Multi-node jobs keep UCX's
+    default."""
+    if single_node(env):
+        env.setdefault("UCX_MEM_EVENTS", "no")
 
 
 def world(max_count: int = MAX_COUNT) -> "Communicator":

@@ -135,3 +135,29 @@ def test_inspect_missing_file_is_a_clear_error(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "nope.h5" in lines[0] and "no such results file" in lines[0]
     assert main is not None
+
+
+@pytest.mark.parametrize("env, one", [
+    ({}, True),                                                    # singleton: no launcher
+    ({"PMI_SIZE": "4", "PMI_RANK": "1", "MPI_LOCALNRANKS": "4"}, True),       # Hydra, one node
+    ({"PMI_SIZE": "4", "PMI_RANK": "1", "MPI_LOCALNRANKS": "2"}, False),      # Hydra, two nodes
+    ({"OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"}, True),
+    ({"OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, False),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_NODES": "1"}, True),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_NODES": "3"}, False),
+    ({"PMI_RANK": "0"}, False),                                    # a launcher that says no more
+])
+def test_single_node_from_the_launcher(env, one):
+    from shardgnn.comm import single_node, single_node_defaults
+
+    assert single_node(env) is one
+    single_node_defaults(env)
+    assert env.get("UCX_MEM_EVENTS") == ("no" if one else None)
+
+
+def test_single_node_defaults_keep_the_users_setting():
+    from shardgnn.comm import single_node_defaults
+
+    env = {"UCX_MEM_EVENTS": "yes"}
+    single_node_defaults(env)
+    assert env == {"UCX_MEM_EVENTS": "yes"}
