@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +26,8 @@ from shardgnn.comm import Communicator, block_bounds, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
 from shardgnn.infer import samplewise as sw
 from shardgnn.infer import store as es
-from shardgnn.infer.model import (LoadedModel, apply_layer, load_model, mean_adjacency,
-                                  neighbour_mean, sage_ahead, sage_ahead_width, sage_input,
+from shardgnn.infer.model import (Gathers, LoadedModel, apply_layer, gathered_sum, load_model,
+                                  mean_adjacency, sage_ahead, sage_ahead_width, sage_input,
                                   sage_output, training_graph)
 from shardgnn.io import outputs
 from shardgnn.io.results import ResultWriter, check_output_path
@@ -380,12 +380,16 @@ class _Layers:
             rc = comm.alltoall_counts(counts)
             gg = comm.alltoallv(np.ascontiguousarray(g[order]), counts, recvcounts=rc,
                                 op_name="infer_gid")
-            self._route = (order, counts, rc, gg - int(self.bounds[comm.rank]))
-        order, counts, rc, at = self._route
-        rows = comm.alltoallv(emb[order], counts, recvcounts=rc, op_name="infer_rows")
-        lo, hi = int(self.bounds[comm.rank]), int(self.bounds[comm.rank + 1])
-        by_gid = np.empty((hi - lo, emb.shape[1]), np.float32)
-        by_gid[at] = rows
+            # every vertex of this rank's block arrives once (its owner's row): the received
+            # rows in global-id order are one gather (np.take: 2-3x a scattering assignment)
+            at = gg - int(self.bounds[comm.rank])
+            back = np.empty(at.size, np.int64)
+            back[at] = np.arange(at.size)
+            self._route = (order, counts, rc, back)
+        order, counts, rc, back = self._route
+        rows = comm.alltoallv(np.take(emb, order, axis=0), counts, recvcounts=rc,
+                              op_name="infer_rows")
+        by_gid = np.take(rows, back, axis=0)
         del rows
         err = ""
         # the last layer's files must be on disk before the results file that links them is
@@ -446,15 +450,19 @@ class _Hood:
     npos: np.ndarray
     spmm: bool = False
     _adj: Any = None
+    _gathers: dict[tuple[int, int], Gathers] = field(default_factory=dict)
 
     def mean(self, lo: int, hi: int, x: np.ndarray) -> np.ndarray:
         """Neighbour means of targets ``lo:hi`` over the cache's rows ``x``: the NumPy kernel
-        (:func:`neighbour_mean`), or, with ``spmm``, SciPy's SpMM with the mean-aggregation CSR
-        matrix, built once per neighbourhood (every full layer shares it) and sliced without
-        copies."""
+        (:func:`gathered_sum`), or, with ``spmm``, SciPy's SpMM with the mean-aggregation CSR
+        matrix; the gathers or the matrix are built once per neighbourhood (every full layer
+        shares them), the matrix sliced without copies."""
         if not self.spmm:
-            a, b = int(self.indptr[lo]), int(self.indptr[hi])
-            return neighbour_mean(self.indptr[lo:hi + 1] - a, self.npos[a:b], x)
+            g = self._gathers.get((lo, hi))
+            if g is None:
+                a, b = int(self.indptr[lo]), int(self.indptr[hi])
+                g = self._gathers[lo, hi] = Gathers.of(self.indptr[lo:hi + 1] - a, self.npos[a:b])
+            return gathered_sum(g, x, mean=True)
         if self._adj is None:
             self._adj = mean_adjacency(self.indptr, self.npos, self.need.size)
         m = self._adj
@@ -515,7 +523,8 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
     for lo in range(0, t.size, B):   # blocks over the whole static cache: no copy of rows
         hi = min(lo + B, t.size)
         if lm.name == "sage":
-            xself = static[hood.tpos[lo:hi], k:] if mapped else static[hood.tpos[lo:hi]]
+            xself = np.take(static, hood.tpos[lo:hi], axis=0)
+            xself = xself[:, k:] if mapped else xself
             sage_output(lm, i, hood.mean(lo, hi, agg), xself, out=out[lo:hi], mapped=bool(mapped))
         else:
             blk = Block(num_src=need.size, num_dst=hi - lo,

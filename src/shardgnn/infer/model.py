@@ -220,62 +220,96 @@ def mean_adjacency(indptr: np.ndarray, indices: np.ndarray, num_src: int) -> Any
                          shape=(deg.size, int(num_src)))
 
 
-#: rows of :func:`neighbour_sum` with more neighbours than this are summed by
+#: rows of :func:`gathered_sum` with more neighbours than this are summed by
 #: ``np.add.reduceat``, the others in groups of equal degree (one dense gather each)
 _DENSE_DEGREE = 64
-#: widths up to this sum a degree group by a matrix product (see :func:`neighbour_sum`)
+#: widths up to this sum a degree group by a matrix product (see :func:`gathered_sum`)
 _NARROW = 8
-#: neighbours gathered per step of :func:`neighbour_sum` (bounds its temporary to
-#: 16,384 x d floats)
-_GATHER_EDGES = 1 << 14
+#: neighbours gathered per step of :func:`gathered_sum` (bounds its temporary to 4,096 x d
+#: floats: 512 KiB for d = 32 stays in a core's L2 here; 16,384 was 11-16% slower)
+_GATHER_EDGES = 1 << 12
 #: rows per matrix product of :func:`sage_output` (OpenBLAS multiplies (n, 32) by (32, 64)
 #: 2x faster in blocks of 4,096 rows than all n at once, measured at n = 53,000)
 _GEMM_ROWS = 1 << 12
 
 
+@dataclass
+class Gathers:
+    """How :func:`gathered_sum` adds the neighbours of a CSR structure's rows, prepared once
+    (every layer over the same neighbour lists reuses it): rows grouped by degree, and for each
+    degree ``k`` <= 64, in steps of about 16,384 neighbours, the rows and their neighbours'
+    indices as a (rows, k) matrix; longer rows as (rows, concatenated indices, segment starts)."""
+
+    n: int
+    deg: np.ndarray
+    dense: list[tuple[int, np.ndarray, np.ndarray]]
+    long: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+    @classmethod
+    def of(cls, indptr: np.ndarray, indices: np.ndarray) -> "Gathers":
+        indptr = np.asarray(indptr, np.int64)
+        indices = np.asarray(indices)
+        nd = max(indptr.size - 1, 0)
+        deg = np.diff(indptr) if nd else np.zeros(0, np.int64)
+        dense: list[tuple[int, np.ndarray, np.ndarray]] = []
+        long: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        if nd == 0 or indptr[-1] == indptr[0]:
+            return cls(nd, deg, dense, long)
+        order = np.argsort(deg, kind="stable")
+        ds = deg[order]
+        cut = np.searchsorted(ds, np.arange(1, _DENSE_DEGREE + 2))  # first row of degree >= k
+        for k in range(1, min(_DENSE_DEGREE, int(ds[-1])) + 1):
+            step = max(1, _GATHER_EDGES // k)
+            for lo in range(int(cut[k - 1]), int(cut[k]), step):
+                rows = order[lo:min(lo + step, int(cut[k]))]
+                dense.append((k, rows, indices[indptr[rows][:, None] + np.arange(k)]))
+        rest = order[int(cut[_DENSE_DEGREE]):]
+        lo = 0
+        while lo < rest.size:   # long rows: a few at a time, about _GATHER_EDGES neighbours
+            ends = np.cumsum(deg[rest[lo:]])
+            hi = lo + max(1, int(np.searchsorted(ends, _GATHER_EDGES, side="right")))
+            rows = rest[lo:hi]
+            starts = np.concatenate([[0], ends[:hi - lo - 1]])
+            long.append((rows, indices[_ranges(indptr[rows], deg[rows])], starts))
+            lo = hi
+        return cls(nd, deg, dense, long)
+
+
+def gathered_sum(g: Gathers, x: np.ndarray, mean: bool = False) -> np.ndarray:
+    """Row ``i``: the float32 sum (``mean``: the mean) of its neighbours' rows of ``x`` (zeros
+    without neighbours), by the prepared :class:`Gathers`: for each degree group one
+    ``np.take`` of a (rows, k, d) block, summed over k by a product with a ones vector (2x
+    NumPy's reduction over the middle axis; for d <= 8 with k stacked identities), the mean's
+    1/k folded into it; longer rows through ``np.add.reduceat``. Pure."""
+    x = np.asarray(x, np.float32)
+    d = x.shape[1]
+    out = np.zeros((g.n, d), np.float32)
+    if d == 0:
+        return out
+    weights: dict[int, np.ndarray] = {}
+    for k, rows, idx in g.dense:
+        w = weights.get(k)
+        if w is None:
+            w = np.tile(np.eye(d, dtype=np.float32), (k, 1)) if d <= _NARROW else \
+                np.ones(k, np.float32)
+            if mean:
+                w *= np.float32(1.0 / k)
+            weights[k] = w
+        blk = np.take(x, idx, axis=0)
+        out[rows] = np.matmul(w, blk) if d > _NARROW else blk.reshape(rows.size, k * d) @ w
+    for rows, seg, starts in g.long:
+        s = np.add.reduceat(np.take(x, seg, axis=0), starts, axis=0)
+        out[rows] = s / g.deg[rows, None].astype(np.float32) if mean else s
+    return out
+
+
 def neighbour_sum(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Row ``i``: the float32 sum of the rows ``indices[indptr[i]:indptr[i + 1]]`` of ``x``
     (zeros for a row without neighbours): ``A @ x`` for the 0/1 CSR matrix ``(indptr,
-    indices)``, in NumPy alone. SciPy's SpMM is 2-7x faster per edge, but importing
-    ``scipy.sparse`` costs ~0.2-0.3 s per process, more than this kernel spends on a
-    100k-vertex layer (docs/inference.md). Rows are grouped by degree: for each degree k up
-    to 64 one ``np.take`` gathers a (rows, k, d) block, summed over k (for d <= 8 as one
-    matrix product); longer rows go through ``np.add.reduceat``. Pure."""
-    indptr = np.asarray(indptr, np.int64)
-    indices = np.asarray(indices)
-    x = np.asarray(x, np.float32)
-    nd = indptr.size - 1
-    out = np.zeros((max(nd, 0), x.shape[1]), np.float32)
-    if nd <= 0 or x.shape[1] == 0 or indptr[-1] == indptr[0]:
-        return out
-    deg = np.diff(indptr)
-    order = np.argsort(deg, kind="stable")
-    ds = deg[order]
-    cut = np.searchsorted(ds, np.arange(1, _DENSE_DEGREE + 2))  # first row of degree >= k
-    d = x.shape[1]
-    for k in range(1, min(_DENSE_DEGREE, int(ds[-1])) + 1):
-        step = max(1, _GATHER_EDGES // k)
-        # narrow rows: the sum over k as one matrix product with k stacked identities (NumPy's
-        # reduction over the middle axis of (rows, k, 4) is 2x slower)
-        ones = np.tile(np.eye(d, dtype=np.float32), (k, 1)) if d <= _NARROW else None
-        ones_k = np.ones(k, np.float32)
-        for lo in range(int(cut[k - 1]), int(cut[k]), step):
-            rows = order[lo:min(lo + step, int(cut[k]))]
-            g = np.take(x, indices[indptr[rows][:, None] + np.arange(k)], axis=0)
-            # the sum over k: a batched product with a ones vector (2x NumPy's reduction
-            # over the middle axis of (rows, k, d))
-            out[rows] = np.matmul(ones_k, g) if ones is None else g.reshape(rows.size, k * d) @ ones
-    long = order[int(cut[_DENSE_DEGREE]):]
-    lo = 0
-    while lo < long.size:   # long rows: a few at a time, about _GATHER_EDGES neighbours
-        ends = np.cumsum(deg[long[lo:]])
-        hi = lo + max(1, int(np.searchsorted(ends, _GATHER_EDGES, side="right")))
-        rows = long[lo:hi]
-        starts = np.concatenate([[0], ends[:hi - lo - 1]])
-        seg = indices[_ranges(indptr[rows], deg[rows])]
-        out[rows] = np.add.reduceat(np.take(x, seg, axis=0), starts, axis=0)
-        lo = hi
-    return out
+    indices)``, in NumPy alone (:func:`gathered_sum`). SciPy's SpMM is 2-7x faster per edge,
+    but importing ``scipy.sparse`` costs ~0.2-0.3 s per process, more than this kernel spends
+    on a 100k-vertex layer (docs/inference.md). Pure."""
+    return gathered_sum(Gathers.of(indptr, indices), x)
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -285,12 +319,9 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def neighbour_mean(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Row ``i``: the mean of its neighbours' rows of ``x`` (:func:`neighbour_sum` over the
-    degree; zeros without neighbours): what ``mean_adjacency(...) @ x`` gives. Pure."""
-    out = neighbour_sum(indptr, indices, x)
-    deg = np.diff(np.asarray(indptr, np.int64))
-    out *= (1.0 / np.maximum(deg, 1)).astype(np.float32)[:, None]
-    return out
+    """Row ``i``: the mean of its neighbours' rows of ``x`` (zeros without neighbours): what
+    ``mean_adjacency(...) @ x`` gives. Pure."""
+    return gathered_sum(Gathers.of(indptr, indices), x, mean=True)
 
 
 def sage_input(lm: LoadedModel, i: int, x: np.ndarray) -> np.ndarray:
