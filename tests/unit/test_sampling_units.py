@@ -6,11 +6,10 @@ from scipy import stats
 
 from shardgnn.errors import ShardError
 from shardgnn.sampling import kernels
-from shardgnn.sampling.blocks import relabel
+from shardgnn.sampling.blocks import relabel, segment_index
 from shardgnn.sampling.dump import parse_type_fanouts
 from shardgnn.sampling.features import check_fanouts
-from shardgnn.sampling.service import (_prefix_by_group, _segment_index, _top_k,
-                                       lowest_bit_partition)
+from shardgnn.sampling.service import _prefix_by_group, _top_k, lowest_bit_partition
 
 
 def test_floyd_positions_distinct_and_uniform():
@@ -64,7 +63,7 @@ def test_prefix_by_group_and_segments():
                                             np.array([1.0, 2.0, 0.5, 3.0, 0.0]))
     assert off.tolist() == [0, 2, 5, 0, 4] and tot.tolist() == [6, 6, 6, 4, 4]
     assert woff.tolist() == [0.0, 1.0, 3.0, 0.0, 3.0] and wtot.tolist() == [3.5] * 3 + [3.0] * 2
-    assert _segment_index(np.array([5, 0, 2]), np.array([2, 0, 3])).tolist() == [5, 6, 2, 3, 4]
+    assert segment_index(np.array([5, 0, 2]), np.array([2, 0, 3])).tolist() == [5, 6, 2, 3, 4]
 
 
 def test_lowest_bit_partition():

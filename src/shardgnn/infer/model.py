@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import input_error
-from shardgnn.sampling.blocks import Block
+from shardgnn.sampling.blocks import Block, segment_index
 from shardgnn.train import checkpoint
 
 SUPPORTED = ("sage", "gcn", "gat")
@@ -270,7 +270,7 @@ class Gathers:
             hi = lo + max(1, int(np.searchsorted(ends, _GATHER_EDGES, side="right")))
             rows = rest[lo:hi]
             starts = np.concatenate([[0], ends[:hi - lo - 1]])
-            long.append((rows, indices[_ranges(indptr[rows], deg[rows])], starts))
+            long.append((rows, indices[segment_index(indptr[rows], deg[rows])], starts))
             lo = hi
         return cls(nd, deg, dense, long)
 
@@ -310,12 +310,6 @@ def neighbour_sum(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.
     but importing ``scipy.sparse`` costs ~0.2-0.3 s per process, more than this kernel spends
     on a 100k-vertex layer (docs/inference.md). Pure."""
     return gathered_sum(Gathers.of(indptr, indices), x)
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(starts[i], starts[i] + counts[i])`` (counts >= 1). Pure."""
-    ends = np.cumsum(counts)
-    return np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - counts - starts, counts)
 
 
 def neighbour_mean(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.ndarray:

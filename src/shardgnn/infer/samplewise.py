@@ -23,23 +23,13 @@ import numpy as np
 from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.infer.model import LoadedModel, apply_layer
-from shardgnn.sampling.blocks import Block
+from shardgnn.sampling.blocks import Block, segment_index
 
 if TYPE_CHECKING:
     from shardgnn.sampling.features import VertexData
     from shardgnn.sampling.service import GatherApplySampler
 
 MODES = ("target", "batch")
-
-
-def segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(starts[i], starts[i] + counts[i])``. Pure."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    ends = np.cumsum(counts)
-    return (np.arange(total, dtype=np.int64) - np.repeat(ends - counts, counts)
-            + np.repeat(starts, counts))
 
 
 def _expand(sampler: GatherApplySampler, tid: np.ndarray, gid: np.ndarray, hop: int,

@@ -90,3 +90,16 @@ def relabel(nodes: np.ndarray, dst: np.ndarray, nbr: np.ndarray, etype: np.ndarr
                                           np.ascontiguousarray(etype, dtype=np.int32), mapping)
     return nxt, Block(num_src=int(nxt.size), num_dst=int(nodes.size), indptr=indptr,
                       indices=src, etype=et)
+
+
+def segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(starts[i], starts[i] + counts[i])`` (int64; counts >= 0). Pure."""
+    counts = np.asarray(counts, np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    # one repeat: position k of segment i is k + (starts[i] - segment i's first position)
+    shift = np.repeat(np.asarray(starts, np.int64) - (ends - counts), counts)
+    shift += np.arange(total, dtype=np.int64)
+    return shift

@@ -31,7 +31,7 @@ from shardgnn.errors import ShardError
 from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
 from shardgnn.sampling import kernels
 from shardgnn.sampling.directory import partition_directory
-from shardgnn.sampling.blocks import MiniBatch, relabel
+from shardgnn.sampling.blocks import MiniBatch, relabel, segment_index
 
 #: (partition index, partition) -> float weights aligned with the partition's ``out_indices``.
 WeightSource = Callable[[int, StorePartition], np.ndarray]
@@ -190,16 +190,6 @@ def _block_sums(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     ends = np.cumsum(counts)
     cs = np.concatenate([[0], np.cumsum(values)])
     return (cs[ends] - cs[ends - counts]).astype(np.int64)
-
-
-def _segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(starts[i], starts[i] + counts[i])``. Pure."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    ends = np.cumsum(counts)
-    idx = np.arange(total, dtype=np.int64)
-    return idx - np.repeat(ends - counts, counts) + np.repeat(starts, counts)
 
 
 def lowest_bit_partition(memb: np.ndarray) -> np.ndarray:
@@ -375,7 +365,7 @@ class GatherApplySampler:
                 counts[rows] = c
                 starts[rows] = base + np.cumsum(c) - c
                 base += int(v.size)
-            idx = _segment_index(starts, counts)
+            idx = segment_index(starts, counts)
             nbr = (np.concatenate([o[2] for o in outs]) if outs
                    else np.zeros(0, self.vdtype))[idx]
             keys = (np.concatenate([o[3] for o in outs]) if outs and want_keys
