@@ -6,6 +6,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 from shardgnn.infer import store as es
 
@@ -173,3 +174,22 @@ def test_neighbour_sum_equals_spmm():
                 hood.spmm = True
                 np.testing.assert_allclose(hood.mean(lo, hi, x), mean[lo:hi], rtol=1e-5,
                                            atol=1e-6)
+
+
+@pytest.mark.parametrize("permute_bytes", [0, 64 << 20])
+def test_fill_with_destinations(monkeypatch, permute_bytes):
+    """Rows land at ``dest`` both ways: scattered in place, or gathered through a second
+    buffer and the inverse permutation."""
+    from shardgnn.infer import store as es
+
+    monkeypatch.setattr(es, "_PERMUTE_BYTES", permute_bytes)
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(1000, 6)).astype(np.float32)
+    gids = rng.choice(1000, 300, replace=False)
+    dest = rng.permutation(300)
+    src = es.LayerSource(0, 64, features=x)
+    out = np.zeros((300, 6), np.float32)
+    src.fill(gids, out, src.cache(2, "fifo"), 50, dest=dest)
+    want = np.zeros_like(out)
+    want[dest] = x[gids]
+    assert np.array_equal(out, want)
