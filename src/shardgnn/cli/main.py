@@ -117,11 +117,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
     comm = world()
     log.setup(comm.rank, getattr(args, "verbose", False))
-    if comm.rank == 0:   # the rank that writes results files
-        provenance.prefetch()
     gc.freeze()
     gc.enable()
     try:
+        if comm.rank == 0:   # the rank that writes results files
+            provenance.prefetch()
         code = run_command(comm, args)
     except ShardError as exc:
         prefix = f"rank {comm.rank}: " if comm.size > 1 else ""

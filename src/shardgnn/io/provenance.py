@@ -64,7 +64,7 @@ def prefetch() -> None:
     """Start finding :func:`git_commit` on a background thread (two ``git`` runs, ~8 ms), so the
     results file written at the end of a command does not wait for it."""
     global _PREFETCH
-    if _PREFETCH is None and git_commit.cache_info().currsize == 0:
+    if _PREFETCH is None:
         _PREFETCH = threading.Thread(target=git_commit, name="git-commit", daemon=True)
         _PREFETCH.start()
 
