@@ -224,8 +224,8 @@ def compression(layer_file: Path, work: Path) -> dict:
 
     from shardgnn.infer import store as es
 
-    with h5py.File(layer_file) as f:
-        emb = f["emb"][()]
+    with h5py.File(layer_file) as f:   # /by_gid: the rows every layer file holds
+        emb = f["by_gid"][()]
     out: dict = {"raw_bytes": int(emb.nbytes), "shape": list(emb.shape),
                  "zero_fraction": round(float((emb == 0).mean()), 4)}
     for c in es.COMPRESSIONS:
@@ -265,7 +265,10 @@ def layout(layer_file: Path, work: Path, chunk_rows: int = 32768, repeat: int = 
     import h5py
 
     with h5py.File(layer_file) as f:
-        emb, gid, by_gid = f["emb"][()], f["gid"][()], f["by_gid"][()]
+        # a layer before a narrowing one has no /emb (its /ahead is read): its rows in
+        # global-id order stand in for them
+        gid, by_gid = f["gid"][()], f["by_gid"][()]
+        emb = f["emb"][()] if "emb" in f else by_gid
     out: dict = {"shape": list(emb.shape), "chunk_rows": chunk_rows, "repeat": repeat}
     for kind in ("contiguous", "chunked"):
         p, ws, rs = work / f"layout-{kind}.h5", [], []

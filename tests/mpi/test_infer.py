@@ -138,8 +138,12 @@ def test_vds_layer_files_and_other_cwd(work, tmp_path):
         assert f.attrs["chunk_rows"] == 64 and f.attrs["compression"] == "none"
         assert f.attrs["complete"] and f["gid"].shape[0] == f["emb"].shape[0]
     with h5py.File(w / "p4-ds-lru.h5.layers" / "layer-01" / "rank-00001.h5") as f:
-        assert f["emb"].compression == "gzip" and f.attrs["compression"] == "gzip"
-        assert f["emb"].chunks == (min(64, f["emb"].shape[0]), HIDDEN)
+        # before sage2's narrowing output layer: /ahead (2 x C wide), no /emb
+        assert "emb" not in f and f.attrs["ahead_width"] == f["ahead"].shape[1] == 2 * C
+        assert f["ahead"].compression == f["by_gid"].compression == f.attrs["compression"] \
+            == "gzip"
+        assert f["ahead"].chunks == (min(64, f["ahead"].shape[0]), 2 * C)
+        assert f["by_gid"].chunks == (min(64, f["by_gid"].shape[0]), HIDDEN)
     here = os.getcwd()
     os.chdir(tmp_path)  # the virtual datasets' sources are relative to their file
     try:

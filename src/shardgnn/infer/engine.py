@@ -397,8 +397,11 @@ class _Layers:
         last = layer == self.last
         path = es.rank_file(self.root, layer, comm.rank)
         try:
-            es.write_rank_file(path, emb, g, by_gid, self.want(layer), self.cfg.chunk_rows,
-                               self.cfg.compression, durable=False, ahead=ahead)
+            # with rows mapped ahead, nothing reads this layer's /emb: not written (the
+            # virtual dataset reads /by_gid)
+            es.write_rank_file(path, emb if ahead is None else None, g, by_gid,
+                               self.want(layer), self.cfg.chunk_rows, self.cfg.compression,
+                               durable=False, ahead=ahead)
         except OSError as exc:
             err = f"{path}: cannot write ({exc})"
         if last and not err:

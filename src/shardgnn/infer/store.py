@@ -5,8 +5,9 @@ Layout of a layers directory (``docs/inference.md``)::
     DIR/layer-LL/rank-RRRRR.h5   one file per rank and layer (L >= 1; layer 0 = the features):
         /emb     (rows_r, d) float32, the rank's owned vertices in its inference order
                  (--order), read by the caches --chunk-rows rows at a time: contiguous when
-                 uncompressed (the default), else HDF5 chunks of that many rows, filtered
-        /gid     (rows_r,) int64 global id of each row of /emb
+                 uncompressed (the default), else HDF5 chunks of that many rows, filtered;
+                 absent when /ahead is there (the next layer reads /ahead, nothing reads it)
+        /gid     (rows_r,) int64 global id of each row of /emb (and /ahead)
         /by_gid  (hi - lo, d) float32 rows lo..hi-1 of the N x d matrix in global-id order
                  (lo, hi = block_range(N, P, r)), stored as /emb: the source of the virtual
                  dataset
@@ -15,7 +16,8 @@ Layout of a layers directory (``docs/inference.md``)::
                  [x W_l^T | x W_r^T], in /emb's order, stored as /emb; the next layer's
                  caches read these 2k floats per row instead of d
         attrs    format, layer, rank, ranks, rows, width, chunk_rows, compression, run_key,
-                 ahead_width (2k, or 0), crc32 (of /emb, /by_gid, then /ahead), complete
+                 ahead_width (2k, or 0), crc32 (of those of /emb, /by_gid, /ahead
+                 present, in that order), complete
     DIR/layer-LL.h5              /emb: virtual (N, d) dataset over every rank's /by_gid
 
 A file is written under a temporary name and renamed when complete, so a file under the final
@@ -96,21 +98,23 @@ def _chunked(f: Any, name: str, data: np.ndarray, chunk_rows: int, compression: 
     f.create_dataset(name, data=data, **kw)
 
 
-def write_rank_file(path: Path, emb: np.ndarray, gid: np.ndarray, by_gid: np.ndarray,
+def write_rank_file(path: Path, emb: np.ndarray | None, gid: np.ndarray, by_gid: np.ndarray,
                     attrs: dict[str, Any], chunk_rows: int, compression: str,
                     durable: bool = True, ahead: np.ndarray | None = None) -> None:
     """Write one rank's layer file atomically (temp name beside it, rename when complete);
     ``durable``: fsynced (the last layer's; an intermediate layer's file is only read back by
-    this job or a resumed one, which verifies its checksum); ``ahead``: the rows of ``emb``
-    already mapped by the next layer (``/ahead``)."""
+    this job or a resumed one, which verifies its checksum); ``ahead``: the rows already
+    mapped by the next layer (``/ahead``); ``emb`` None: no ``/emb`` (the next layer reads
+    ``/ahead`` only)."""
     import h5py
 
+    parts = [a for a in (emb, by_gid, ahead) if a is not None]
     with outputs.atomic_file(path, lock=False, durable=durable) as tmp, \
             h5py.File(tmp, "w") as f:
-        _chunked(f, "emb", emb, chunk_rows, compression)
+        if emb is not None:
+            _chunked(f, "emb", emb, chunk_rows, compression)
         f.create_dataset("gid", data=gid)
         _chunked(f, "by_gid", by_gid, chunk_rows, compression)
-        extra = () if ahead is None else (ahead,)
         if ahead is not None:
             _chunked(f, "ahead", ahead, chunk_rows, compression)
         for k, v in attrs.items():
@@ -119,7 +123,7 @@ def write_rank_file(path: Path, emb: np.ndarray, gid: np.ndarray, by_gid: np.nda
         f.attrs["chunk_rows"] = int(chunk_rows)
         f.attrs["compression"] = compression
         f.attrs["ahead_width"] = 0 if ahead is None else int(ahead.shape[1])
-        f.attrs["crc32"] = checksum(emb, by_gid, *extra)
+        f.attrs["crc32"] = checksum(*parts)
         f.attrs["complete"] = True
 
 

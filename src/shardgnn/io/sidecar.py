@@ -47,13 +47,16 @@ def read_sidecar(path: str | os.PathLike, fmt: str | None = None,
         what = "missing" if not p.exists() else "not a file"
         raise input_error(p, f"{what}; {missing_hint}" if missing_hint else what)
     toml = p.suffix == ".toml"
-    if sys.version_info >= (3, 11):   # imported here: most sidecars are JSON
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+    errors: tuple[type[Exception], ...] = (json.JSONDecodeError, UnicodeDecodeError)
+    if toml:   # imported only here (~4 ms): most sidecars are JSON
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10
+            import tomli as tomllib
+        errors = (tomllib.TOMLDecodeError, UnicodeDecodeError)
     try:
         raw = tomllib.loads(p.read_text()) if toml else json.loads(p.read_text())
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except errors as exc:
         raise input_error(p, f"not valid {'TOML' if toml else 'JSON'} ({exc})") from None
     if not isinstance(raw, dict):
         raise input_error(p, f"expected a {'table' if toml else 'JSON object'}, "
