@@ -229,7 +229,9 @@ _NARROW = 8
 #: floats: 512 KiB for d = 32 stays in a core's L2 here; 16,384 was 11-16% slower)
 _GATHER_EDGES = 1 << 12
 #: rows per matrix product of :func:`sage_output` (OpenBLAS multiplies (n, 32) by (32, 64)
-#: 2x faster in blocks of 4,096 rows than all n at once, measured at n = 53,000)
+#: 2x faster in blocks of 4,096 rows than all n at once, measured at n = 53,000). The blocks
+#: go through ``np.dot(..., out=)``: NumPy 2.4's ``np.matmul(..., out=)`` took 2x as long
+#: (16 vs 8 ms for 50,000 x 32 by 32 x 64)
 _GEMM_ROWS = 1 << 12
 
 
@@ -336,15 +338,32 @@ def sage_ahead_width(lm: LoadedModel, i: int) -> int:
     return 2 * int(w.shape[0]) if w.shape[0] < w.shape[1] else 0
 
 
+_BLAS_WARM = False
+
+
+def warm_blas() -> None:
+    """Once per process, before the first layer's products: one (64 x 32) x (32 x 1,024)
+    product (~0.5 ms). After it OpenBLAS 0.3.31 (NumPy 2.4's wheel; its Haswell kernels on
+    this AMD EPYC) multiplies (4,096 x 32) by (32 x 64) blocks in half the time, 8 instead of
+    16 ms for 50,000 rows, measured in fresh processes; any product whose column-major M is
+    >= ~1,000 switches it, whenever it runs (the cause inside OpenBLAS is not established).
+    Results are the same either way."""
+    global _BLAS_WARM
+    if not _BLAS_WARM:
+        _BLAS_WARM = True
+        np.dot(np.ones((64, 32), np.float32), np.ones((32, 1024), np.float32))
+
+
 def sage_ahead(lm: LoadedModel, i: int, x: np.ndarray) -> np.ndarray:
     """``[x W_l^T | x W_r^T]`` of GraphSAGE layer ``i``: its input rows ``x`` mapped by both
     weight matrices ((rows, 2 * out)); mean and linear map commute, so layer ``i`` needs no
     more of a row than these."""
+    warm_blas()
     s, p = lm.state, f"convs.{i}."
     w = np.concatenate([s[p + "lin_l.weight"], s[p + "lin_r.weight"]])
     out = np.empty((x.shape[0], w.shape[0]), np.float32)
     for lo in range(0, x.shape[0], _GEMM_ROWS):
-        np.matmul(x[lo:lo + _GEMM_ROWS], w.T, out=out[lo:lo + _GEMM_ROWS])
+        np.dot(x[lo:lo + _GEMM_ROWS], w.T, out=out[lo:lo + _GEMM_ROWS])
     return out
 
 
@@ -354,13 +373,14 @@ def sage_output(lm: LoadedModel, i: int, agg: np.ndarray, xself: np.ndarray,
     and the destinations' own input rows ``xself`` (``mapped``: already ``xself W_r^T``, from
     :func:`sage_ahead`): ``lin_l(mean) + b + lin_r(self)``, ReLU but on the last layer; into
     ``out`` when given (C-contiguous rows)."""
+    warm_blas()
     s, p = lm.state, f"convs.{i}."
     w, wr, b = s[p + "lin_l.weight"], s[p + "lin_r.weight"], s[p + "lin_l.bias"]
     res = np.empty((agg.shape[0], wr.shape[0]), np.float32) if out is None else out
     for lo in range(0, agg.shape[0], _GEMM_ROWS):
         o = res[lo:lo + _GEMM_ROWS]
         if w.shape[0] >= w.shape[1]:
-            np.matmul(agg[lo:lo + _GEMM_ROWS], w.T, out=o)
+            np.dot(agg[lo:lo + _GEMM_ROWS], w.T, out=o)
         else:
             o[...] = agg[lo:lo + _GEMM_ROWS]
         o += b
