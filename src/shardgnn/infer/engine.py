@@ -302,9 +302,10 @@ def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.nd
         dest = plan.owner[gid[has]]
         has = has[_grouped(dest, P)]          # vertices grouped by owner, then local order
         idx = np.asarray(pt.arrays[f"{plan.side}_indices"])
-        lists.append(gid[idx[segment_index(ip[has], deg[has])]].astype(vt))
-        heads.append(np.stack([plan.row[gid[has]].astype(vt), deg[has].astype(vt),
-                               plan.owner[gid[has]].astype(vt)], axis=1))
+        lists.append(np.take(gid.astype(vt), np.take(idx, segment_index(ip[has], deg[has]))))
+        g = gid[has]
+        heads.append(np.stack([plan.row[g].astype(vt), deg[has].astype(vt),
+                               plan.owner[g].astype(vt)], axis=1))
     # partitions concatenated, then regrouped by owner (stable: each owner's part of every
     # partition in partition order)
     head = np.concatenate(heads) if heads else np.zeros((0, 3), vt)
@@ -315,7 +316,7 @@ def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.nd
         np.cumsum(head[:, 1], out=start[1:])
         order = _grouped(head[:, 2], P)
         head = head[order]
-        flat = flat[segment_index(start[:-1][order], head[:, 1].astype(np.int64))]
+        flat = np.take(flat, segment_index(start[:-1][order], head[:, 1].astype(np.int64)))
     vcount = np.bincount(head[:, 2], minlength=P).astype(np.int64)
     ecount = np.bincount(head[:, 2], weights=head[:, 1], minlength=P).astype(np.int64)
     segs = comm.alltoallv(np.ascontiguousarray(head[:, :2]), vcount,
@@ -330,7 +331,7 @@ def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.nd
     indptr = np.zeros(plan.targets.size + 1, np.int64)
     np.cumsum(np.bincount(row, weights=cnt, minlength=plan.targets.size).astype(np.int64),
               out=indptr[1:])
-    return indptr, got[segment_index(start[:-1][order], cnt[order])]
+    return indptr, np.take(got, segment_index(start[:-1][order], cnt[order]))
 
 
 def run_key(lm: LoadedModel, cfg: InferConfig, meta: dict[str, Any], fanouts: list[int],
