@@ -51,14 +51,6 @@ def _mpi() -> Any:
     return MPI
 
 
-def finalize() -> None:
-    """Finalize MPI if this process initialised it and has not finalized it (before an exit
-    that skips the interpreter's teardown, where mpi4py would otherwise do it)."""
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.Finalize()
-
-
 def single_node(env: Any) -> bool:
     """Whether the launcher's environment ``env`` says every rank of the job runs on this node:
     Hydra (MPICH) or Open MPI local and world sizes equal, a Slurm step on one node, or no

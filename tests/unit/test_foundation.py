@@ -161,21 +161,3 @@ def test_single_node_defaults_keep_the_users_setting():
     env = {"UCX_MEM_EVENTS": "yes"}
     single_node_defaults(env)
     assert env == {"UCX_MEM_EVENTS": "yes"}
-
-
-def test_cli_exit_skips_teardown_but_runs_exit_handlers(tmp_path):
-    """A finished command ends the process with os._exit after the atexit handlers and flushed
-    output (control never returns to the caller of main)."""
-    code = ("import atexit, sys\n"
-            "atexit.register(print, 'handler ran')\n"
-            f"sys.argv = ['shardgnn', 'generate', 'csbm', '--nodes', '60', '--out', {str(tmp_path / 'g')!r}]\n"
-            "from shardgnn.cli.main import main\n"
-            "print('pending output', end='')\n"
-            "main()\n"
-            "print('returned')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert "returned" not in out.stdout
-    assert out.stdout.startswith("pending output") and "handler ran" in out.stdout
-    assert (tmp_path / "g" / "graph.json").exists()
