@@ -209,6 +209,8 @@ def test_kill_during_layer_2_resumes(work):
     assert np.array_equal(emb(out), emb(w / "p2a-sage3.h5"))
     with h5py.File(out) as f:
         assert f["infer"].attrs["resumed_layers"] == 1
+        # the command line as provenance records it (not `python -m mpi4py`'s __main__.py path)
+        assert f.attrs["command"].startswith("shardgnn infer ")
     # an unwritable output: one line per rank, exit 2, nothing under the final name
     bad = w / "pairs.txt" / "emb.h5"
     proc = run_cli(2, ["infer", w / "ck-sage2.h5", w / "store", "--out", bad], check=False,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
@@ -99,7 +98,7 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                       batch_size=args.batch_size, target_fraction=args.target_fraction,
                       score_edges=args.score_edges,
                       dataset=args.dataset, seed=args.seed, resume=args.resume)
-    s = main(comm, cfg, command=" ".join(sys.argv))
+    s = main(comm, cfg)
     if comm.rank == 0:
         print(f"infer: {s['vertices']} vertices x {s['width']} ({s['model']}, {s['layers']} "
               f"layers, {s['mode']}) on {s['ranks']} ranks in {s['total_time']:.2f}s "

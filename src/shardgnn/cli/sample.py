@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
@@ -71,7 +70,7 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                        seed=args.seed, mode=args.mode, replace=args.replace,
                        direction=args.direction, type_fanouts=args.type_fanouts,
                        repeats=args.repeats)
-    s = main(comm, cfg, command=" ".join(sys.argv))
+    s = main(comm, cfg)
     if comm.rank == 0:
         print(f"sample: {s['seeds']} seeds in {s['batches']} batches x {s['repeats']}, "
               f"{s['edges']} edges in {s['seconds']:.3f}s; wrote {cfg.out}")

@@ -239,8 +239,9 @@ _GEMM_ROWS = 1 << 12
 class Gathers:
     """How :func:`gathered_sum` adds the neighbours of a CSR structure's rows, prepared once
     (every layer over the same neighbour lists reuses it): rows grouped by degree, and for each
-    degree ``k`` <= 64, in steps of about 16,384 neighbours, the rows and their neighbours'
-    indices as a (rows, k) matrix; longer rows as (rows, concatenated indices, segment starts)."""
+    degree ``k`` <= 64, in steps of about ``_GATHER_EDGES`` neighbours, the rows and their
+    neighbours' indices as a (rows, k) matrix; longer rows as (rows, concatenated indices,
+    segment starts)."""
 
     n: int
     deg: np.ndarray

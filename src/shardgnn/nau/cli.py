@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING, Any
 
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
@@ -118,7 +117,7 @@ def run(comm: "Communicator", args: argparse.Namespace) -> int:
     from shardgnn.nau.engine import main
 
     cfg = config_from_args(args)
-    s = main(comm, cfg, command=" ".join(sys.argv))
+    s = main(comm, cfg)
     if comm.rank == 0:
         print(f"nau {s['model']} ({s['aggregation']}): {s['epochs']} epochs, best val "
               f"{s['best_val_acc']:.4f} at epoch {s['best_epoch']}, test {s['test_acc']:.4f}; "

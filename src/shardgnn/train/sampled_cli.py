@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from shardgnn.comm import Communicator
@@ -73,7 +72,7 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
     from shardgnn.train.sampled import main
 
     cfg = comm.run_agreed(config_from_args, args)
-    s = main(comm, cfg, command=" ".join(sys.argv))
+    s = main(comm, cfg)
     if comm.rank == 0:
         print(f"sampled: {s['parts']} partitions on {s['ranks']} ranks, {s['epochs']} epochs; "
               f"best val {s['best_val_acc']:.4f} at epoch {s['best_epoch']}, test "
