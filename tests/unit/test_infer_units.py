@@ -80,7 +80,7 @@ def test_rank_file_complete_only_with_key_and_checksum(tmp_path):
 
 
 def test_sage_layer_from_rows_mapped_ahead():
-    from shardgnn.infer.model import (LoadedModel, neighbour_mean, sage_ahead,
+    from shardgnn.infer.model import (Gathers, LoadedModel, gathered_sum, sage_ahead,
                                       sage_ahead_width, sage_input, sage_output)
 
     rng = np.random.default_rng(4)
@@ -96,9 +96,10 @@ def test_sage_layer_from_rows_mapped_ahead():
     ip = np.arange(0, 3 * 2001, 3)                        # 2000 targets, 3 neighbours each
     ind = rng.integers(0, x.shape[0], int(ip[-1]))
     own = rng.integers(0, x.shape[0], 2000)
-    want = sage_output(lm, 1, neighbour_mean(ip, ind, sage_input(lm, 1, x)), x[own])
+    g = Gathers.of(ip, ind)
+    want = sage_output(lm, 1, gathered_sum(g, sage_input(lm, 1, x), mean=True), x[own])
     z = sage_ahead(lm, 1, x)
-    got = sage_output(lm, 1, neighbour_mean(ip, ind, np.ascontiguousarray(z[:, :4])),
+    got = sage_output(lm, 1, gathered_sum(g, np.ascontiguousarray(z[:, :4]), mean=True),
                       z[own, 4:], mapped=True)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -144,11 +145,11 @@ def test_owner_partitions_balanced_where_replicas_allow():
     assert np.array_equal(own, owner_partitions(memb, 3, block=77))
 
 
-def test_neighbour_sum_equals_spmm():
+def test_gathered_sum_equals_spmm():
     import scipy.sparse as sp
 
     from shardgnn.infer.engine import _Hood
-    from shardgnn.infer.model import mean_adjacency, neighbour_mean, neighbour_sum
+    from shardgnn.infer.model import Gathers, gathered_sum, mean_adjacency
 
     rng = np.random.default_rng(3)
     # empty, no edges, short rows only, and rows past the dense-degree bound (reduceat)
@@ -161,10 +162,10 @@ def test_neighbour_sum_equals_spmm():
         a = sp.csr_matrix((np.ones(ind.size), ind, ip), shape=(nd, ns))
         for w in (0, 1, 4, 33):
             x = rng.normal(size=(ns, w)).astype(np.float32)
-            got = neighbour_sum(ip, ind, x)
+            got = gathered_sum(Gathers.of(ip, ind), x)
             assert got.shape == (nd, w) and got.dtype == np.float32
             np.testing.assert_allclose(got, a @ x.astype(np.float64), rtol=1e-5, atol=1e-5)
-            mean = neighbour_mean(ip, ind, x)
+            mean = gathered_sum(Gathers.of(ip, ind), x, mean=True)
             np.testing.assert_allclose(mean, mean_adjacency(ip, ind, ns) @ x, rtol=1e-5,
                                        atol=1e-6)
             if nd > 2:   # a layerwise neighbourhood: rows lo:hi, NumPy or SciPy

@@ -40,7 +40,7 @@ from shardgnn.sampling.directory import partition_directory
 if TYPE_CHECKING:  # the sampler (numba kernels) is imported only by the runs that sample
     from shardgnn.sampling.service import GatherApplySampler
 
-#: GraphSAGE layers average the neighbours with NumPy (:func:`neighbour_mean`) unless a rank's
+#: GraphSAGE layers average the neighbours with NumPy (:func:`gathered_sum`) unless a rank's
 #: remaining layers aggregate more than this many floats (edges x width): SciPy's SpMM saves
 #: ~1-2 ns per float but importing ``scipy.sparse`` costs ~0.25 s (docs/inference.md)
 SPMM_ABOVE = 1 << 27

@@ -283,7 +283,10 @@ def gathered_sum(g: Gathers, x: np.ndarray, mean: bool = False) -> np.ndarray:
     without neighbours), by the prepared :class:`Gathers`: for each degree group one
     ``np.take`` of a (rows, k, d) block, summed over k by a product with a ones vector (2x
     NumPy's reduction over the middle axis; for d <= 8 with k stacked identities), the mean's
-    1/k folded into it; longer rows through ``np.add.reduceat``. Pure."""
+    1/k folded into it; longer rows through ``np.add.reduceat``: ``A @ x`` for the 0/1 CSR
+    matrix (``mean``: ``mean_adjacency(...) @ x``) in NumPy alone. SciPy's SpMM is 2-7x faster
+    per edge, but importing ``scipy.sparse`` costs ~0.2-0.3 s per process, more than this
+    kernel spends on a 100k-vertex layer (docs/inference.md). Pure."""
     x = np.asarray(x, np.float32)
     d = x.shape[1]
     out = np.zeros((g.n, d), np.float32)
@@ -304,21 +307,6 @@ def gathered_sum(g: Gathers, x: np.ndarray, mean: bool = False) -> np.ndarray:
         s = np.add.reduceat(np.take(x, seg, axis=0), starts, axis=0)
         out[rows] = s / g.deg[rows, None].astype(np.float32) if mean else s
     return out
-
-
-def neighbour_sum(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Row ``i``: the float32 sum of the rows ``indices[indptr[i]:indptr[i + 1]]`` of ``x``
-    (zeros for a row without neighbours): ``A @ x`` for the 0/1 CSR matrix ``(indptr,
-    indices)``, in NumPy alone (:func:`gathered_sum`). SciPy's SpMM is 2-7x faster per edge,
-    but importing ``scipy.sparse`` costs ~0.2-0.3 s per process, more than this kernel spends
-    on a 100k-vertex layer (docs/inference.md). Pure."""
-    return gathered_sum(Gathers.of(indptr, indices), x)
-
-
-def neighbour_mean(indptr: np.ndarray, indices: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Row ``i``: the mean of its neighbours' rows of ``x`` (zeros without neighbours): what
-    ``mean_adjacency(...) @ x`` gives. Pure."""
-    return gathered_sum(Gathers.of(indptr, indices), x, mean=True)
 
 
 def sage_input(lm: LoadedModel, i: int, x: np.ndarray) -> np.ndarray:
