@@ -38,6 +38,15 @@ from shardgnn.errors import ShardError
 #: Largest element count passed to one MPI call (MPI counts are signed 32-bit).
 MAX_COUNT = 2**31 - 1
 
+#: Seconds a failing rank waits for every peer to report the same failure before it aborts
+#: the job (:meth:`Communicator.failed_together`): ranks that reject the same input do so
+#: within milliseconds of each other, a rank that fails alone costs the job this long.
+FAIL_TOGETHER_S = 2.0
+#: Point-to-point tag of the failure word (MPI guarantees tags up to 32767).
+_FAILED_TAG = 32_101
+#: Seconds :func:`drain_stdio` waits at most for the launcher to take this rank's output.
+DRAIN_S = 2.0
+
 _T = TypeVar("_T")
 #: Send and receive displacements of a planned all-to-all (``Communicator.alltoallv``).
 Displs = tuple[np.ndarray, np.ndarray]
@@ -93,6 +102,46 @@ def serial(max_count: int = MAX_COUNT) -> "Communicator":
     code has no ``comm is None`` branches.
     """
     return Communicator(_SerialComm(), max_count)
+
+
+def drain_stdio(timeout: float = DRAIN_S) -> None:
+    """Flush stdout and stderr and wait (at most ``timeout`` s) until the launcher has read them.
+
+    Under ``mpiexec`` (Hydra) or ``srun`` a rank's output goes through a pipe or socket to the
+    launcher's proxy. ``MPI_Abort``, or the abort ``python -m mpi4py`` makes of a non-zero
+    exit, kills the ranks and can end the proxy before it read what was written last: the
+    error line the user needed. The kernel says how many bytes the reader has not taken yet
+    (``FIONREAD`` on a pipe, ``TIOCOUTQ`` on a socket); other outputs (a file, a terminal)
+    need no wait.
+    """
+    import fcntl
+    import stat
+    import termios
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + timeout
+    for fd in (1, 2):
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            continue
+        request = (termios.FIONREAD if stat.S_ISFIFO(mode)
+                   else termios.TIOCOUTQ if stat.S_ISSOCK(mode) else None)
+        if request is None:
+            continue
+        count = np.zeros(1, np.int32)
+        while time.monotonic() < deadline:
+            try:
+                fcntl.ioctl(fd, request, count)  # type: ignore[call-overload]
+            except OSError:
+                break
+            if count[0] == 0:
+                break
+            time.sleep(0.001)
 
 
 def _sync_device(buf: Any) -> None:
@@ -294,10 +343,41 @@ class Communicator:
         return Communicator(sub, self.max_count)
 
     def abort(self, code: int = 1) -> None:
-        """End every rank of the job now with ``code`` (never returns)."""
-        sys.stdout.flush()
-        sys.stderr.flush()
+        """End every rank of the job now with ``code`` (never returns), once what this rank
+        printed has left it (:func:`drain_stdio`)."""
+        drain_stdio()
         self._c.Abort(code)
+
+    def failed_together(self, timeout: float = FAIL_TOGETHER_S) -> bool:
+        """Whether every rank of comm is failing too: this rank tells each peer it failed (a
+        point-to-point message with a tag of its own, so no collective in flight on any rank is
+        disturbed) and waits up to ``timeout`` seconds for the same word from every peer.
+
+        True: all ranks reached their error handler, each after printing its line, and may exit
+        together without an abort. False: some rank did not (it is computing or waiting in a
+        collective); the caller must abort the job. Call it once, from an error handler.
+        """
+        drain_stdio()  # a peer that hears from this rank may end the job: the line goes first
+        if self.size == 1:
+            return True
+        MPI = _mpi()
+        word = np.zeros(1, np.uint8)
+        sends = [self._c.Isend([word, 1, MPI.BYTE], dest=r, tag=_FAILED_TAG)
+                 for r in range(self.size) if r != self.rank]
+        heard: set[int] = set()
+        status = MPI.Status()
+        deadline = time.monotonic() + timeout
+        while len(heard) < self.size - 1:
+            if self._c.Iprobe(source=MPI.ANY_SOURCE, tag=_FAILED_TAG, status=status):
+                src = status.Get_source()
+                self._c.Recv([np.zeros(1, np.uint8), 1, MPI.BYTE], source=src, tag=_FAILED_TAG)
+                heard.add(src)
+            elif time.monotonic() > deadline:
+                return False
+            else:
+                time.sleep(0.001)
+        MPI.Request.Waitall(sends)
+        return True
 
     @property
     def is_serial(self) -> bool:

@@ -25,3 +25,50 @@ def test_exception_on_one_rank_ends_job_fast(tmp_path):
     assert proc.returncode != 0
     assert "boom on rank 2" in proc.stderr
     assert time.time() - t0 < 30
+
+
+def _cli_script(tmp_path, body: str):
+    """A script running ``shardgnn info x`` through the CLI's error handling, with the command
+    replaced by ``body`` (a function ``fake(comm, args)``)."""
+    script = tmp_path / "cli_fail.py"
+    script.write_text("import sys, time\nfrom shardgnn.cli import main as m\n"
+                      "from shardgnn.errors import ShardError\n" + body +
+                      "m.run_command = fake\nsys.exit(m.main(['info', 'x']))\n")
+    return script
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_cli_error_on_every_rank_prints_every_line(tmp_path, n):
+    # the same input rejected on each rank, not through an agreement: every rank's line reaches
+    # the launcher whole (none lost to the abort a non-zero exit makes, none interleaved)
+    script = _cli_script(tmp_path, "def fake(comm, args):\n"
+                                   "    raise ShardError(f'bad input seen by {comm.rank}')\n")
+    proc = run_mpi(n, [script], timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    for r in range(n):
+        assert lines.count(f"shardgnn: error: rank {r}: bad input seen by {r}") == 1, proc.stderr
+    assert "not every rank failed" not in proc.stderr
+
+
+def test_cli_error_on_one_rank_aborts_with_its_line(tmp_path):
+    script = _cli_script(tmp_path, "def fake(comm, args):\n"
+                                   "    if comm.rank == 2:\n"
+                                   "        raise ShardError('bad shard on rank 2')\n"
+                                   "    comm.barrier()\n    time.sleep(60)\n")
+    t0 = time.time()
+    proc = run_mpi(4, [script], timeout=60, check=False)
+    assert proc.returncode != 0
+    assert "shardgnn: error: rank 2: bad shard on rank 2" in proc.stderr.splitlines(), proc.stderr
+    assert "shardgnn: rank 2: not every rank failed; aborting the job" in proc.stderr
+    assert time.time() - t0 < 30
+
+
+def test_cli_crash_on_every_rank_exits_1_with_every_traceback(tmp_path):
+    script = _cli_script(tmp_path, "def fake(comm, args):\n"
+                                   "    raise RuntimeError(f'bug hit on {comm.rank}')\n")
+    proc = run_mpi(2, [script], timeout=60, check=False)
+    assert proc.returncode == 1, proc.stderr
+    for r in range(2):
+        assert f"RuntimeError: bug hit on {r}" in proc.stderr
+        assert f"shardgnn: internal error on rank {r}" in proc.stderr.splitlines()

@@ -2,8 +2,8 @@
 
 Each subcommand module exposes ``add_parser(subparsers)`` and ``run(comm, args) -> int``.
 Errors the user can fix (:class:`ShardError`) print one line per rank and exit 2; when they
-were not raised on every rank together, the job is aborted so no rank waits for a dead peer.
-Any other exception prints its traceback and aborts the whole job with exit 1.
+were not raised on every rank, the job is aborted so no rank waits for a dead peer. Any other
+exception prints its traceback and exits 1 (the whole job is aborted unless every rank failed).
 """
 from __future__ import annotations
 
@@ -95,14 +95,8 @@ def _main(argv: Sequence[str] | None) -> int:
         code = run_command(comm, args)
     except ShardError as exc:
         prefix = f"rank {comm.rank}: " if comm.size > 1 else ""
-        print(f"shardgnn: error: {prefix}{exc}", file=sys.stderr, flush=True)
-        if comm.size > 1:
-            if not exc.agreed:
-                comm.abort(2)
-            # every rank raised it together: wait until all have printed their line, since a
-            # rank's non-zero exit may end the job (``python -m mpi4py`` aborts on it)
-            comm.barrier()
-        return 2
+        _line(f"shardgnn: error: {prefix}{exc}")
+        return _fail(comm, 2, exc.agreed)
     except KeyboardInterrupt:
         if comm.size > 1:
             comm.abort(130)
@@ -112,15 +106,41 @@ def _main(argv: Sequence[str] | None) -> int:
         return 141
     except Exception:  # noqa: BLE001 - any crash must end every rank, not hang them
         traceback.print_exc()
-        print(f"shardgnn: internal error on rank {comm.rank}; aborting the job", file=sys.stderr,
-              flush=True)
-        if comm.size > 1:
-            comm.abort(1)
-        return 1
+        _line(f"shardgnn: internal error on rank {comm.rank}")
+        return _fail(comm, 1, False)
     finally:
         # the interpreter's exit collections then skip the job's long-lived objects (numba's
         # type system above all: 0.2 s of every exit otherwise)
         gc.freeze()
+    return code
+
+
+def _line(text: str) -> None:
+    """``text`` and its newline to stderr in one write, so ranks' lines never interleave."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _fail(comm: Communicator, code: int, agreed: bool) -> int:
+    """End this rank's command with ``code`` after its error line was printed.
+
+    A non-zero exit may end the whole job (``python -m mpi4py`` aborts on it, a launcher may
+    kill the other ranks), so a rank leaves only once every rank's line has reached the
+    launcher. Ranks that failed together (an agreed error, or the same input rejected on each
+    rank) then exit with ``code``; a rank that failed alone aborts the job after
+    :data:`shardgnn.comm.FAIL_TOGETHER_S`, so no rank waits for a dead peer.
+    """
+    if comm.size == 1:
+        return code
+    if agreed:
+        from shardgnn.comm import drain_stdio
+
+        drain_stdio()
+        comm.barrier()  # every rank's line has left it
+        return code
+    if not comm.failed_together():
+        _line(f"shardgnn: rank {comm.rank}: not every rank failed; aborting the job")
+        comm.abort(code)
     return code
 
 
