@@ -86,10 +86,10 @@ def _main(argv: Sequence[str] | None) -> int:
         outputs.install_signal_cleanup()
 
     comm = world()
-    log.setup(comm.rank, getattr(args, "verbose", False))
     gc.freeze()
     gc.enable()
     try:
+        log.setup(comm.rank, getattr(args, "verbose", False))
         if comm.rank == 0:   # the rank that writes results files
             provenance.prefetch()
         code = run_command(comm, args)
