@@ -4,7 +4,7 @@
 file carries, resume checks, writing (collective over comm: rows go to their global-id block),
 reading back (:class:`LayerSource`), checksums; everything else here is rank-local.
 
-Layout of a layers directory (``docs/inference.md``)::
+Layout of a layers directory (``docs/formats.md``)::
 
     DIR/layer-LL/rank-RRRRR.h5   one file per rank and layer (L >= 1; layer 0 = the features):
         /emb     (rows_r, d) float32, the rank's owned vertices in its inference order
@@ -19,7 +19,7 @@ Layout of a layers directory (``docs/inference.md``)::
                  width < d): the rows of /emb times that layer's two weight matrices,
                  [x W_l^T | x W_r^T], in /emb's order, stored as /emb; the next layer's
                  caches read these 2k floats per row instead of d
-        attrs    format, layer, rank, ranks, rows, width, chunk_rows, compression, run_key,
+        attrs    format, layer, rank, ranks, rows, chunk_rows, compression, run_key,
                  ahead_width (2k, or 0), crc32 (of those of /emb, /by_gid, /ahead
                  present, in that order), complete
     DIR/layer-LL.h5              /emb: virtual (N, d) dataset over every rank's /by_gid

@@ -1,6 +1,6 @@
 """The partition store: ``OUT/meta.json`` plus one HDF5 file per partition; spill files and reader.
 
-Layout (``docs/partitioning.md``)::
+Layout (``docs/formats.md``)::
 
     OUT/meta.json         format, version, algorithm, parameters, parts, num_nodes, num_edges,
                           hops, dataset (absolute path), directed, num_features, num_classes,

@@ -1,6 +1,6 @@
 """GLISP's read-only partition store (paper section III-C): writer (collective) and mmap loader.
 
-Layout of ``OUT`` (``docs/vertexcut.md``)::
+Layout of ``OUT`` (``docs/formats.md``)::
 
     OUT/meta.json                         counts, dtypes, parameters of the run
     OUT/part-00000/global_id.npy          int64 sorted global ids (local id = position)
