@@ -9,6 +9,7 @@ from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.comm import Communicator
+from shardgnn.io import outputs
 from shardgnn.registry import ENGINES
 from shardgnn.train import guards
 from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, default_of
@@ -75,7 +76,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--weight-decay", type=guards.nonnegative_float, default=d("weight_decay"),
                    help=f"Adam weight decay, finite and >= 0 (default: {d('weight_decay')})")
     p.add_argument("--seed", type=int, default=d("seed"), help=f"random seed (default: {d('seed')})")
-    p.add_argument("--out", required=True, help="results HDF5 file (written atomically)")
+    p.add_argument("--out", required=True, help="results HDF5 file (written atomically; an "
+                   "existing file only with --force, and only an earlier shardgnn output)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out / checkpoint that shardgnn wrote earlier "
+                   "(never a file it did not write; --resume FILE may rewrite FILE without it)")
     p.add_argument("--allow-nan-loss", action="store_true",
                    help="keep training when the loss becomes NaN or inf (default: stop at that "
                    "epoch with exit 2, the results written so far; either way the results record "
@@ -86,7 +91,7 @@ def add_parser(sub: Any) -> None:
                    help="(averaging, nau, sampled) averaging: gcn, sage (GraphSAGE, mean), gat "
                    "(multi-head), sgc, ngnn-gcn, ngnn-sage (NGNN: --ngnn-layers non-linear "
                    "layers inside each hidden layer), or package.module:Name for a user "
-                   "torch.nn.Module with "
+                   "torch.nn.Module (imports and runs that module's code: trusted code only) with "
                    "forward(x, edge_index), built as Name(in_channels=, hidden_channels=, "
                    "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
                    "out_channels); nau: gcn, pinsage, magnn, jknet, pgnn or package.module:Class "
@@ -175,4 +180,15 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 
     comm.run_agreed(check)  # the same verdict on every rank: exit 2 without an abort
     args.given_options = given
-    return int(family_of(engine).run(comm, args) or 0)
+    # every output checked and locked before the first step (docs/architecture.md, outputs)
+    with outputs.claim(comm, [(args.out, "file"), (checkpoint_file(args, engine), "file")],
+                       args.force, inputs=(args.data,), keep=(args.resume,)):
+        return int(family_of(engine).run(comm, args) or 0)
+
+
+def checkpoint_file(args: argparse.Namespace, engine: str) -> str | None:
+    """The checkpoint ``engine`` will write (``--checkpoint`` or ``OUT.ckpt.h5``), or None when
+    it writes none (no ``--checkpoint-every``, or an engine without checkpoints)."""
+    if "checkpoint_every" not in accepted_options(engine) or not args.checkpoint_every:
+        return None
+    return str(args.checkpoint or f"{args.out}.ckpt.h5")

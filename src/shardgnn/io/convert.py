@@ -214,13 +214,11 @@ def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
     out = Path(out)
     extra_inputs = (nodes.features_path, nodes.labels_path) if nodes else ()
     inputs = (Path(src.path),) + tuple(Path(p) for p in extra_inputs if p is not None)
-    outputs.check_replaceable(out, opt.force, inputs)
     t0 = time.perf_counter()
-    with outputs.atomic_dir(out) as tmp:
+    with outputs.claim_local([(out, "dir")], opt.force, inputs), outputs.atomic_dir(out) as tmp:
         meta = _convert_into(src, tmp, opt, nodes or NodeData())
         meta.extra.setdefault("convert_seconds", round(time.perf_counter() - t0, 3))
         (tmp / cn.SIDECAR).write_text(meta.to_json())
-        outputs.check_replaceable(out, opt.force, inputs)   # an output that appeared while we ran
     return meta
 
 

@@ -247,16 +247,6 @@ def _save(path: Path, arr: np.ndarray) -> None:
         np.save(fh, np.ascontiguousarray(arr))
 
 
-def check_out_dir(out: Path) -> str:
-    """Why ``out`` cannot receive a store ('' when it can). Rank-local."""
-    if out.exists() and not out.is_dir():
-        return f"{out}: expected an output directory, got a file"
-    if out.exists() and any(out.iterdir()) and not (out / "meta.json").exists():
-        return (f"{out}: expected an empty directory or a previous partition store to replace, "
-                f"got a non-empty directory without meta.json")
-    return ""
-
-
 def _dataset_attrs(info: dict[str, Any]) -> tuple[EdgeAttrs | None, np.ndarray | None]:
     """(edge-weight lookup or None when unweighted, node types or None) of ``info["dataset"]``."""
     if not info.get("dataset"):
@@ -303,8 +293,6 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
     frees the edge shard while the store is built (peak memory ~ |E|/P plus one partition).
     """
     out = Path(out)
-    err = check_out_dir(out)
-    comm.agree(not err, err)
     p, n, P = int(info["num_parts"]), int(info["num_nodes"]), comm.size
     directed = bool(info["directed"])
     odeg = np.bincount(cols["src"], minlength=n).astype(np.int64)
