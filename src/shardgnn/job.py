@@ -273,9 +273,7 @@ def _check_dataset(out: Path) -> str:
     from shardgnn.io import canonical as cn
 
     try:
-        meta = cn.read_meta(out)
-        for name in cn.NODE_FILES:
-            cn.load_node_array(out, name, meta)
+        cn.check_node_files(out)
     except ShardError as exc:
         return str(exc)
     return ""

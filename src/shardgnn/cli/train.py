@@ -63,7 +63,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--engine", default="rdm",
                    help=f"one of {ENGINES.expected()} (default: rdm)")
     p.add_argument("--epochs", type=int, default=d("epochs"),
-                   help=f"training epochs (default: {d('epochs')})")
+                   help=f"training epochs, >= 1 (with --resume: the total, at least the "
+                   f"checkpoint's epoch) (default: {d('epochs')})")
     p.add_argument("--hidden", type=int, default=d("hidden"),
                    help=f"hidden width (default: {d('hidden')})")
     p.add_argument("--layers", type=int, default=d("layers"),

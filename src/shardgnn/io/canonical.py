@@ -145,12 +145,22 @@ def load_node_array(directory: str | os.PathLike, name: str, meta: GraphMeta,
     if not p.exists():
         return None
     try:
-        arr = np.load(p, mmap_mode="r" if mmap else None)
-    except ValueError as exc:
+        arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
         raise input_error(p, f"not a readable .npy file ({exc})") from None
-    if arr.shape[0] != meta.num_nodes:
-        raise input_error(p, f"expected {meta.num_nodes} rows (one per node), got {arr.shape[0]}")
+    if arr.ndim == 0 or arr.shape[0] != meta.num_nodes:
+        got = arr.shape[0] if arr.ndim else "a scalar"
+        raise input_error(p, f"expected {meta.num_nodes} rows (one per node), got {got}")
     return arr
+
+
+def check_node_files(directory: str | os.PathLike) -> None:
+    """Check that every node array of the dataset (:data:`NODE_FILES` present) opens and has
+    one row per node, without reading it (memory maps). Rank-local; ShardError naming the file.
+    """
+    meta = read_meta(directory)
+    for name in NODE_FILES:
+        load_node_array(directory, name, meta)
 
 
 class EdgeStream:

@@ -331,6 +331,11 @@ def _write_node_data(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
     if y is not None:
         y = np.asarray(y, dtype=np.int64)
         _check_rows(y, n, nodes.labels_path or Path("<labels>"))
+        if y.size and int(y.min()) < -1:   # every engine refuses them: say so now
+            i = int(np.argmax(y < -1))
+            where = f"node {int(ids[i]) if ids is not None else i}"
+            raise input_error(nodes.labels_path or Path("<labels>"), f"expected labels >= 0 "
+                              f"(or -1 = unlabelled), got {int(y[i])}", where)
         np.save(tmp / "y.npy", y)
         meta.num_classes = int(y.max()) + 1 if y.size else 0
     masks = dict(nodes.masks)

@@ -816,19 +816,45 @@ def cleanup_now() -> None:
         remove_path(Path(p))
 
 
+#: Called with the signal number after this process cleaned up on a signal, before it exits:
+#: the CLI tells the job's other ranks (:class:`shardgnn.comm.StopWatch`), whose launcher
+#: would otherwise kill them with SIGKILL before they removed their own temps and locks.
+ON_SIGNAL: list[Any] = []
+
+
+def _say_stopped(signum: int, why: str = "") -> None:
+    name = signal.Signals(signum).name
+    try:
+        sys.stderr.write(f"shardgnn: stopped by {name}{why}; removed this job's temporary "
+                         "outputs\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def _exit_on_signal(signum: int) -> None:
     if _CLEANING.is_set():
         return
     _CLEANING.set()
     cleanup_now()
-    name = signal.Signals(signum).name
-    try:
-        sys.stderr.write(f"shardgnn: stopped by {name}; removed this job's temporary outputs\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
+    _say_stopped(signum)
+    for tell in ON_SIGNAL:
+        try:
+            tell(signum)
+        except Exception:  # noqa: BLE001 - exiting anyway; the peers' locks are taken over later
+            pass
     os._exit(128 + signum)
+
+
+def stopped_by_peer(signum: int) -> None:
+    """Another rank of the job was stopped by ``signum``: remove this process's temps and locks
+    (the caller exits). Rank-local."""
+    if _CLEANING.is_set():
+        return
+    _CLEANING.set()
+    cleanup_now()
+    _say_stopped(signum, " on another rank")
 
 
 def _handler(signum: int, frame: Any) -> None:

@@ -342,12 +342,17 @@ class EdgeCutStore:
             if missing:
                 raise input_error(path, f"expected datasets gid, indptr, indices, missing "
                                   f"{', '.join(missing)}")
-            data = {k: f[k][()] for k in NODE_DATA if k in f and (features or k != "x")}
-            gid = np.asarray(f["gid"][()], dtype=np.int64)
-            part = Partition(index=int(i), parts=self.parts, gid=gid,
-                             num_owned=int(f.attrs.get("num_owned", gid.shape[0])),
-                             indptr=f["indptr"][()], indices=f["indices"][()],
-                             attrs=dict(f.attrs), **data)
+            try:
+                data = {k: f[k][()] for k in NODE_DATA if k in f and (features or k != "x")}
+                gid = np.asarray(f["gid"][()], dtype=np.int64)
+                part = Partition(index=int(i), parts=self.parts, gid=gid,
+                                 num_owned=int(f.attrs.get("num_owned", gid.shape[0])),
+                                 indptr=f["indptr"][()], indices=f["indices"][()],
+                                 attrs=dict(f.attrs), **data)
+            except (OSError, KeyError, ValueError) as exc:
+                raise input_error(path, f"unreadable partition data ({exc}); expected the file "
+                                  "the partitioner wrote (truncated or damaged? partition "
+                                  "again)") from None
         _check_partition(path, part, self.num_features)
         return part
 

@@ -18,6 +18,7 @@ import numpy as np
 from shardgnn import log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, raise_first
+from shardgnn.io.canonical import check_node_files
 from shardgnn.io.results import ResultWriter
 from shardgnn.partition.vertexcut.adaptive import RESPONSES
 from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
@@ -158,6 +159,9 @@ def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
     """Load -> expand -> quality -> store -> results; returns the summary. Collective."""
     t_start = time.perf_counter()
     ex = cfg.expansion
+    # the store points readers at the dataset's node arrays: a wrong row count is refused now,
+    # not in the job that samples or trains on the store
+    comm.run_agreed(check_node_files, cfg.dataset)
     shard = load_shard(cfg.dataset, comm, chunk=cfg.chunk)
     t_load = time.perf_counter() - t_start
     _mem("after load")

@@ -407,6 +407,47 @@ class _Arrays(dict):
         return [(k, self[k]) for k in self]
 
 
+def _load_array(f: Path, mmap: bool) -> np.ndarray:
+    """One partition array (memory-mapped with ``mmap``); a truncated or unreadable file is
+    one ShardError naming it."""
+    try:
+        return np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise input_error(f, f"not a readable .npy partition array ({exc}); expected the "
+                          "file the partitioner wrote (truncated or damaged? partition again)") from None
+
+
+def check_shapes(d: Path, arrays: dict[str, Any], part: dict[str, Any]) -> None:
+    """ShardError naming the first array of partition folder ``d`` whose length disagrees with
+    the others or with the partition's entry ``part`` of ``meta.json`` (a file cut short or
+    from another store). Reads one element per CSR. Rank-local."""
+    def fail(name: str, want: int, got: int) -> None:
+        raise input_error(d / f"{name}.npy", f"expected {want} rows (as the rest of the "
+                          f"partition), got {got}: the store is damaged (partition again)")
+
+    nv = int(arrays["global_id"].shape[0])
+    if "num_vertices" in part and int(part["num_vertices"]) != nv:
+        fail("global_id", int(part["num_vertices"]), nv)
+    for name in ("out_degree", "in_degree", "partition_set", "node_type"):
+        if name in arrays and arrays[name].shape[:1] != (nv,):
+            fail(name, nv, int(arrays[name].shape[0]))
+    for side in ("out", "in"):
+        ptr, idx = arrays.get(f"{side}_indptr"), arrays.get(f"{side}_indices")
+        if ptr is None or idx is None:
+            continue
+        if ptr.shape != (nv + 1,):
+            fail(f"{side}_indptr", nv + 1, int(ptr.shape[0]))
+        ne = int(ptr[-1])
+        if idx.shape != (ne,):
+            fail(f"{side}_indices", ne, int(idx.shape[0]))
+        for extra in (f"{side}_weight", f"{side}_eids"):
+            if extra in arrays and arrays[extra].shape[:1] != (ne,):
+                fail(extra, ne, int(arrays[extra].shape[0]))
+    if "num_out_edges" in part and "out_indices" in arrays and \
+            int(part["num_out_edges"]) != int(arrays["out_indices"].shape[0]):
+        fail("out_indices", int(part["num_out_edges"]), int(arrays["out_indices"].shape[0]))
+
+
 def derive_arrays(arrays: dict[str, Any], directed: bool) -> None:
     """Fill in what a version-3 partition leaves out (aliases, O(n) type groups; ``in_eids``
     and ``in_weight`` computed on first use). Pure on ``arrays``."""
@@ -566,9 +607,12 @@ class PartitionStore:
         for name in PART_FILES + OPTIONAL_FILES:
             f = d / f"{name}.npy"
             if f.exists():
-                arrays[name] = np.load(f, mmap_mode="r" if mmap else None)
+                arrays[name] = _load_array(f, mmap)
             elif name in PART_FILES and name not in derivable:
                 raise input_error(f, "missing partition array")
+        parts = self.meta.get("parts")
+        check_shapes(d, arrays, parts[i] if isinstance(parts, list) and i < len(parts)
+                     and isinstance(parts[i], dict) else {})
         derive_arrays(arrays, directed)
         return StorePartition(i, arrays)
 
