@@ -165,14 +165,11 @@ def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
     shard = load_shard(cfg.dataset, comm, chunk=cfg.chunk)
     t_load = time.perf_counter() - t_start
     _mem("after load")
-    if ex.parts > shard.num_nodes:
+    if ex.parts > shard.num_nodes or (ex.parts > shard.num_edges and ex.parts != comm.size):
         raise ShardError(f"{cfg.dataset}: --parts {ex.parts}: expected p <= |V| = "
-                         f"{shard.num_nodes} (every partition needs a vertex; p is a multiple "
-                         f"of the {comm.size} ranks: run on fewer ranks)")
-    if ex.parts > shard.num_edges and ex.parts != comm.size:
-        raise ShardError(f"{cfg.dataset}: --parts {ex.parts}: expected p <= |E| = "
-                         f"{shard.num_edges} (every partition needs an edge; p = {comm.size}, "
-                         "one per rank, is always allowed)")
+                         f"{shard.num_nodes} and p <= |E| = {shard.num_edges} (every partition "
+                         f"needs a vertex and an edge; p = {comm.size}, one per rank, needs only "
+                         "the vertex)")
     if shard.num_nodes >= 2**62 // max(ex.parts, 1):
         raise ShardError(f"{cfg.dataset}: expected fewer than 2**62/p vertices, got {shard.num_nodes}")
     log.get().info("%s: %d edges, %d vertices, %d partitions on %d ranks", ex.algo,
