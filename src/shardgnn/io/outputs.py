@@ -175,8 +175,9 @@ OWN_FOLDERS: dict[str, tuple[str, str]] = {
                        r"id_map\.npy|(x|y|train_mask|val_mask|test_mask|node_type)\.npy)"),
     "shardgnn-partitions": ("meta.json", r"(meta\.json|results\.h5|part-\d{5}\.h5)"),
     "shardgnn-vertexcut-store": ("meta.json", r"(meta\.json|results\.h5|part-\d{5}(/[a-z_]+\.npy)?)"),
-    # the per-layer files of `shardgnn infer` (no sidecar: known by its files alone)
-    "shardgnn-embeddings": ("", r"layer-\d{2}(\.h5|/rank-\d{5}\.h5)?"),
+    # the per-layer files of `shardgnn infer` (no sidecar: known by its files alone), with the
+    # temps of a killed run (a resumed run rewrites that layer)
+    "shardgnn-embeddings": ("", r"layer-\d{2}(\.h5|/rank-\d{5}\.h5)?(\.tmp-\d+[-\w.]*)?"),
 }
 #: Root attributes that mark an HDF5 file as shardgnn's (results files; checkpoints and
 #: embedding files carry ``format``).

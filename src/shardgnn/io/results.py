@@ -68,7 +68,10 @@ def memory_hdf5() -> Any:
     """
     import h5py
 
-    return h5py.File(f"shardgnn-{os.getpid()}-{id(object())}.h5", "w", driver="core",
+    import uuid
+
+    # the name only keys HDF5's table of open files: unique, never created on disk
+    return h5py.File(f"shardgnn-memory-{uuid.uuid4().hex}.h5", "w", driver="core",
                      backing_store=False)
 
 
