@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("dataset", help="dataset directory written by `shardgnn convert`")
     p.add_argument("--algo", default="spring",
                    help="algorithm name, or package.module:Class for a user streaming partitioner "
-                   "(default: spring)")
+                   "(imports and runs that module: trusted code only) (default: spring)")
     p.add_argument("--parts", default="4",
                    help="number of partitions p >= 1, or 'auto' (streaming only; needs --devices "
                    "and --device-mem) (default: 4)")

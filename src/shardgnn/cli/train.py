@@ -96,7 +96,8 @@ def add_parser(sub: Any) -> None:
                    "forward(x, edge_index), built as Name(in_channels=, hidden_channels=, "
                    "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
                    "out_channels); nau: gcn, pinsage, magnn, jknet, pgnn or package.module:Class "
-                   "(a user NAUModel built as Class(in_dim, hidden, out_dim, **options), see "
+                   "(a user NAUModel built as Class(in_dim, hidden, out_dim, **options); imports "
+                   "that module: trusted code only; see "
                    "docs/nau.md); sampled: gcn, sage or gat (default: gcn)")
     g.add_argument("--sampler", choices=SAMPLERS + SAMPLED_SAMPLERS, default=None,
                    help="(averaging, sampled) averaging, --mode minibatch inside each partition: "
