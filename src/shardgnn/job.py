@@ -16,6 +16,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -179,7 +180,8 @@ def parse_stage(parser: argparse.ArgumentParser, argv: list[str], where: str) ->
     except SystemExit:
         lines = [ln for ln in err.getvalue().strip().splitlines() if ln]
         msg = lines[-1] if lines else "invalid options"
-        raise ShardError(f"{where}: {msg.split('error: ', 1)[-1]}") from None
+        msg = re.sub(r"^rank \d+: ", "", msg.split("error: ", 1)[-1])   # the CLI adds its own
+        raise ShardError(f"{where}: {msg}") from None
 
 
 def _state_path(job: Job, kind: str) -> Path:
