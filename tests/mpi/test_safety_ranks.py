@@ -12,23 +12,12 @@ import time
 
 import pytest
 
-from conftest import INPUTS, SCRIPTS, mpiexec_path, run_cli, run_mpi
-from shardgnn.cli.main import main
-
-
-def cli(*args) -> int:
-    return main([str(a) for a in args])
+from conftest import SCRIPTS, mpiexec_path, run_cli, run_mpi
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    root = tmp_path_factory.mktemp("safety-ranks")
-    assert cli("convert", INPUTS / "cora", "--out", root / "cora") == 0
-    assert cli("partition", root / "cora", "--algo", "adadne", "--parts", 2,
-               "--out", root / "vc") == 0
-    assert cli("train", "--engine", "sampled", root / "vc", "--epochs", 1, "--hidden", 8,
-               "--fanouts", "5,5", "--checkpoint-every", 1, "--out", root / "s.h5") == 0
-    return root
+def work(cora_work):
+    return cora_work
 
 
 def runs(tmp_path, *cmds, n: int = 2, timeout: float = 300) -> tuple[list, str]:

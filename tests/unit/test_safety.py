@@ -46,17 +46,8 @@ class Pwn:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    """Cora converted, cut into an edge-cut and a vertex-cut store, a sampled checkpoint."""
-    root = tmp_path_factory.mktemp("safety")
-    assert cli("convert", INPUTS / "cora", "--out", root / "cora") == 0
-    assert cli("partition", root / "cora", "--algo", "spring", "--parts", 2,
-               "--out", root / "ec") == 0
-    assert cli("partition", root / "cora", "--algo", "adadne", "--parts", 2,
-               "--out", root / "vc") == 0
-    assert cli("train", "--engine", "sampled", root / "vc", "--epochs", 1, "--hidden", 8,
-               "--fanouts", "5,5", "--checkpoint-every", 1, "--out", root / "s.h5") == 0
-    return root
+def work(cora_work):
+    return cora_work
 
 
 # ------------------------------------------------------------------------ 1. pickles

@@ -8,20 +8,13 @@ import resource
 import sys
 from pathlib import Path
 
-from rank_report import RankReport
+from rank_report import RankReport, commands
 
 from shardgnn.cli.main import main
 from shardgnn.comm import world
 
 out = Path(sys.argv[1])
-cmds, cur = [], []
-for a in sys.argv[2:]:
-    if a == "--":
-        cmds.append(cur)
-        cur = []
-    else:
-        cur.append(a)
-cmds.append(cur)
+cmds = commands(sys.argv[2:])
 comm = world()
 codes = []
 with RankReport(out, comm.rank):
