@@ -443,3 +443,25 @@ def test_zero_epochs_is_refused_everywhere(work, capsys, tmp_path, engine):
     assert cli("train", "--engine", engine, work / data, "--epochs", 0,
                "--out", tmp_path / "r.h5") == 2
     assert "--epochs: expected >= 1, got 0" in one_error(capsys)
+
+
+def test_git_status_takes_no_lock_in_the_users_repository(monkeypatch):
+    """provenance runs `git status` (a killed one left .git/index.lock, locking the user's
+    repository): it must not take git's optional locks."""
+    from shardgnn.io import provenance
+
+    seen = []
+    real = subprocess.run
+
+    def spy(cmd, *a, **kw):
+        seen.append((cmd, kw.get("env") or {}))
+        return real(cmd, *a, **kw)
+
+    monkeypatch.setattr(provenance.subprocess, "run", spy)
+    provenance.git_commit.cache_clear()
+    try:
+        provenance.git_commit()
+    finally:
+        provenance.git_commit.cache_clear()
+    status = [env for cmd, env in seen if "status" in cmd]
+    assert status and all(env.get("GIT_OPTIONAL_LOCKS") == "0" for env in status)
