@@ -330,12 +330,12 @@ def _split_masks(rng: np.random.Generator, n: int, train: float, val: float,
 def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
                     force: bool = False) -> Path:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
-    from shardgnn.io.canonical import write_dataset
+    from shardgnn.io.canonical import write_dataset, write_meta
 
     d = Path(out)
     with outputs.claim_local([(d, "dir")], force), outputs.atomic_dir(d) as tmp:
         meta = write_dataset(tmp, g.edges, g.num_nodes, directed=False, x=g.x, y=g.y,
                              masks=g.masks, name=name, source=g.params.get("generator", ""))
         meta.extra = {"generator": g.params}
-        (tmp / "graph.json").write_text(meta.to_json())
+        write_meta(tmp, meta)
     return d

@@ -21,7 +21,6 @@ and every rank gets the same verdict).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shutil
@@ -31,11 +30,14 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
+
+if TYPE_CHECKING:
+    from shardgnn.io.sidecar import Described
 
 TMP_TAG = ".tmp-"
 LOCK_SUFFIX = ".lock"
@@ -167,18 +169,6 @@ def scratch(path: str | os.PathLike) -> Iterator[Path]:
 
 
 # ---------------------------------------------------------------------------- what may be replaced
-#: Folder formats shardgnn writes: format -> (the sidecar naming it, a pattern of every path it
-#: writes, relative to the folder). A folder is shardgnn's own earlier output only when its
-#: sidecar names the format and it holds nothing else.
-OWN_FOLDERS: dict[str, tuple[str, str]] = {
-    "shardgnn-edges": ("graph.json", r"(graph\.json|edges\.bin|edge_type\.bin|edge_weight\.bin|"
-                       r"id_map\.npy|(x|y|train_mask|val_mask|test_mask|node_type)\.npy)"),
-    "shardgnn-partitions": ("meta.json", r"(meta\.json|results\.h5|part-\d{5}\.h5)"),
-    "shardgnn-vertexcut-store": ("meta.json", r"(meta\.json|results\.h5|part-\d{5}(/[a-z_]+\.npy)?)"),
-    # the per-layer files of `shardgnn infer` (no sidecar: known by its files alone), with the
-    # temps of a killed run (a resumed run rewrites that layer)
-    "shardgnn-embeddings": ("", r"layer-\d{2}(\.h5|/rank-\d{5}\.h5)?(\.tmp-\d+[-\w.]*)?"),
-}
 #: Root attributes that mark an HDF5 file as shardgnn's (results files; checkpoints and
 #: embedding files carry ``format``).
 _H5_MARKERS = ("shardgnn_version",)
@@ -190,29 +180,25 @@ NPY_MARKER = "# shardgnn"
 PNG_MARKER = b"tEXtSoftware\x00shardgnn"
 
 
+def shardgnn_output(d: str | os.PathLike) -> Described | None:
+    """What folder ``d`` is when it is a shardgnn output (a format of
+    :data:`shardgnn.registry.FORMATS`: its owner module recognises it), else None."""
+    from shardgnn.registry import describe
+
+    return describe(d)
+
+
 def shardgnn_output_kind(d: str | os.PathLike) -> str | None:
-    """The format marker when folder ``d``'s sidecar names a shardgnn format, else None."""
-    for fmt, (side, _pattern) in OWN_FOLDERS.items():
-        if not side:
-            try:
-                if any(Path(d).iterdir()) and not foreign_files(d, fmt):
-                    return fmt
-            except OSError:
-                pass
-            continue
-        try:
-            raw = json.loads((Path(d) / side).read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(raw, dict) and raw.get("format") == fmt:
-            return fmt
-    return None
+    """The format name when folder ``d`` is a shardgnn output, else None."""
+    got = shardgnn_output(d)
+    return None if got is None else got.format
 
 
-def foreign_files(d: str | os.PathLike, fmt: str) -> list[str]:
-    """Paths under folder ``d`` (relative, sorted) that format ``fmt`` does not write."""
+def foreign_files(d: str | os.PathLike, what: Described) -> list[str]:
+    """Paths under folder ``d`` (relative, sorted) that its format (``what``, from
+    :func:`shardgnn_output`) does not write."""
     root = Path(d)
-    pattern = re.compile(OWN_FOLDERS[fmt][1])
+    pattern = re.compile(what.writes or re.escape(what.path.name))
     out = []
     for dirpath, dirs, files in os.walk(root):
         rel = Path(dirpath).relative_to(root)
@@ -296,17 +282,17 @@ def check_replaceable(out: Path, force: bool, inputs: tuple[str | os.PathLike, .
                               "a new name or an earlier shardgnn output: --force replaces only a "
                               "shardgnn output); choose another name or remove it yourself")
     elif any(out.iterdir()):
-        fmt = shardgnn_output_kind(out)
-        if fmt is None:
+        folder = shardgnn_output(out)
+        if folder is None:
             raise input_error(out, "output directory exists and is not a shardgnn output "
                               "(expected a new or empty directory, or an earlier shardgnn output "
                               "with its graph.json or meta.json: --force replaces only a "
                               "shardgnn output); choose another --out or remove it yourself")
-        extra = foreign_files(out, fmt)
+        extra = foreign_files(out, folder)
         if extra:
             shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5
                                              else "")
-            raise input_error(out, f"output directory holds files a {fmt} output does not "
+            raise input_error(out, f"output directory holds files a {folder.kind} does not "
                               f"write: {shown} (expected only that format's files; --force "
                               "never deletes other files); move them or choose another --out")
     else:
