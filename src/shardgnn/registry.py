@@ -201,7 +201,9 @@ for _name, _target, _help in (
         ("edge-cut store", "shardgnn.partition.store:describe",
          "edge-cut partition store (meta.json + part-NNNNN.h5)"),
         ("vertex-cut store", "shardgnn.partition.vertexcut.store:describe",
-         "GLISP vertex-cut partition store (meta.json + part-NNNNN/)")):
+         "GLISP vertex-cut partition store (meta.json + part-NNNNN/)"),
+        ("embedding layers", "shardgnn.infer.store:describe",
+         "the layer files of `shardgnn infer` (LAYERS/layer-LL/rank-RRRRR.h5, no sidecar)")):
     FORMATS.register(_name, _target, _help)
 
 
