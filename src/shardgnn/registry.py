@@ -176,7 +176,11 @@ for _name, _target, _help in (("gcn", "shardgnn.train.models:GCN", "graph convol
                               ("ngnn-gcn", "shardgnn.train.models:NGNNGCN",
                                "NGNN: --ngnn-layers Linear+ReLU in each hidden GCN layer"),
                               ("ngnn-sage", "shardgnn.train.models:NGNNSAGE",
-                               "NGNN on GraphSAGE")):
+                               "NGNN on GraphSAGE"),
+                              ("rgcn", "shardgnn.train.typed:RGCN",
+                               "R-GCN on typed blocks (sampled --task link)"),
+                              ("hgt", "shardgnn.train.typed:HGT",
+                               "heterogeneous graph transformer (sampled --task link)")):
     MODELS.register(_name, _target, _help)
 
 #: NAU models for ``--model`` of the nau engine: name -> ``NAUModel`` class built as

@@ -55,7 +55,9 @@ DECLARED = {"gcn": {"stages", "blocks", "degrees", "edge_weight"},
             "gat": {"stages", "blocks"},
             "sgc": {"stages"},
             "ngnn-gcn": {"stages", "blocks", "degrees", "edge_weight"},
-            "ngnn-sage": {"stages", "blocks", "trim"}}
+            "ngnn-sage": {"stages", "blocks", "trim"},
+            "rgcn": {"types"},
+            "hgt": {"types"}}
 
 
 def test_models_declare_their_capabilities():

@@ -21,6 +21,22 @@ from shardgnn.errors import ShardError
 from shardgnn.io import canonical as cn
 
 
+def edge_type_id(item: str, names: list[str], num_types: int, option: str) -> int:
+    """The id of edge type ``item``: one of the dataset's type ``names`` (graph.json's
+    ``edge_type_names``) or an integer in [0, num_types). ShardError naming ``option`` for an
+    unknown type."""
+    if item in names:
+        return names.index(item)
+    try:
+        t = int(item)
+    except ValueError:
+        t = -1
+    if not 0 <= t < max(num_types, 1):
+        known = ", ".join(names) if names else f"ids 0..{max(num_types, 1) - 1}"
+        raise ShardError(f"{option}: unknown edge type {item!r}; expected one of {known}")
+    return t
+
+
 @njit(cache=True, inline="always")
 def _less(edges, i, u, v):  # pragma: no cover - numba
     a, b = edges[i, 0], edges[i, 1]

@@ -33,9 +33,53 @@ from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time", "sample_time",
           "fetch_time", "compute_time", "allreduce_time", "eval_time", "sampled_edges", "steps")
 RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",
-               "fanouts", "batch_size", "sampler", "replace", "direction")
+               "fanouts", "batch_size", "sampler", "replace", "direction", "type_fanouts",
+               "task", "link")
 #: Steps of evaluation batches are numbered from here (the training steps stay below).
 EVAL_STEP0 = 1 << 40
+
+
+@dataclass(kw_only=True)
+class LinkOptions:
+    """Options of ``--task link`` (``docs/linkpred.md``); ``info`` is what the engine resolved
+    about the graph (type counts, the model's type triples, input widths), kept in the
+    checkpoint for ``shardgnn infer``."""
+
+    decoder: str = "dot"
+    neg: int = 1
+    neg_sampler: str = "uniform"
+    neg_filtered: bool = False
+    loss: str = "bce"
+    margin: float = 1.0
+    target_types: str | None = None
+    split: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
+    split_files: str | None = None
+    embed_dim: int = 0
+    embed_optimizer: str = "adam"
+    embed_lr: float = 0.01
+    no_features: bool = False
+    eval_edges: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def checks(self) -> list[Any]:
+        from shardgnn.train.decoders import DECODERS
+        from shardgnn.train.embedding import OPTIMIZERS
+
+        sp = list(self.split)
+        return [(self.decoder in DECODERS, "--decoder", " | ".join(DECODERS), self.decoder),
+                (self.neg >= 1, "--neg", "a negative-sampling rate >= 1", self.neg),
+                (self.neg_sampler in ("uniform", "degree"), "--neg-sampler", "uniform or degree",
+                 self.neg_sampler),
+                (self.loss in ("bce", "margin"), "--loss", "bce or margin", self.loss),
+                (self.margin > 0, "--margin", "> 0", self.margin),
+                (len(sp) == 3 and min(sp) >= 0 and sp[0] > 0 and sum(sp) <= 1 + 1e-9,
+                 "--link-split", "three fractions train,valid,test >= 0 (train > 0) summing "
+                 "to <= 1", ",".join(str(v) for v in sp)),
+                (self.embed_dim >= 0, "--embed-dim", ">= 0", self.embed_dim),
+                (self.embed_optimizer in OPTIMIZERS, "--embed-optimizer", " | ".join(OPTIMIZERS),
+                 self.embed_optimizer),
+                (self.embed_lr > 0, "--embed-lr", "> 0", self.embed_lr),
+                (self.eval_edges >= 0, "--eval-edges", ">= 0 (0: all)", self.eval_edges)]
 
 
 @dataclass(kw_only=True)
@@ -54,6 +98,9 @@ class SampledConfig(TrainConfig, CheckpointOptions):
     direction: str = "out"
     dataset: str | None = None
     eval: str = "full"
+    type_fanouts: str | None = None
+    task: str = "node"
+    link: LinkOptions = field(default_factory=LinkOptions)
     ranks: int = 0
 
     def validate(self) -> None:
@@ -62,9 +109,31 @@ class SampledConfig(TrainConfig, CheckpointOptions):
             (self.heads >= 1, "--heads", ">= 1", self.heads),
             (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
             (self.eval_batch_size >= 1, "--eval-batch-size", ">= 1", self.eval_batch_size),
-            (self.eval in ("full", "none"), "--eval", "full (sampled) or none", self.eval)]
-            + self.checkpoint_checks())
+            (self.eval in ("full", "none"), "--eval", "full (sampled) or none", self.eval),
+            (self.task in ("node", "link"), "--task", "node or link", self.task)]
+            + self.checkpoint_checks() + (self.link.checks() if self.task == "link" else []))
         check_fanouts(",".join(str(f) for f in self.fanouts), self.layers)
+
+
+def typed_fanouts(cfg: SampledConfig, store: Any, typed_model: bool = False) -> tuple[list[Any],
+                                                                                    bool]:
+    """The sampler's fanouts and whether it samples per edge type: ``--type-fanouts`` (types by
+    name or id, those not named not sampled, as in ``shardgnn sample``), else ``--fanouts``
+    for every type when the model reads types, else ``--fanouts`` over all neighbours.
+    Rank-local; ShardError for an unknown type."""
+    from shardgnn.sampling.dump import parse_type_fanouts
+
+    T = max(int(store.meta.get("num_edge_types", 1) or 1), 1)
+    if cfg.type_fanouts:
+        names = list(store.meta.get("edge_type_names") or [])
+        if not names:
+            from shardgnn.io.canonical import read_meta
+
+            names = list(read_meta(store.dataset(cfg.dataset)).edge_type_names or [])
+        return parse_type_fanouts(cfg.type_fanouts, cfg.layers, T, names), True
+    if typed_model:
+        return [[f] * T for f in cfg.fanouts], True
+    return list(cfg.fanouts), False
 
 
 class _Run:
@@ -73,8 +142,10 @@ class _Run:
     def __init__(self, comm: Communicator, cfg: SampledConfig) -> None:
         store, ds = comm.run_agreed(open_store, cfg.data, cfg.dataset)
         weights = comm.run_agreed(store_weights, store, ds) if cfg.sampler == "weighted" else None
+        self.fanouts, by_type = comm.run_agreed(typed_fanouts, cfg, store)
         self.sampler = GatherApplySampler(comm, store, direction=cfg.direction, mode=cfg.sampler,
-                                          replace=cfg.replace, weights=weights, seed=cfg.seed)
+                                          replace=cfg.replace, by_type=by_type, weights=weights,
+                                          seed=cfg.seed)
         n = self.sampler.num_nodes
         owner = owner_ranks(self.sampler.membership, comm.size)
         self.x, y = load_vertex_data(comm, ds, owner)
@@ -129,29 +200,34 @@ def _slice(order: np.ndarray, s: int, batch: int, comm: Communicator) -> np.ndar
 
 
 def _forward(run: _Run, mb: MiniBatch, st: dict[str, float], step: int = -1) -> torch.Tensor:
-    """Fetch the input rows (collective) and run the model over the blocks.
+    """Fetch the input rows (collective) and run the model over the blocks (:func:`layers`)."""
+    t0 = time.perf_counter()
+    x = torch.from_numpy(run.x.fetch(mb.input_nodes, op_name="fetch"))
+    st["fetch_time"] += time.perf_counter() - t0
+    return layers(run.model, x, mb, [models.TorchBlock.of(b) for b in mb.blocks()], run.seed,
+                  step)
+
+
+def layers(model: torch.nn.Module, x: torch.Tensor, mb: MiniBatch, blocks: list[Any], seed: int,
+           step: int = -1) -> torch.Tensor:
+    """The model's layers over the blocks from the input rows ``x`` (of ``mb.input_nodes``).
 
     In training (``step >= 0``) the dropout before layer l is keyed by (seed, step, l, global id
     of the row) (:func:`kernels.keyed_dropout_mask`) instead of drawn from torch's generator, so a
     vertex gets the same mask whichever rank and batch position holds it.
     """
-    t0 = time.perf_counter()
-    x = torch.from_numpy(run.x.fetch(mb.input_nodes, op_name="fetch"))
-    st["fetch_time"] += time.perf_counter() - t0
-    blocks = [models.TorchBlock.of(b) for b in mb.blocks()]
-    p = float(getattr(run.model, "dropout", 0.0))
-    if step < 0 or not run.model.training or p <= 0:
-        return run.model.forward_blocks(x, blocks)
+    p = float(getattr(model, "dropout", 0.0))
+    m = cast(Any, model)
+    if step < 0 or not model.training or p <= 0:
+        return cast(torch.Tensor, m.forward_blocks(x, blocks))
     L = len(blocks)
-    model = cast(Any, run.model)
-    model.dropout = 0.0
+    m.dropout = 0.0
     try:
         for i, b in enumerate(blocks):
-            mask = kernels.keyed_dropout_mask(mb.nodes[L - i], int(x.shape[1]), run.seed, step,
-                                              i, p)
-            x = model.layer(i, x * torch.from_numpy(mask), b)
+            mask = kernels.keyed_dropout_mask(mb.nodes[L - i], int(x.shape[1]), seed, step, i, p)
+            x = m.layer(i, x * torch.from_numpy(mask), b)
     finally:
-        model.dropout = p
+        m.dropout = p
     return x
 
 
@@ -168,7 +244,7 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
         seeds = _slice(order, s, cfg.batch_size, comm)
         step = (epoch - 1) * steps + s
         t0 = time.perf_counter()
-        mb = run.sampler.sample(seeds, cfg.fanouts, step=step)
+        mb = run.sampler.sample(seeds, run.fanouts, step=step)
         st["sample_time"] += time.perf_counter() - t0
         st["sampled_edges"] += sum(b.num_edges for b in mb.hops)
         t1, f0 = time.perf_counter(), st["fetch_time"]
@@ -206,7 +282,7 @@ def _evaluate(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int) -> 
             correct = 0
             for s in range(-(-order.size // cfg.eval_batch_size)):
                 seeds = _slice(order, s, cfg.eval_batch_size, comm)
-                mb = run.sampler.sample(seeds, cfg.fanouts, step=step)
+                mb = run.sampler.sample(seeds, run.fanouts, step=step)
                 labels = run.y.fetch(seeds, op_name="fetch")
                 pred = _forward(run, mb, {"fetch_time": 0.0}).argmax(1).numpy()
                 correct += int((pred == labels).sum()) if seeds.size else 0
@@ -241,6 +317,10 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
     """Train on the vertex-cut store ``cfg.data``; write ``cfg.out``. Collective over comm."""
     cfg.ranks = comm.size
     comm.run_agreed(cfg.validate)
+    if cfg.task == "link":
+        from shardgnn.sampled import link
+
+        return link.main(comm, cfg, command)
     run = _Run(comm, cfg)
     hist: dict[str, Any] = {k: [] for k in SERIES}
     hist.update(bytes=[], load=[])

@@ -59,17 +59,18 @@ class SampleConfig:
         self.hops = check_fanouts(self.fanouts)
 
 
-def parse_type_fanouts(text: str, hops: int, num_types: int) -> list[list[int]]:
-    """``"0:10,5 1:3,3"`` -> per hop a fanout per edge type (-2 = type not sampled)."""
+def parse_type_fanouts(text: str, hops: int, num_types: int,
+                       names: list[str] | None = None) -> list[list[int]]:
+    """``"0:10,5 1:3,3"`` (types by id or by one of ``names``) -> per hop a fanout per edge type
+    (-2 = type not sampled)."""
+    from shardgnn.io.edgeattrs import edge_type_id
+
     out = [[-2] * max(num_types, 1) for _ in range(hops)]
     for item in str(text).replace(";", " ").split():
-        t, _, fans = item.partition(":")
-        try:
-            tid = int(t)
-        except ValueError:
-            raise ShardError(f"--type-fanouts: expected TYPE:F1,F2,... items, got {item!r}") from None
-        if not 0 <= tid < max(num_types, 1):
-            raise ShardError(f"--type-fanouts: expected edge types in [0, {num_types}), got {tid}")
+        t, sep, fans = item.rpartition(":")
+        if not sep or not t:
+            raise ShardError(f"--type-fanouts: expected TYPE:F1,F2,... items, got {item!r}")
+        tid = edge_type_id(t, list(names or []), num_types, "--type-fanouts")
         vals = check_fanouts(fans, hops)
         for h in range(hops):
             out[h][tid] = vals[h]
@@ -81,7 +82,10 @@ def _sampler(comm: Communicator, cfg: SampleConfig) -> tuple[GatherApplySampler,
     fanouts: list[Any] = list(cfg.hops)
     if cfg.type_fanouts:
         nt = int(store.meta.get("num_edge_types", 1) or 1)
-        fanouts = comm.run_agreed(parse_type_fanouts, cfg.type_fanouts, len(cfg.hops), nt)
+        from shardgnn.io.canonical import read_meta
+
+        names = comm.run_agreed(lambda: list(read_meta(ds).edge_type_names or []))
+        fanouts = comm.run_agreed(parse_type_fanouts, cfg.type_fanouts, len(cfg.hops), nt, names)
     weights = comm.run_agreed(store_weights, store, ds) if cfg.mode == "weighted" else None
     s = GatherApplySampler(comm, store, direction=cfg.direction, mode=cfg.mode,
                            replace=cfg.replace, by_type=bool(cfg.type_fanouts), weights=weights,

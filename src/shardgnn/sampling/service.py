@@ -35,6 +35,8 @@ from shardgnn.sampling.blocks import MiniBatch, relabel, segment_index
 
 #: (partition index, partition) -> float weights aligned with the partition's ``out_indices``.
 WeightSource = Callable[[int, StorePartition], np.ndarray]
+#: (destination gids, neighbour gids, edge types) of sampled edges -> mask of those to keep.
+Exclude = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 MODES = {("uniform", False): kernels.MODE_UNIFORM, ("uniform", True): kernels.MODE_UNIFORM_REPLACE,
          ("keyed", False): kernels.MODE_KEYED, ("weighted", False): kernels.MODE_RACE,
@@ -567,13 +569,20 @@ class GatherApplySampler:
             dst, nb, tb = dst[keep], nb[keep], tb[keep]
         return dst, nb.astype(np.int64), tb.astype(np.int32)
 
-    def sample(self, seeds: np.ndarray, fanouts: Sequence[Any], step: int) -> MiniBatch:
+    def sample(self, seeds: np.ndarray, fanouts: Sequence[Any], step: int,
+               exclude: Exclude | None = None) -> MiniBatch:
         """Sample the k-hop blocks of ``seeds`` (distinct global ids; may be empty).
-        Collective over comm: every rank calls it with the same number of hops."""
+        ``exclude(dst, nbr, types)`` (global ids of the sampled edges' ends, their types)
+        returns the mask of the sampled edges to keep (link prediction drops its held-out and
+        supervision edges after sampling, as DGL's ``exclude``). Collective over comm: every
+        rank calls it with the same number of hops."""
         nodes = [np.asarray(seeds, dtype=np.int64)]
         mb = MiniBatch(nodes=nodes)
         for h, f in enumerate(fanouts):
             dst, nbr, et = self.hop(nodes[-1], step, h, f)
+            if exclude is not None:
+                keep = exclude(nodes[-1][dst], nbr, et)
+                dst, nbr, et = dst[keep], nbr[keep], et[keep]
             nxt, block = relabel(nodes[-1], dst, nbr, et, self._mapping)
             nodes.append(nxt)
             mb.hops.append(block)

@@ -12,6 +12,9 @@ Layout::
     /part-NNNNN/rng   attr numpy                  numpy bit-generator state (JSON)
     /history/<series>                             per-epoch metrics so far; attrs best_*
     /history/best_model/<state-dict key>          the best-validation model so far
+    /extra/<name>/<key>                           optional engine tables in global order (the
+                                                  sampled engine's vertex embeddings and their
+                                                  sparse optimiser state: /extra/embedding)
 
 Every dataset carries attribute ``crc32`` (CRC-32 of its bytes, :func:`shardgnn.io.outputs.
 checksum`) and the root ``checksums = 1``; readers verify each dataset and refuse a mismatch
@@ -128,8 +131,10 @@ def _verified(f: Any, p: Path) -> bool:
 
 
 def write_checkpoint(path: str | os.PathLike, epoch: int, config: dict[str, Any],
-                     parts: dict[int, dict[str, Any]], history: dict[str, Any]) -> None:
-    """Write a checkpoint atomically (temp name, then rename). Rank-local (rank 0 calls it)."""
+                     parts: dict[int, dict[str, Any]], history: dict[str, Any],
+                     extra: dict[str, dict[str, np.ndarray]] | None = None) -> None:
+    """Write a checkpoint atomically (temp name, then rename); ``extra`` tables go to
+    ``/extra/<name>/<key>``. Rank-local (rank 0 calls it)."""
     p = Path(path)
     with outputs.atomic_file(p) as tmp, hdf5_output(tmp) as f:
         f.attrs["format"] = FORMAT
@@ -154,6 +159,8 @@ def write_checkpoint(path: str | os.PathLike, epoch: int, config: dict[str, Any]
                 _dataset(h, k, np.asarray(v, dtype=np.float64))
             else:
                 h.attrs[k] = v
+        for name, table in (extra or {}).items():
+            _write_dict(f.require_group("extra").create_group(name), table)
 
 
 def config_mismatch(path: str | os.PathLike | None, saved: dict[str, Any],
@@ -204,6 +211,37 @@ def read_checkpoint(path: str | os.PathLike, parts: list[int]) -> dict[str, Any]
         hist["best_model"] = _read_dict(h["best_model"], p, ok) if "best_model" in h else {}
         out["history"] = hist
     return out
+
+
+def read_extra(path: str | os.PathLike, name: str) -> dict[str, np.ndarray]:
+    """The arrays of table ``/extra/<name>`` (verified); ShardError when the checkpoint has
+    none. Rank-local."""
+    p = Path(path)
+    with _open(p) as f:
+        if f"extra/{name}" not in f:
+            raise input_error(p, f"expected table /extra/{name} in the checkpoint, got none")
+        return _read_dict(f["extra"][name], p, _verified(f, p))
+
+
+class ExtraRows:
+    """Row slices of dataset ``/extra/<name>/<key>`` of a checkpoint, read on demand (the
+    inference engine's layer-0 input for trained vertex embeddings). Rank-local."""
+
+    def __init__(self, path: str | os.PathLike, name: str, key: str = "rows") -> None:
+        self.path = Path(path)
+        f = _open(self.path)
+        where = f"extra/{name}/{key}"
+        if where not in f:
+            f.close()
+            raise input_error(self.path, f"expected table /{where} in the checkpoint, got none")
+        self._f, self._ds = f, f[where]
+        self.shape = tuple(int(v) for v in self._ds.shape)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        return np.asarray(self._ds[rows], np.float32)
+
+    def close(self) -> None:
+        self._f.close()
 
 
 def write_state(path: str | os.PathLike, engine: str, epoch: int, config: dict[str, Any],

@@ -34,8 +34,10 @@ from shardgnn.registry import MODELS
 #: trimming of a neighbour-sampled batch; ``degrees`` -- ``forward(..., deg=...)`` and
 #: ``prepare_graph(edge_index, num_nodes, deg)``: normalisation with the whole graph's degrees;
 #: ``edge_weight`` -- ``forward(x, adj)`` over a weighted :class:`NormAdjacency` (GraphSAINT's
-#: aggregator normalisation).
-CAPABILITIES = ("stages", "blocks", "trim", "degrees", "edge_weight")
+#: aggregator normalisation); ``types`` -- ``layer(i, x, block)`` and ``forward_blocks`` on
+#: typed blocks (:class:`TorchBlock` with ``etype`` and ``src_type``), built with the graph's
+#: type counts (:mod:`shardgnn.train.typed`: R-GCN, HGT; the sampled engine's ``--task link``).
+CAPABILITIES = ("stages", "blocks", "trim", "degrees", "edge_weight", "types")
 
 
 def supports(model: Any, capability: str) -> bool:
@@ -131,20 +133,29 @@ class _Stack(nn.Module):
 class TorchBlock:
     """A sampled block (:class:`shardgnn.sampling.blocks.Block`) as the tensors layers take:
     ``edge_index`` (2, m) source -> destination, ``num_src``, ``num_dst``, and (built on first
-    use) the row-normalised adjacency with self-loops of :meth:`GCN.layer`."""
+    use) the row-normalised adjacency with self-loops of :meth:`GCN.layer`. Typed models also
+    read ``etype`` (edge type per edge) and ``src_type`` (node type per source row)."""
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_src: int, num_dst: int) -> None:
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_src: int, num_dst: int,
+                 etype: np.ndarray | None = None, src_type: np.ndarray | None = None) -> None:
         self.indptr = np.asarray(indptr, dtype=np.int64)
         self.indices = np.asarray(indices, dtype=np.int64)
         self.num_src, self.num_dst = int(num_src), int(num_dst)
         dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.indptr))
         self.edge_index = torch.from_numpy(np.stack([self.indices, dst]))
+        m = self.indices.size
+        self.etype = torch.from_numpy(np.zeros(m, np.int64) if etype is None or
+                                      np.size(etype) != m else np.asarray(etype, np.int64))
+        self.src_type = torch.from_numpy(np.zeros(self.num_src, np.int64) if src_type is None
+                                          else np.asarray(src_type, np.int64))
         self._mean: Any = None
 
     @classmethod
-    def of(cls, block: Any) -> "TorchBlock":
-        """From a :class:`shardgnn.sampling.blocks.Block`."""
-        return cls(block.indptr, block.indices, block.num_src, block.num_dst)
+    def of(cls, block: Any, src_type: np.ndarray | None = None) -> "TorchBlock":
+        """From a :class:`shardgnn.sampling.blocks.Block` (``src_type``: node type per source
+        row, for typed models)."""
+        return cls(block.indptr, block.indices, block.num_src, block.num_dst, block.etype,
+                   src_type)
 
     def mean_adjacency(self) -> Any:
         """(num_dst x num_src) weights 1/(n_i + 1) on the sampled edges of destination i and on
@@ -547,10 +558,15 @@ def resolve(name: str) -> Callable[..., nn.Module]:
 
 def build(name: str, in_channels: int, hidden_channels: int, out_channels: int,
           num_layers: int, dropout: float, heads: int = 4, ngnn_layers: int = 1) -> nn.Module:
-    """Instantiate model ``name``; user models are checked to be modules with forward(x, edge_index)."""
+    """Instantiate model ``name``; user models are checked to be modules with forward(x,
+    edge_index). Typed models (``supports_types``) are refused: they are built with the
+    graph's type counts by :func:`build_typed`."""
     if num_layers < 1:
         raise ShardError(f"--layers: expected >= 1, got {num_layers}")
     factory = resolve(name)
+    if supports(factory, "types"):
+        raise ShardError(f"--model {name}: a model of typed blocks; expected it with train "
+                         "--engine sampled --task link, got another engine or task")
     if name.lower() in MODELS:
         return factory(in_channels, hidden_channels, out_channels, num_layers=num_layers,
                        dropout=dropout, heads=heads, ngnn_layers=ngnn_layers)
@@ -571,3 +587,20 @@ def build(name: str, in_channels: int, hidden_channels: int, out_channels: int,
         raise ShardError(f"--model {name}: expected forward(x, edge_index), got "
                          f"forward({', '.join(params)})")
     return model
+
+
+def build_typed(name: str, in_channels: int, hidden_channels: int, out_channels: int,
+                num_layers: int, dropout: float, heads: int, num_node_types: int,
+                num_edge_types: int, triples: list[tuple[int, int, int]]) -> nn.Module:
+    """Instantiate a model of typed blocks (``supports_types``: ``rgcn``, ``hgt``, or a user
+    class declaring it) with the graph's node and edge type counts and its (source type,
+    edge type, destination type) ``triples``."""
+    if num_layers < 1:
+        raise ShardError(f"--layers: expected >= 1, got {num_layers}")
+    factory = resolve(name)
+    if not supports(factory, "types"):
+        raise ShardError(f"--model {name}: expected a model of typed blocks (supports_types), "
+                         f"got {getattr(factory, '__name__', factory)}")
+    return factory(in_channels, hidden_channels, out_channels, num_layers=num_layers,
+                   dropout=dropout, heads=heads, num_node_types=num_node_types,
+                   num_edge_types=num_edge_types, triples=triples)

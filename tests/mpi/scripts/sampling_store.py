@@ -1,4 +1,5 @@
-"""Rank script: write a vertex-cut store of a dataset with a seeded random edge assignment.
+"""Rank script: write a vertex-cut store of a dataset (with its edge types, if any) with a seeded
+random edge assignment.
 
 Usage: sampling_store.py DATASET OUT PARTS
 """
@@ -7,7 +8,7 @@ import sys
 import numpy as np
 
 from shardgnn.comm import world
-from shardgnn.io.canonical import edge_memmap, read_meta
+from shardgnn.io.canonical import edge_memmap, edge_type_memmap, read_meta
 from shardgnn.partition.vertexcut.store import write_store_columns
 
 
@@ -23,10 +24,13 @@ def main(data, out, p):
         member[e[sel, 0], 0] |= np.uint64(1 << q)
         member[e[sel, 1], 0] |= np.uint64(1 << q)
     lo, hi = comm.rank * len(e) // comm.size, (comm.rank + 1) * len(e) // comm.size
+    et = edge_type_memmap(data, gm)
+    etype = np.zeros(len(e), np.int32) if et is None else np.asarray(et, np.int32)
     cols = {"src": e[lo:hi, 0].copy(), "dst": e[lo:hi, 1].copy(),
-            "etype": np.zeros(hi - lo, np.int32), "part": part[lo:hi].astype(np.int32)}
+            "etype": etype[lo:hi].copy(), "part": part[lo:hi].astype(np.int32)}
     info = {"num_parts": p, "num_nodes": n, "num_edges": len(e), "directed": gm.directed,
-            "edge_types": False, "num_edge_types": 1, "dataset": str(data)}
+            "edge_types": et is not None, "num_edge_types": max(gm.num_edge_types, 1),
+            "dataset": str(data)}
     write_store_columns(comm, out, cols, member, info)
     return 0
 

@@ -1,0 +1,96 @@
+"""`train --engine sampled --task link`: one curve at P = 1, 2, 4 with the same global batch
+(typed HGT with learnt embeddings, GraphSAGE on features), resume, no leakage, bad input."""
+import h5py
+import numpy as np
+import pytest
+
+from conftest import SCRIPTS, run_cli, run_mpi
+from shardgnn.graph.hetero import hetero_metapath
+from shardgnn.io.canonical import write_dataset
+
+SERIES = ("loss", "val_mrr", "val_hits10", "test_mrr", "val_auc")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    w = tmp_path_factory.mktemp("linkpred")
+    hetero_metapath(203, num_features=8, hub_degree=4, noise_degree=3, seed=3, out=w / "data")
+    run_mpi(2, [SCRIPTS / "sampling_store.py", w / "data", w / "store", "4"])
+    return w
+
+
+def _runs(w, tag, resume=False):
+    s = str(w / "store")
+    common = ["train", "--engine", "sampled", s, "--task", "link", "--batch-size", "128",
+              "--hidden", "8", "--seed", "2", "--lr", "0.02"]
+    hgt = common + ["--model", "hgt", "--heads", "2", "--decoder", "distmult", "--neg", "2",
+                    "--fanouts", "4,3", "--embed-dim", "8", "--epochs", "2"]
+    runs = [hgt + ["--out", str(w / f"hgt-{tag}.h5")],
+            common + ["--model", "sage", "--decoder", "dot", "--neg", "1", "--fanouts", "5,5",
+                      "--loss", "margin", "--neg-filtered", "--neg-sampler", "degree",
+                      "--epochs", "1", "--out", str(w / f"sage-{tag}.h5")]]
+    if resume:
+        runs += [hgt[:-2] + ["--epochs", "1", "--checkpoint-every", "1", "--checkpoint",
+                             str(w / "c.ckpt.h5"), "--out", str(w / "c1.h5")],
+                 hgt[:-2] + ["--epochs", "2", "--resume", str(w / "c.ckpt.h5"),
+                             "--out", str(w / "r.h5")]]
+    argv = []
+    for r in runs:
+        argv += r + ["::"]
+    return argv[:-1]
+
+
+def _series(path):
+    with h5py.File(path) as f:
+        return {k: f[f"train/{k}"][()] for k in SERIES}
+
+
+def test_link_curve_same_at_every_P_and_resume(work):
+    run_mpi(2, [SCRIPTS / "sampled_runs.py"] + _runs(work, "p2", resume=True), timeout=600)
+    run_mpi(1, [SCRIPTS / "sampled_runs.py"] + _runs(work, "p1"), timeout=400)
+    run_mpi(4, [SCRIPTS / "sampled_runs.py"] + _runs(work, "p4"), timeout=600)
+    for m in ("hgt", "sage"):
+        one = _series(work / f"{m}-p1.h5")
+        assert np.isfinite(one["loss"]).all() and np.isfinite(one["val_mrr"]).all()
+        for p in (2, 4):
+            other = _series(work / f"{m}-p{p}.h5")
+            for k in SERIES:
+                np.testing.assert_allclose(other[k], one[k], rtol=1e-5, err_msg=f"{m} P={p} {k}")
+    a, r = _series(work / "hgt-p2.h5"), _series(work / "r.h5")
+    for k in SERIES:
+        np.testing.assert_allclose(r[k], a[k], rtol=1e-6, err_msg=f"resume {k}")
+    with h5py.File(work / "c.ckpt.h5") as f:   # the table in global order, with Adam's state
+        assert f["extra/embedding/rows"].shape == (203 + 20 + 101, 8)
+        assert f["extra/embedding/step"][()].max() >= 1
+
+
+def test_no_leakage(work):
+    run_mpi(2, [SCRIPTS / "link_checks.py", work, "train", "--engine", "sampled",
+                str(work / "store"), "--task", "link", "--model", "sage", "--fanouts=-1,-1",
+                "--batch-size", "256", "--out", str(work / "x.h5")], timeout=300)
+    assert sorted(p.name for p in work.glob("rank-*")) == ["rank-0.ok", "rank-1.ok"]
+
+
+def test_link_bad_input(work, tmp_path):
+    s = str(work / "store")
+    base = ["train", "--engine", "sampled", s, "--task", "link", "--epochs", "1",
+            "--out", str(tmp_path / "x.h5")]
+    proc = run_cli(2, base + ["--type-fanouts", "target-hub:2,2 nosuch:1,1"], check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("--type-fanouts: unknown edge type 'nosuch'") == 2, proc.stderr
+    proc = run_cli(2, base + ["--neg", "0"], check=False)
+    assert proc.returncode == 2 and proc.stderr.count("--neg: expected a negative-sampling "
+                                                      "rate >= 1, got 0") == 2, proc.stderr
+    # a typed graph whose type 'b' has no edges
+    e = np.array([[0, 1], [1, 2], [2, 3], [0, 3]])
+    write_dataset(tmp_path / "d", e, 4, x=np.ones((4, 2), np.float32),
+                  edge_types=np.array([0, 2, 0, 2]), edge_type_names=["a", "b", "c"])
+    run_mpi(2, [SCRIPTS / "sampling_store.py", tmp_path / "d", tmp_path / "s", "2"])
+    proc = run_cli(2, ["train", "--engine", "sampled", str(tmp_path / "s"), "--task", "link",
+                       "--target-types", "b", "--epochs", "1", "--out", str(tmp_path / "y.h5")],
+                   check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("--task link: expected edges of the target type(s) b, got none") \
+        == 2, proc.stderr
+    proc = run_cli(1, base + ["--decoder", "dot", "--task", "node"], check=False)
+    assert proc.returncode == 2 and "--decoder: an option of --task link" in proc.stderr
