@@ -3,7 +3,7 @@
 :func:`dropout` is inverted dropout (keep with probability ``1 - p``, scale by ``1 / (1 - p)``,
 as ``torch.nn.functional.dropout``) whose mask is *keyed*: element ``c`` of a row is kept as a
 function of (seed, step, call site, the row's global vertex id, ``c``) alone
-(:func:`shardgnn.sampling.kernels.keyed_keep`, counter-based splitmix64), so a vertex gets the
+(:func:`shardgnn.keyed.dropout_apply`, counter-based splitmix64), so a vertex gets the
 same mask whichever rank holds its row and the distributed engine matches the one-rank engine
 with dropout on. The mask and the scaled output are compiled passes; torch's CPU ``bernoulli_``
 draws one mt19937 number per element and was the largest single cost of a PinSage training step
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ShardError
-from shardgnn.sampling.kernels import keyed_dropout_apply
+from shardgnn import keyed
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
@@ -124,7 +124,8 @@ class _Dropout(torch.autograd.Function):
         keep = np.empty(x2.shape, dtype=np.bool_)
         out = np.empty(xn.size, dtype=xn.dtype)
         scale = np.float32(1.0 / (1.0 - p))
-        keyed_dropout_apply(x2, gids, seed, step, site, p, scale, out.reshape(x2.shape), keep)
+        keyed.dropout_apply(x2, gids, 0, seed, step, site, p, out=out.reshape(x2.shape), keep=keep,
+                            scale=scale)
         ctx.keep, ctx.scale = keep.reshape(-1), scale
         return torch.from_numpy(out).view(x.shape)
 

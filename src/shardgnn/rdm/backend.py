@@ -24,6 +24,7 @@ from numba import njit
 
 from shardgnn.errors import ShardError
 from shardgnn.graph.csr import CSR
+from shardgnn.keyed import splitmix64
 
 BACKENDS = ("torch", "scipy", "cuda", "cupy")
 
@@ -31,21 +32,13 @@ warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta 
 
 
 @njit(cache=True)
-def _splitmix(x):  # pragma: no cover - numba
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-@njit(cache=True)
 def _fill_mask(out, row0, col0, width, key, threshold, scale):  # pragma: no cover - numba
     nr, nc = out.shape
-    k = _splitmix(np.uint64(key))
+    k = splitmix64(np.uint64(key))
     for i in range(nr):
         base = np.uint64(row0 + i) * np.uint64(width) + np.uint64(col0)
         for j in range(nc):
-            h = _splitmix((base + np.uint64(j)) ^ k)
+            h = splitmix64((base + np.uint64(j)) ^ k)
             out[i, j] = scale if (h >> np.uint64(11)) >= threshold else 0.0
 
 
