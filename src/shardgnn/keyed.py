@@ -37,6 +37,8 @@ import numba
 import numpy as np
 import torch
 
+from shardgnn.jit import kernel_threads
+
 #: splitmix64's increment (the golden ratio times 2**64) and its finaliser's multipliers.
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -173,7 +175,8 @@ def keep_mask(gids: Any, col0: int, ncols: int, seed: int, step: int, layer: int
               p: float, nrows: int = 0) -> np.ndarray:
     """The (len(gids), ncols) bool keep mask of rows ``gids`` (global ids; or an int ``row0``
     with ``nrows``: the rows ``row0..row0+nrows``) and global columns ``col0..col0+ncols`` of
-    the dropout before ``layer`` at ``step`` (module docstring)."""
+    the dropout before ``layer`` at ``step`` (module docstring). On torch's thread count."""
+    kernel_threads()
     return _keep(_rows(gids, nrows), int(col0), int(ncols), int(seed), int(step), int(layer),
                  draw01_threshold(float(p)))
 
@@ -192,7 +195,9 @@ def dropout_apply(x: np.ndarray, gids: Any, col0: int, seed: int, step: int, lay
     """Inverted dropout of the 2-D block ``x`` (rows ``gids`` or an int ``row0``, global columns
     ``col0..``) in one compiled pass: ``x * dropout_mask(...)`` with the same bits. ``keep``
     (bool, x's shape) receives the mask when given; ``scale`` (default ``1 / (1 - p)`` in x's
-    dtype) the value of a kept element. Returns ``out`` (new when not given)."""
+    dtype) the value of a kept element. Returns ``out`` (new when not given). On torch's thread
+    count."""
+    kernel_threads()
     g = _rows(gids, x.shape[0])
     if out is None:
         out = np.empty_like(x)

@@ -29,8 +29,9 @@ import numba
 import numpy as np
 import torch
 
-from shardgnn.errors import ShardError
 from shardgnn import keyed
+from shardgnn.errors import ShardError
+from shardgnn.jit import kernel_threads
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
@@ -101,23 +102,17 @@ def _gx(g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if (g.dtype != torch.float32 or w.dtype != torch.float32 or not 1 <= g.shape[1] <= NARROW_MAX
             or w.shape[1] < 16):
         return torch.mm(g, w)
-    _threads()
+    kernel_threads()
     out = np.empty((g.shape[0], w.shape[1]), dtype=np.float32)
     _narrow_mm(g.detach().contiguous().numpy(), w.detach().contiguous().numpy(), out)
     return torch.from_numpy(out)
-
-
-def _threads() -> None:
-    from shardgnn.nau.aggregation import kernel_threads
-
-    kernel_threads()
 
 
 class _Dropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, p: float, gids: np.ndarray,  # type: ignore[override]
                 key: tuple[int, int, int]) -> torch.Tensor:
-        _threads()
+        kernel_threads()
         seed, step, site = key
         xn = x.detach().contiguous().numpy()
         x2 = xn.reshape(xn.shape[0], xn.size // max(xn.shape[0], 1))
@@ -131,7 +126,7 @@ class _Dropout(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
-        _threads()
+        kernel_threads()
         g = grad.contiguous().numpy().reshape(-1)
         out = np.empty_like(g)
         _masked_scale(g, ctx.keep, ctx.scale, out)
@@ -187,7 +182,7 @@ def cat_linear(xs: list[torch.Tensor], weight: torch.Tensor,
 class _ReluL2(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, eps: float) -> torch.Tensor:  # type: ignore[override]
-        _threads()
+        kernel_threads()
         xn = x.detach().contiguous().numpy()
         out = np.empty_like(xn)
         inv = np.empty(xn.shape[0], dtype=np.float32)
@@ -197,7 +192,7 @@ class _ReluL2(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        _threads()
+        kernel_threads()
         g = grad.contiguous().numpy()
         out = np.empty_like(g)
         _relu_l2_back(g, ctx.y, ctx.inv, ctx.eps, out)

@@ -16,11 +16,11 @@ import numba
 import numpy as np
 
 from shardgnn.errors import ShardError
-from shardgnn.nau.aggregation import kernel_threads
+from shardgnn.jit import kernel_threads
+from shardgnn.keyed import GOLDEN, draw01, vertex_key
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.layer import Records
 from shardgnn.prefetch import prefetch
-from shardgnn.keyed import GOLDEN, draw01, vertex_key
 
 
 @numba.njit(cache=True)
