@@ -21,19 +21,21 @@ BORROWED_OPTIONS: tuple[str, ...] = ("heads", "fanouts", "batch_size")
 def add_arguments(parser: Any) -> None:
     """Add the sampled engine's own options (it also takes --model, --heads, --fanouts and
     --batch-size of the averaging group)."""
+    from shardgnn.train.models import registered_with
+
     g = parser.add_argument_group(
         "sampled engine (DATA = vertex-cut store of `partition --algo adadne|dne|hash2d`)",
         "GLISP Gather-Apply sampling: every rank serves its partitions and trains one replica on "
         "its share of the seeds; per step one lock-step round of Alltoallv per hop (requests, "
         "counts, neighbour ids), one feature fetch (Alltoallv) and one gradient all-reduce. "
-        "Also takes --model (gcn, sage, gat), --heads, --fanouts (one per layer; default 15,10,5 "
+        f"Also takes --model ({', '.join(registered_with('blocks'))}), --heads, --fanouts (one per layer; default 15,10,5 "
         "cut to --layers; --fanouts alone sets --layers), --batch-size (seeds per step over all "
         "ranks, split evenly: the global batch, the samples and the dropout masks are the same "
         "at every P, so P ranks reproduce one rank up to float summation order). --eval full "
         "evaluates val/test on the sampled path. See docs/sampling.md.")
     g.add_argument("--sample-replace", action="store_true",
                    help="sample neighbours with replacement (uniform, weighted)")
-    from shardgnn.train.sampled import SampledConfig
+    from shardgnn.sampled.engine import SampledConfig
 
     direction, eval_batch = (default_of(SampledConfig, k) for k in ("direction", "eval_batch_size"))
     g.add_argument("--direction", choices=("out", "in"), default=direction,
@@ -46,8 +48,8 @@ def add_arguments(parser: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """The validated :class:`~shardgnn.train.sampled.SampledConfig`."""
-    from shardgnn.train.sampled import SampledConfig
+    """The validated :class:`~shardgnn.sampled.engine.SampledConfig`."""
+    from shardgnn.sampled.engine import SampledConfig
 
     given: set[str] = getattr(args, "given_options", set())
     layers = args.layers
@@ -69,7 +71,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run sampled training. Collective over comm."""
-    from shardgnn.train.sampled import main
+    from shardgnn.sampled.engine import main
 
     cfg = comm.run_agreed(config_from_args, args)
     s = main(comm, cfg)

@@ -26,7 +26,7 @@ from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_data, open_store,
                                         owner_ranks, read_mask)
 from shardgnn.sampling.service import GatherApplySampler, store_weights
-from shardgnn.train import averaging, checkpoint, guards, models
+from shardgnn.train import checkpoint, guards, models, sync
 from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
 
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time", "sample_time",
@@ -105,9 +105,10 @@ def _build_model(cfg: SampledConfig, features: int, classes: int) -> torch.nn.Mo
     torch.manual_seed(cfg.seed)
     model = models.build(cfg.model, features, cfg.hidden, classes, cfg.layers, cfg.dropout,
                          cfg.heads)
-    if not models.takes_blocks(model):
+    if not models.supports(model, "blocks"):
+        names = ", ".join(models.registered_with("blocks"))
         raise ShardError(f"--model {cfg.model}: expected a model with layer(i, x, block) and "
-                         f"forward_blocks(x, blocks) (gcn, sage, gat), got "
+                         f"forward_blocks(x, blocks), declaring supports_blocks ({names}), got "
                          f"{type(model).__name__}")
     return model
 
@@ -138,7 +139,7 @@ def _forward(run: _Run, mb: MiniBatch, st: dict[str, float], step: int = -1) -> 
     st["fetch_time"] += time.perf_counter() - t0
     blocks = [models.TorchBlock.of(b) for b in mb.blocks()]
     p = float(getattr(run.model, "dropout", 0.0))
-    if step < 0 or not run.model.training or p <= 0 or not hasattr(run.model, "layer"):
+    if step < 0 or not run.model.training or p <= 0:
         return run.model.forward_blocks(x, blocks)
     L = len(blocks)
     model = cast(Any, run.model)
@@ -180,7 +181,7 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
         correct += int((out.argmax(1) == labels).sum()) if seeds.size else 0
         count += int(seeds.size)
         t2 = time.perf_counter()
-        averaging.allreduce_grads(comm, run.model, seeds.size)
+        sync.allreduce_grads(comm, run.model, seeds.size)
         st["allreduce_time"] += time.perf_counter() - t2
         run.opt.step()
         prog.update(1)
