@@ -18,11 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shardgnn import log
+from shardgnn import keyed, log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
-from shardgnn.sampling import kernels
 from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_data, open_store,
                                         owner_ranks, read_mask)
@@ -213,7 +212,7 @@ def layers(model: torch.nn.Module, x: torch.Tensor, mb: MiniBatch, blocks: list[
     """The model's layers over the blocks from the input rows ``x`` (of ``mb.input_nodes``).
 
     In training (``step >= 0``) the dropout before layer l is keyed by (seed, step, l, global id
-    of the row) (:func:`kernels.keyed_dropout_mask`) instead of drawn from torch's generator, so a
+    of the row) (:func:`shardgnn.keyed.dropout_mask`) instead of drawn from torch's generator, so a
     vertex gets the same mask whichever rank and batch position holds it.
     """
     p = float(getattr(model, "dropout", 0.0))
@@ -224,7 +223,7 @@ def layers(model: torch.nn.Module, x: torch.Tensor, mb: MiniBatch, blocks: list[
     m.dropout = 0.0
     try:
         for i, b in enumerate(blocks):
-            mask = kernels.keyed_dropout_mask(mb.nodes[L - i], int(x.shape[1]), seed, step, i, p)
+            mask = keyed.dropout_mask(mb.nodes[L - i], 0, int(x.shape[1]), seed, step, i, p)
             x = m.layer(i, x * torch.from_numpy(mask), b)
     finally:
         m.dropout = p

@@ -23,7 +23,7 @@ import numpy as np
 
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.edgeattrs import edge_type_id
-from shardgnn.sampling.kernels import draw01, vertex_key
+from shardgnn.keyed import draw01, vertex_key
 
 #: Salts of the keyed streams (apart from the sampler's and the dropout's streams).
 SPLIT_SALT = 0x5B117

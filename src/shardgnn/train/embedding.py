@@ -19,7 +19,7 @@ import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.sampling.features import VertexData
-from shardgnn.sampling.kernels import draw01, vertex_key
+from shardgnn.keyed import draw01, vertex_key
 
 OPTIMIZERS = ("adam", "adagrad")
 #: Salt of the initial rows' streams.
