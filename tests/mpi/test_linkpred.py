@@ -94,3 +94,42 @@ def test_link_bad_input(work, tmp_path):
         == 2, proc.stderr
     proc = run_cli(1, base + ["--decoder", "dot", "--task", "node"], check=False)
     assert proc.returncode == 2 and "--decoder: an option of --task link" in proc.stderr
+
+
+def test_infer_scores_with_the_trained_decoder(work):
+    """A link checkpoint (GraphSAGE on features + learnt embeddings, MLP decoder): layerwise
+    and sample-wise inference give the same embeddings and the same edge scores, and the scores
+    are the trained decoder's on those embeddings (not their dot product)."""
+    import torch
+
+    from shardgnn.infer.model import load_model
+    from shardgnn.train.decoders import build
+
+    w = work
+    ck = w / "mlp.ckpt.h5"
+    run_cli(2, ["train", "--engine", "sampled", str(w / "store"), "--task", "link", "--model",
+                "sage", "--decoder", "mlp", "--embed-dim", "4", "--hidden", "8",
+                "--fanouts=-1,-1", "--epochs", "1", "--batch-size", "256", "--eval", "none",
+                "--checkpoint-every", "1", "--checkpoint", str(ck), "--out",
+                str(w / "mlp.h5")], timeout=300)
+    pairs = np.array([[0, 5, 0], [7, 210, 1], [3, 4, 0], [250, 11, 1], [12, 300, 1]])
+    np.savetxt(w / "pairs.txt", pairs, fmt="%d")
+    common = ["infer", str(ck), str(w / "store"), "--score-edges", str(w / "pairs.txt")]
+    run_cli(2, common + ["--out", str(w / "lw.h5")], timeout=300)
+    run_cli(2, common + ["--samplewise", "batch", "--out", str(w / "sw.h5")], timeout=300)
+    got = {}
+    for k in ("lw", "sw"):
+        with h5py.File(w / f"{k}.h5") as f:
+            got[k] = f["embeddings/emb"][()], f["infer/scores"][()]
+    np.testing.assert_allclose(got["sw"][0], got["lw"][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["sw"][1], got["lw"][1], rtol=1e-5, atol=1e-6)
+    lm = load_model(str(ck))
+    assert lm.decoder == "mlp" and lm.embed_dim == 4 and lm.in_channels == 8 + 4
+    dec = build("mlp", lm.out_channels, lm.num_edge_types)
+    dec.load_state_dict({k: torch.from_numpy(v) for k, v in lm.decoder_state.items()})
+    e = got["lw"][0]
+    with torch.no_grad():
+        want = dec(torch.from_numpy(e[pairs[:, 0]]), torch.from_numpy(e[pairs[:, 1]]),
+                   torch.from_numpy(pairs[:, 2])).numpy()
+    np.testing.assert_allclose(got["lw"][1], want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got["lw"][1], np.einsum("ij,ij->i", e[pairs[:, 0]], e[pairs[:, 1]]))

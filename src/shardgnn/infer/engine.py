@@ -439,49 +439,100 @@ def _fanouts(cfg: InferConfig, layers: int) -> list[int]:
     return check_fanouts(cfg.fanouts, layers)
 
 
+class InputRows:
+    """Layer-0 input rows of a ``--task link`` checkpoint with learnt vertex embeddings: the
+    dataset's features (unless trained without) next to the checkpoint's embedding table
+    (``/extra/embedding/rows``), read by row slices. Rank-local."""
+
+    def __init__(self, x: np.ndarray | es.NpyRows | None, checkpoint_path: str) -> None:
+        from shardgnn.train.checkpoint import ExtraRows
+
+        self.x, self.emb = x, ExtraRows(checkpoint_path, "embedding")
+        self.shape = (self.emb.shape[0], (0 if x is None else int(x.shape[1])) + self.emb.shape[1])
+        self.dtype = np.dtype(np.float32)
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        e = self.emb[rows]
+        if self.x is None:
+            return e
+        return np.concatenate([np.asarray(self.x[rows], np.float32), e], 1)
+
+    def fetch(self, ids: np.ndarray, op_name: str = "") -> np.ndarray:
+        """Rows of global ids ``ids`` (any order; the sample-wise baseline's input)."""
+        ids = np.asarray(ids, np.int64)
+        out = np.empty((ids.size, self.shape[1]), np.float32)
+        if ids.size:
+            u, inv = np.unique(ids, return_inverse=True)
+            lo = int(u[0])
+            out[:] = self[slice(lo, int(u[-1]) + 1)][u - lo][inv]
+        return out
+
+
 def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig
-              ) -> np.ndarray | es.NpyRows:
+              ) -> np.ndarray | es.NpyRows | InputRows:
     """The dataset's feature matrix, checked against the model and the graph: a ``pread``
     row reader (rows read stay out of this process's memory) or, for a Fortran-order file, the
-    memory map."""
+    memory map; with the learnt embeddings of a ``--task link`` checkpoint beside it."""
     from shardgnn.io.canonical import load_node_array, read_meta
 
-    x = load_node_array(ds, "x", read_meta(ds))
-    if x is None:
+    x = load_node_array(ds, "x", read_meta(ds)) if lm.features else None
+    if x is None and lm.features:
         raise input_error(ds / "x.npy", "missing; expected node features to infer from")
-    if x.ndim != 2 or x.shape[1] != lm.in_channels:
-        raise input_error(ds / "x.npy", f"expected {lm.in_channels} feature columns (the input "
-                          f"width of the checkpoint's {lm.name} model), got shape {x.shape}")
     tg = training_graph(lm.config)
     got = (int(meta["num_nodes"]), int(meta.get("num_edges", -1)))
     if tg is not None and (tg[0] != got[0] or (tg[1] >= 0 and got[1] >= 0 and tg[1] != got[1])):
         raise input_error(cfg.store, f"expected a store of the graph the checkpoint was trained "
                           f"on ({tg[0]} nodes, {tg[1]} edges), got one of {got[0]} nodes and "
                           f"{got[1]} edges")
-    try:
-        return es.NpyRows(ds / "x.npy")
-    except ValueError:
-        return x
+    width = lm.in_channels - lm.embed_dim
+    if x is not None and (x.ndim != 2 or x.shape[1] != width):
+        raise input_error(ds / "x.npy", f"expected {width} feature columns (the input "
+                          f"width of the checkpoint's {lm.name} model), got shape {x.shape}")
+    rows: np.ndarray | es.NpyRows | None = x
+    if x is not None:
+        try:
+            rows = es.NpyRows(ds / "x.npy")
+        except ValueError:
+            rows = x
+    if lm.embed_dim:
+        return InputRows(rows, cfg.checkpoint)
+    assert rows is not None
+    return rows
 
 
-def read_edge_file(path: str, num_nodes: int) -> np.ndarray:
-    """(m, 2) int64 edges to score: a ``.npy`` (m, 2) integer array or text lines ``u v``."""
+def read_edge_file(path: str, num_nodes: int, num_types: int = 1) -> np.ndarray:
+    """(m, 3) int64 edges to score (u, v, edge type): a ``.npy`` (m, 2|3) integer array or
+    text lines ``u v [type]`` (type 0 when absent; in [0, ``num_types``))."""
     p = Path(path)
     if not p.exists():
         raise input_error(p, "no such edge file")
     try:
-        e = np.load(p) if p.suffix == ".npy" else np.loadtxt(p, dtype=np.int64, ndmin=2,
-                                                               comments="#", usecols=(0, 1))
+        if p.suffix == ".npy":
+            e = np.load(p)
+        else:
+            rows = [ln.split("#")[0].split() for ln in p.read_text().splitlines()]
+            rows = [r for r in rows if r]
+            if any(len(r) not in (2, 3) for r in rows):
+                raise ValueError("lines of 2 or 3 columns")
+            e = np.array([[int(v) for v in r] + [0] * (3 - len(r)) for r in rows],
+                         np.int64).reshape(-1, 3)
     except ValueError as exc:
-        raise input_error(p, f"expected two integer vertex ids per line ({exc})") from None
+        raise input_error(p, f"expected two integer vertex ids and an optional edge type per "
+                          f"line ({exc})") from None
     e = np.asarray(e)
-    if e.ndim != 2 or e.shape[1] != 2 or (e.size and e.dtype.kind not in "iu"):
-        raise input_error(p, f"expected an (m, 2) integer array, got shape {e.shape} dtype "
-                          f"{e.dtype}")
+    if e.ndim != 2 or e.shape[1] not in (2, 3) or (e.size and e.dtype.kind not in "iu"):
+        raise input_error(p, f"expected an (m, 2) or (m, 3) integer array, got shape {e.shape} "
+                          f"dtype {e.dtype}")
     e = e.astype(np.int64)
-    if e.size and (e.min() < 0 or e.max() >= num_nodes):
+    if e.shape[1] == 2:
+        e = np.column_stack([e, np.zeros(len(e), np.int64)])
+    if e.size and (e[:, 2].min() < 0 or e[:, 2].max() >= max(num_types, 1)):
+        raise input_error(p, f"expected edge types in [0, {max(num_types, 1)}), got "
+                          f"{int(e[:, 2][(e[:, 2] < 0) | (e[:, 2] >= max(num_types, 1))][0])}")
+    v = e[:, :2]
+    if v.size and (v.min() < 0 or v.max() >= num_nodes):
         raise input_error(p, f"expected vertex ids in [0, {num_nodes}), got "
-                          f"{int(e[(e < 0) | (e >= num_nodes)][0])}")
+                          f"{int(v[(v < 0) | (v >= num_nodes)][0])}")
     return e
 
 
@@ -490,7 +541,7 @@ def _capacity(cfg: InferConfig, src: es.LayerSource) -> int:
     return cfg.cache_chunks if cfg.cache_chunks >= 0 else max(1, -(-src.num_chunks // 20))
 
 
-def _source(cfg: InferConfig, layers: es.LayerFiles, layer: int, x: np.ndarray | es.NpyRows,
+def _source(cfg: InferConfig, layers: es.LayerFiles, layer: int, x: Any,
             dataset: str = "emb") -> es.LayerSource:
     """Chunked reads of layer ``layer``'s inputs: the features (0) or the layer files."""
     if layer == 0:
@@ -500,7 +551,7 @@ def _source(cfg: InferConfig, layers: es.LayerFiles, layer: int, x: np.ndarray |
 
 def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
                sampler: GatherApplySampler | None, layers: es.LayerFiles,
-               x: np.ndarray | es.NpyRows, fanouts: list[int], start: int,
+               x: Any, fanouts: list[int], start: int,
                hist: dict[str, np.ndarray]) -> None:
     """Layers ``start`` .. L - 1, each written before the next starts (``sampler``: for the
     sampled hops only). Collective over comm."""
@@ -539,10 +590,11 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
 
 def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
                 sampler: GatherApplySampler, layers: es.LayerFiles, ds: Path, fanouts: list[int],
-                hist: dict[str, np.ndarray]) -> None:
+                hist: dict[str, np.ndarray], x: Any = None) -> None:
     """The baseline (``--samplewise target|batch``, :mod:`shardgnn.infer.samplewise`); only the
     last layer is written. Collective over comm."""
-    feats, _ = load_vertex_data(comm, ds, plan.owner, need_labels=False)
+    feats: Any = (x if isinstance(x, InputRows)
+                  else load_vertex_data(comm, ds, plan.owner, need_labels=False)[0])
     st = {k: 0.0 for k in STATS}
     t = plan.targets
     keep = np.ones(t.size, bool)
@@ -560,14 +612,14 @@ def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pl
         hist[k][lm.layers - 1] = st[k]
 
 
-def _score(comm: Communicator, cfg: InferConfig, layers: es.LayerFiles, layer: int, width: int,
-           edges: np.ndarray, x: np.ndarray | es.NpyRows) -> np.ndarray | None:
-    """Dot-product scores of ``edges`` from the stored final embeddings (read through the
-    dynamic cache, nothing recomputed); rank 0 gets them all in the file's order. Collective
-    over comm."""
+def _score(comm: Communicator, cfg: InferConfig, lm: LoadedModel, layers: es.LayerFiles,
+           layer: int, width: int, edges: np.ndarray, x: Any) -> np.ndarray | None:
+    """Scores of ``edges`` (u, v, type) from the stored final embeddings (read through the
+    dynamic cache, nothing recomputed): the trained decoder of a ``--task link`` checkpoint,
+    else the dot product; rank 0 gets them all in the file's order. Collective over comm."""
     b = block_bounds(edges.shape[0], comm.size)
     e = edges[b[comm.rank]:b[comm.rank + 1]]
-    u = np.unique(e.reshape(-1))
+    u = np.unique(e[:, :2].reshape(-1))
     rows = np.empty((u.size, width), np.float32)
     src = _source(cfg, layers, layer, x)
     try:
@@ -576,7 +628,7 @@ def _score(comm: Communicator, cfg: InferConfig, layers: es.LayerFiles, layer: i
         src.close()
     a = rows[np.searchsorted(u, e[:, 0])]
     c = rows[np.searchsorted(u, e[:, 1])]
-    return comm.gatherv(np.einsum("ij,ij->i", a, c).astype(np.float32))
+    return comm.gatherv(lm.score(a, c, e[:, 2]))
 
 
 def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, Any]:
@@ -589,7 +641,8 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
     x = comm.run_agreed(_features, ds, lm, store.meta, cfg)
     comm.run_agreed(_check_outputs, cfg)
     n = int(store.meta["num_nodes"])
-    edges = comm.run_agreed(read_edge_file, cfg.score_edges, n) if cfg.score_edges else None
+    edges = (comm.run_agreed(read_edge_file, cfg.score_edges, n, lm.num_edge_types)
+             if cfg.score_edges else None)
     t_start = time.perf_counter()
     plan = _plan(comm, store, cfg, lm.direction)
     sampler = None   # only the sample-wise baselines and sampled hops need the sampler
@@ -612,11 +665,12 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
     if start < L:
         if cfg.samplewise:
             assert sampler is not None
-            _samplewise(comm, lm, cfg, plan, sampler, layers, ds, fanouts, hist)
+            _samplewise(comm, lm, cfg, plan, sampler, layers, ds, fanouts, hist, x)
         else:
             _layerwise(comm, lm, cfg, plan, sampler, layers, x, fanouts, start, hist)
     t_score = time.perf_counter()
-    scores = _score(comm, cfg, layers, L, lm.out_channels, edges, x) if edges is not None else None
+    scores = (_score(comm, cfg, lm, layers, L, lm.out_channels, edges, x) if edges is not None
+              else None)
     t_score = time.perf_counter() - t_score
     total = comm.allreduce_scalar(time.perf_counter() - t_start, "max")
     return _write(comm, cfg, lm, plan, layers, hist, start, total, scores, t_score, command)

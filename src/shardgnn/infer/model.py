@@ -42,7 +42,15 @@ class LoadedModel:
     norm: str
     key: str
     config: dict[str, Any]
+    #: a ``--task link`` checkpoint: the decoder's name and state (``decoder.*`` keys without
+    #: the prefix), the edge-type count and the learnt embedding width (0: none)
+    decoder: str = ""
+    decoder_state: dict[str, np.ndarray] = field(default_factory=dict)
+    num_edge_types: int = 1
+    embed_dim: int = 0
+    features: bool = True
     _module: Any = field(default=None, repr=False)
+    _decoder: Any = field(default=None, repr=False)
 
     def module(self) -> Any:
         """The torch module with the checkpoint's weights in eval mode (built on first use:
@@ -58,6 +66,23 @@ class LoadedModel:
             m.load_state_dict({k: torch.from_numpy(v) for k, v in self.state.items()})
             self._module = m.eval()
         return self._module
+
+    def score(self, h: np.ndarray, t: np.ndarray, rel: np.ndarray) -> np.ndarray:
+        """Scores of edges from their endpoints' final embeddings: the trained decoder of a
+        ``--task link`` checkpoint, else the dot product (float32)."""
+        if self.decoder in ("", "dot"):
+            return np.einsum("ij,ij->i", h, t).astype(np.float32)
+        if self._decoder is None:
+            import torch
+
+            from shardgnn.train import decoders
+
+            d = decoders.build(self.decoder, self.out_channels, self.num_edge_types)
+            d.load_state_dict({k: torch.from_numpy(v) for k, v in self.decoder_state.items()})
+            self._decoder = d.eval()
+        from shardgnn.train.decoders import scores
+
+        return np.asarray(scores(self._decoder, h, t, rel), np.float32)
 
 
 def _width(state: dict[str, np.ndarray], prefix: str, suffix: str, dim: int, ndim: int) -> int:
@@ -91,6 +116,11 @@ def load_model(path: str) -> LoadedModel:
                           f"({', '.join(SUPPORTED)}), got model {name!r}")
     engine = "sampled" if "sampler" in cfg else "averaging"
     state = {k: np.ascontiguousarray(np.array(v)) for k, v in ck["parts"][0]["model"].items()}
+    link = cfg.get("task") == "link"
+    dec_state: dict[str, np.ndarray] = {}
+    if link:   # LinkModel: encoder.* (the GNN) and decoder.*
+        dec_state = {k[8:]: v for k, v in state.items() if k.startswith("decoder.")}
+        state = {k[8:]: v for k, v in state.items() if k.startswith("encoder.")}
     layers = int(cfg["layers"])
     in_c = _width(state, "convs.0.", "weight", 1, 2)
     out_c = _width(state, f"convs.{layers - 1}.", "bias", 0, 1)
@@ -104,8 +134,20 @@ def load_model(path: str) -> LoadedModel:
         h.update(state[k].tobytes())
     direction = str(cfg.get("direction", "out")) if engine == "sampled" else "in"
     norm = "sym" if (name == "gcn" and engine == "averaging") else "layer"
+    for k in sorted(dec_state):
+        h.update(k.encode())
+        h.update(dec_state[k].tobytes())
+    if link and int(dict(cfg.get("link") or {}).get("embed_dim", 0)):
+        h.update(checkpoint.read_extra(path, "embedding")["rows"].tobytes())
     lm = LoadedModel(state, name, engine, layers, in_c, out_c, dims[1:], direction, norm,
                      h.hexdigest()[:16], cfg)
+    if link:
+        lo = dict(cfg.get("link") or {})
+        info = dict(lo.get("info") or {})
+        lm.decoder, lm.decoder_state = str(lo.get("decoder", "dot")), dec_state
+        lm.num_edge_types = int(info.get("num_edge_types", 1))
+        lm.embed_dim = int(lo.get("embed_dim", 0))
+        lm.features = int(info.get("features", 1)) > 0
     if name in _PARAMS:
         bad = _shape_mismatch(state, name, dims)
         if bad:
