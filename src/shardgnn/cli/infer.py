@@ -79,8 +79,11 @@ def add_parser(sub: Any) -> None:
                    "targets (the others' rows are NaN) to time the baseline per target on "
                    "graphs where it would take too long (default: 1 = all)")
     p.add_argument("--score-edges", default=None, metavar="EDGEFILE",
-                   help="also score these edges (text lines 'u v' or an (m, 2) .npy) by the dot "
-                   "product of their final embeddings, read from the store: /infer/scores")
+                   help="also score these edges (text lines 'u v [type]' or an (m, 2|3) .npy) "
+                   "from their final embeddings: by the trained decoder of a --task link "
+                   "checkpoint, else the dot product; layerwise reads the stored embeddings, "
+                   "--samplewise infers each batch of edges' endpoints from their sampled "
+                   "subgraphs (--batch-size edges per batch): /infer/scores")
     p.add_argument("--dataset", default=None, metavar="DIR",
                    help="the converted dataset the store was cut from (features; default: the "
                    "path in the store's meta.json)")

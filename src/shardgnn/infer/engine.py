@@ -588,6 +588,30 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
                        st["remote_rows"], st["requests"], st["hits"])
 
 
+def _samplewise_scores(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
+                       sampler: GatherApplySampler, feats: Any, fanouts: list[int],
+                       edges: np.ndarray) -> np.ndarray | None:
+    """The sample-wise baseline of edge scoring: this rank's contiguous share of ``edges``,
+    ``--batch-size`` edges at a time, each batch's endpoints inferred from their sampled
+    k-hop subgraphs (:func:`shardgnn.infer.samplewise.run`), then scored by the decoder;
+    rank 0 gets every score in the file's order. Collective over comm."""
+    b = block_bounds(edges.shape[0], comm.size)
+    e = edges[b[comm.rank]:b[comm.rank + 1]]
+    B = cfg.batch_size
+    steps = int(comm.allreduce_scalar(-(-e.shape[0] // B), "max"))
+    out = np.empty(e.shape[0], np.float32)
+    st = {k: 0.0 for k in STATS}
+    for s in range(steps):
+        eb = e[s * B:(s + 1) * B]
+        u = np.unique(eb[:, :2].reshape(-1))
+        h = sw.run(comm, lm, cfg.samplewise, u, plan.deg, sampler, feats, fanouts,
+                   max(u.size, 1), st)
+        if eb.shape[0]:
+            out[s * B:s * B + eb.shape[0]] = lm.score(h[np.searchsorted(u, eb[:, 0])],
+                                                      h[np.searchsorted(u, eb[:, 1])], eb[:, 2])
+    return comm.gatherv(out)
+
+
 def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
                 sampler: GatherApplySampler, layers: es.LayerFiles, ds: Path, fanouts: list[int],
                 hist: dict[str, np.ndarray], x: Any = None) -> None:
@@ -669,8 +693,15 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
         else:
             _layerwise(comm, lm, cfg, plan, sampler, layers, x, fanouts, start, hist)
     t_score = time.perf_counter()
-    scores = (_score(comm, cfg, lm, layers, L, lm.out_channels, edges, x) if edges is not None
-              else None)
+    if edges is not None and cfg.samplewise:
+        assert sampler is not None
+        feats = (x if isinstance(x, InputRows)
+                 else load_vertex_data(comm, ds, plan.owner, need_labels=False)[0])
+        scores = _samplewise_scores(comm, lm, cfg, plan, sampler, feats, fanouts, edges)
+    elif edges is not None:
+        scores = _score(comm, cfg, lm, layers, L, lm.out_channels, edges, x)
+    else:
+        scores = None
     t_score = time.perf_counter() - t_score
     total = comm.allreduce_scalar(time.perf_counter() - t_start, "max")
     return _write(comm, cfg, lm, plan, layers, hist, start, total, scores, t_score, command)

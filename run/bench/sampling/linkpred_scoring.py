@@ -1,0 +1,104 @@
+"""Edge scoring by layerwise vs sample-wise inference (issue 35, benchmark (c); GLISP Fig. 13,
+edge half) on the generated heterogeneous graph (>= 1 M edges): a `--task link` model (GraphSAGE
+encoder + MLP decoder) trained briefly, then `shardgnn infer --score-edges` of every test edge,
+once layerwise (every vertex embedded layer by layer, then the decoder over the stored rows) and
+once sample-wise (`--samplewise batch`: each batch of edges' endpoints inferred from their own
+sampled subgraphs, then the decoder), with the same fanouts (the same step-0 samples: the same
+scores). The timed part holds `flock /tmp/shardgnn-bench.lock`; the JSON records the load::
+
+    python run/bench/sampling/linkpred_scoring.py --work /tmp/lp/score \
+        --out run/bench/results/sampling_linkpred_scoring.json
+
+Layerwise cost of scoring = its whole run (all vertices, all layers) + the scoring; sample-wise
+cost = its scoring alone (its vertex pass is cut to --target-fraction 0.001, not counted).
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run/bench: the shared harness
+import harness
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--work", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--targets", type=int, default=100_000, help="hetero --targets (10 edges each)")
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--fanouts", default="10,5")
+    p.add_argument("--test", type=float, default=0.05, help="test fraction of the edges")
+    p.add_argument("--batch-size", type=int, default=1024, help="edges per sample-wise batch")
+    a = p.parse_args()
+    load0 = harness.loadavg()
+    w = Path(a.work)
+    w.mkdir(parents=True, exist_ok=True)
+    data, store = w / "data", w / "store"
+    prep = []
+    if not (data / "graph.json").exists():
+        prep.append(harness.timed(harness.shardgnn(["generate", "hetero", "--targets", a.targets,
+                                                    "--seed", 0, "--out", data])))
+    if not (store / "meta.json").exists():
+        prep.append(harness.timed(harness.shardgnn(["partition", data, "--algo", "adadne",
+                                                    "--parts", a.ranks, "--out", store],
+                                                   ranks=a.ranks)))
+    ck = w / "model.ckpt.h5"
+    split = f"{0.02},{0.0},{a.test}"
+    if not ck.exists():
+        prep.append(harness.timed(harness.shardgnn(
+            ["train", "--engine", "sampled", store, "--task", "link", "--model", "sage",
+             "--decoder", "mlp", "--hidden", 32, "--fanouts", a.fanouts, "--neg", 1,
+             "--link-split", split, "--epochs", 1, "--batch-size", 2048, "--eval", "none",
+             "--checkpoint-every", 1, "--checkpoint", ck, "--out", w / "train.h5", "--force"],
+            ranks=a.ranks)))
+    from shardgnn.io.canonical import read_meta
+    from shardgnn.sampled.linkdata import load_link_data
+
+    d = load_link_data(data, read_meta(data), None, [0.02, 0.0, a.test], None, 0, "uniform")
+    te = d.split["test"]
+    edges = np.column_stack([d.edges[te], d.rel[te].astype(np.int64)])
+    np.save(w / "test-edges.npy", edges)
+    runs = {}
+    with open("/tmp/shardgnn-bench.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for mode, extra in (("layerwise", []),
+                            ("samplewise", ["--samplewise", "batch", "--target-fraction", "0.001",
+                                            "--batch-size", a.batch_size])):
+            out = w / f"{mode}.h5"
+            runs[mode] = harness.timed(harness.shardgnn(
+                ["infer", ck, store, "--fanouts", a.fanouts, "--score-edges",
+                 w / "test-edges.npy", "--out", out, "--no-resume", "--force", *extra],
+                ranks=a.ranks))
+    import h5py
+
+    got = {}
+    for mode in runs:
+        with h5py.File(w / f"{mode}.h5") as f:
+            at = dict(f["infer"].attrs)
+            got[mode] = {"scores": f["infer/scores"][()], "total_time": float(at["total_time"]),
+                         "score_time": float(at["score_time"])}
+    lw, sw = got["layerwise"], got["samplewise"]
+    rel = np.abs(sw["scores"] - lw["scores"]) / np.maximum(np.abs(lw["scores"]), 1e-6)
+    lw_cost = lw["total_time"] + lw["score_time"]
+    res = {"benchmark": "linkpred_scoring", "graph": {"nodes": d.n, "edges": int(
+        read_meta(data).num_edges), "edge_types": d.T}, "test_edges": int(edges.shape[0]),
+        "ranks": a.ranks, "fanouts": a.fanouts, "samplewise_batch_edges": a.batch_size,
+        "layerwise": {"infer_all_vertices_s": lw["total_time"], "score_s": lw["score_time"],
+                      "edge_scoring_cost_s": lw_cost},
+        "samplewise": {"edge_scoring_cost_s": sw["score_time"]},
+        "speedup_layerwise_vs_samplewise": sw["score_time"] / lw_cost if lw_cost else None,
+        "scores_max_rel_diff": float(rel.max()) if rel.size else 0.0,
+        "runs": runs, "prep": prep}
+    harness.write_result(Path(a.out), res, load0)
+    print({k: res[k] for k in ("test_edges", "speedup_layerwise_vs_samplewise",
+                               "scores_max_rel_diff")}, res["layerwise"], res["samplewise"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
