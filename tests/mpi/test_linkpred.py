@@ -1,5 +1,6 @@
 """`train --engine sampled --task link`: one curve at P = 1, 2, 4 with the same global batch
-(typed HGT with learnt embeddings, GraphSAGE on features), resume, no leakage, bad input."""
+(typed HGT with learnt embeddings, GraphSAGE on features, R-GCN with typed fanouts by name and
+id on one target type), resume, no leakage, bad input."""
 import h5py
 import numpy as np
 import pytest
@@ -28,7 +29,10 @@ def _runs(w, tag, resume=False):
     runs = [hgt + ["--out", str(w / f"hgt-{tag}.h5")],
             common + ["--model", "sage", "--decoder", "dot", "--neg", "1", "--fanouts", "5,5",
                       "--loss", "margin", "--neg-filtered", "--neg-sampler", "degree",
-                      "--epochs", "1", "--out", str(w / f"sage-{tag}.h5")]]
+                      "--epochs", "1", "--out", str(w / f"sage-{tag}.h5")],
+            common + ["--model", "rgcn", "--decoder", "mlp", "--neg", "3", "--type-fanouts",
+                      "target-hub:4,2 1:3,3", "--target-types", "target-hub", "--epochs", "1",
+                      "--dropout", "0.2", "--out", str(w / f"rgcn-{tag}.h5")]]
     if resume:
         runs += [hgt[:-2] + ["--epochs", "1", "--checkpoint-every", "1", "--checkpoint",
                              str(w / "c.ckpt.h5"), "--out", str(w / "c1.h5")],
@@ -49,7 +53,7 @@ def test_link_curve_same_at_every_P_and_resume(work):
     run_mpi(2, [SCRIPTS / "sampled_runs.py"] + _runs(work, "p2", resume=True), timeout=600)
     run_mpi(1, [SCRIPTS / "sampled_runs.py"] + _runs(work, "p1"), timeout=400)
     run_mpi(4, [SCRIPTS / "sampled_runs.py"] + _runs(work, "p4"), timeout=600)
-    for m in ("hgt", "sage"):
+    for m in ("hgt", "sage", "rgcn"):
         one = _series(work / f"{m}-p1.h5")
         assert np.isfinite(one["loss"]).all() and np.isfinite(one["val_mrr"]).all()
         for p in (2, 4):
