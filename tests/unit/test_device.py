@@ -13,7 +13,11 @@ from shardgnn.comm import serial
 from shardgnn.errors import ShardError
 
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device (GPU-only test)")
+
+
+def needs_cuda(fn):
+    """GPU-only: marker ``gpu``, skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="no CUDA device (GPU-only test)")(fn))
 
 
 def test_local_rank_from_launcher_environment():

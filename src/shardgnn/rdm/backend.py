@@ -142,6 +142,13 @@ class Backend:
             return a.matmul(x)
         return torch.sparse.mm(a, x)
 
+    def dropout(self, x: torch.Tensor, row0: int, col0: int, width: int, key: int,
+                p: float) -> torch.Tensor:
+        """``x`` (rows ``row0..``, columns ``col0..`` of an N x ``width`` matrix) times its
+        dropout mask (:func:`dropout_mask`)."""
+        m = dropout_mask(tuple(x.shape), row0, col0, width, key, p, self.np_dtype)
+        return x * self.tensor(m)
+
     def sync(self) -> None:
         """Wait for queued device work (for honest timings)."""
         self.device.sync()
