@@ -151,7 +151,7 @@ def worker_kernels(data: str, a: argparse.Namespace) -> dict[str, Any]:
     from shardgnn.device import cupy_available, select
     from shardgnn.graph.csr import gcn_normalised
     from shardgnn.io.canonical import edge_memmap, read_meta
-    from shardgnn.rdm.backend import Backend, mask_key
+    from shardgnn.rdm.backend import Backend
 
     dev = select(serial(), a.device, 0)
     meta = read_meta(data)
@@ -172,12 +172,12 @@ def worker_kernels(data: str, a: argparse.Namespace) -> dict[str, Any]:
         rec["spmm_s"][kernel] = _time(lambda: be.spmm(handle, x), be.sync)
     be = Backend("torch", "float32", dev)
     x = be.tensor(x_host)
-    key = mask_key(0, 1, 2)
-    rec["dropout_s"] = _time(lambda: be.dropout(x, 0, 0, h, key, 0.5), be.sync)
+    drop = (0, 0, 7, 1, 2, 0.5)       # row0, col0, seed, step, layer, p
+    rec["dropout_s"] = _time(lambda: be.dropout(x, *drop, h), be.sync)
     cpu = Backend("torch", "float32")
     rows = min(n, 4096)
-    gpu_block = be.dropout(x[:rows], 0, 0, h, key, 0.5).cpu()
-    cpu_block = cpu.dropout(torch.from_numpy(x_host[:rows]), 0, 0, h, key, 0.5)
+    gpu_block = be.dropout(x[:rows], *drop, h).cpu()
+    cpu_block = cpu.dropout(torch.from_numpy(x_host[:rows]), *drop, h)
     rec["dropout_bit_identical"] = bool(torch.equal(gpu_block, cpu_block))
     return rec
 

@@ -142,11 +142,13 @@ class Backend:
             return a.matmul(x)
         return torch.sparse.mm(a, x)
 
-    def dropout(self, x: torch.Tensor, row0: int, col0: int, width: int, key: int,
-                p: float) -> torch.Tensor:
-        """``x`` (rows ``row0..``, columns ``col0..`` of an N x ``width`` matrix) times its
-        dropout mask (:func:`dropout_mask`)."""
-        m = dropout_mask(tuple(x.shape), row0, col0, width, key, p, self.np_dtype)
+    def dropout(self, x: torch.Tensor, row0: int, col0: int, seed: int, step: int, layer: int,
+                p: float, width: int = 0) -> torch.Tensor:
+        """Inverted dropout of the tile ``x`` whose element (i, j) is element (row0 + i, col0 + j)
+        of the global N x ``width`` matrix, before ``layer`` at ``step`` (a new tensor on x's
+        device)."""
+        m = dropout_mask(tuple(x.shape), row0, col0, width, mask_key(seed, step, layer), p,
+                         self.np_dtype)
         return x * self.tensor(m)
 
     def sync(self) -> None:

@@ -20,7 +20,7 @@ import torch
 
 from perfmodel.engine_schedule import LayoutStore
 from shardgnn.comm import Communicator
-from shardgnn.rdm.backend import Backend, mask_key
+from shardgnn.rdm.backend import Backend
 from shardgnn.rdm.layout import Grid
 from shardgnn.rdm.redistribute import Redistribution
 from shardgnn.rdm.schedule import BYTE_KINDS, OTHER, Order, backward, forward, parse_order
@@ -241,10 +241,9 @@ class TensorOps(LayoutStore):
         return grid.panel_range(self.rank)[0], grid.col_range(width, self.rank)[0]
 
     def _dropout(self, x: torch.Tensor, layout: str, width: int, layer: int) -> torch.Tensor:
-        """``x`` (this rank's ``layout`` tile of an N x ``width`` matrix) after dropout."""
+        """The keyed dropout of this rank's tile of a width-``width`` matrix in ``layout``."""
         r0, c0 = self._tile_origin(layout, width)
-        return self.be.dropout(x, r0, c0, width, mask_key(self.tr.seed, self.step, layer),
-                               self.drop_p)
+        return self.be.dropout(x, r0, c0, self.tr.seed, self.step, layer, self.drop_p, width)
 
     def get(self, name: str, layout: str) -> torch.Tensor:
         if name == "H0" and layout not in self.store.get("H0", {}):
