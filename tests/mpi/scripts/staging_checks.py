@@ -133,21 +133,4 @@ except TypeError:
     pass
 check(d.allreduce(np.ones(4))[0] == d.size, "direct path on host memory")
 
-# the RDM redistribution plan on staged torch tensors: row -> col -> row is the identity
-from shardgnn.rdm.layout import Grid  # noqa: E402
-from shardgnn.rdm.redistribute import Redistribution  # noqa: E402
-
-for mc in (2**31 - 1, 7):
-    w = world(mc)
-    w.set_mpi_path("host", force_staging=True)
-    g = Grid(11, w.size, w.size)
-    full = np.arange(11 * 5, dtype=np.float64).reshape(11, 5)
-    to_col, to_row = (Redistribution(w, g, w.rank, 5, s) for s in ("row", "col"))
-    r0, r1 = g.row_range(w.rank)
-    c0, c1 = g.col_range(5, w.rank)
-    t = to_col(torch.from_numpy(full[r0:r1].copy()))
-    check(np.array_equal(t.numpy(), full[:, c0:c1]), f"staged redistribution row->col mc={mc}")
-    check(np.array_equal(to_row(t).numpy(), full[r0:r1]), f"staged redistribution col->row mc={mc}")
-    check(w.stage_seconds["redistribute"] > 0, f"redistribution staged mc={mc}")
-
 (out / f"rank-{comm.rank}.{'ok' if not errors else 'fail'}").write_text("\n".join(errors))
