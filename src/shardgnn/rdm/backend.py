@@ -163,9 +163,10 @@ class CupyCSR:
     returns a column-major product, which then needs a transposing copy back: two extra passes
     over the N x f tile per call, a column-major SpMM algorithm, and on a first call the
     compilation of those conversion kernels and a canonical-format check of A. Here the dense
-    tile goes in as the transpose of its column-major view (``transb``: no copy), A is marked
-    canonical once (rows sorted by construction: :class:`~shardgnn.graph.csr.CSR`), and one
-    small product at construction pays the first-call set-up outside the epochs. One
+    tile goes in as the transpose of its column-major view (``transb``: no copy), A's canonical
+    format is checked once at construction (sorted, duplicate-free rows, as
+    :class:`~shardgnn.graph.csr.CSR` builds them), and one small product at construction pays
+    the first-call set-up outside the epochs. One
     transposing copy of the product remains (cuSPARSE writes a column-major C here), which is
     why ``--spmm torch`` (cuSPARSE with a row-major C, no copy) stays the default on GPUs.
     """
@@ -179,7 +180,8 @@ class CupyCSR:
         with cupy_on_torch_stream() as cupy:
             self.a = csp.csr_matrix((cupy.from_dlpack(val), cupy.from_dlpack(col),
                                      cupy.from_dlpack(crow)), shape=shape)
-            self.a.has_canonical_format = True
+            if not self.a.has_canonical_format:   # one check here, not one per product
+                self.a.sum_duplicates()
         if shape[1] and val.numel():
             self.matmul(torch.zeros((shape[1], 1), dtype=val.dtype, device=val.device))
 
