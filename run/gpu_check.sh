@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU check in one call: MPI from a carried wheel, the GPU tests at P = 1 and P = 2, and
-# run/bench/gpu.py (RDM on one GPU vs PyG and the CPU); JSON and logs under OUTDIR.
+# run/bench/rdm/gpu.py (RDM on one GPU vs PyG and the CPU); JSON and logs under OUTDIR.
 #
 # usage: bash run/gpu_check.sh [OUTDIR] [--small] [--tests-timeout S] [--bench-timeout S]
 #   OUTDIR: default $OUT (the device tool's output folder), else run/gpu-check-out
-#   --small: run/bench/gpu.py --small (50 k nodes) instead of CSBM 2 M nodes
+#   --small: run/bench/rdm/gpu.py --small (50 k nodes) instead of CSBM 2 M nodes
 #
 # MPI: when no mpiexec is on PATH, the script installs the MPICH wheel found in .whl/ (git-ignored)
 # into /tmp/mp. Fetch it once on a machine with network access, for the GPU machine's Python:
@@ -106,7 +106,7 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider)
 if [ "$CUDA" = "1" ]; then
   step gpu-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu --junitxml="$OUTDIR/gpu-tests.xml" \
     tests/unit/test_device.py tests/unit/test_rdm_kernels.py tests/mpi/test_gpu.py
-  step gpu-bench "$BENCH_TIMEOUT" "$PY" run/bench/gpu.py "$OUTDIR/gpu_bench.json" $SMALL \
+  step gpu-bench "$BENCH_TIMEOUT" "$PY" run/bench/rdm/gpu.py "$OUTDIR/gpu_bench.json" $SMALL \
     --work /tmp/shardgnn-gpu-bench --timeout 150
 else
   note "no CUDA, GPU steps skipped"

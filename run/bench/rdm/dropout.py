@@ -1,6 +1,6 @@
 """Benchmark: the cost of dropout in an RDM epoch on the CPU, and this tree against a base tree.
 
-usage: python run/bench/rdm_dropout.py OUT.json [--base-src DIR] [--nodes 200000]
+usage: python run/bench/rdm/dropout.py OUT.json [--base-src DIR] [--nodes 200000]
          [--features 128] [--hidden 128] [--layers 2] [--epochs 7] [--rounds 3]
          [--ranks 1,2] [--threads 1]
 
@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run/bench: the shared harness
 import harness
-from rdm_common import csbm
+from common import csbm
 
 
 def epoch_median(path: Path) -> float:

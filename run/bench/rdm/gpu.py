@@ -1,6 +1,6 @@
 """Benchmark: RDM on one GPU against PyG and against the CPU, in one run on one machine.
 
-usage: python run/bench/gpu.py OUT.json [--small] [--work DIR] [--nodes N] [--degree D]
+usage: python run/bench/rdm/gpu.py OUT.json [--small] [--work DIR] [--nodes N] [--degree D]
          [--features F] [--layers L] [--hidden H] [--dropout P] [--epochs E] [--skip WHAT,...]
 
 On a CSBM graph (default 2 M nodes, average degree 20 = 40 M directed edges, 128 features,
@@ -36,8 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run/bench: the shared harness
 import harness
-from rdm_common import csbm
+from common import csbm
 
 #: In order of importance: a run cut short by the time limit leaves the earlier ones in OUT.json.
 RUNS = ("rdm1", "pyg", "rdm1_nodrop", "kernels", "rdm2", "cpu")
