@@ -50,6 +50,7 @@ class GraphState:
     mask_totals: dict[str, int]
     nnz: int = 0
     _x_cache: dict[str, torch.Tensor] = field(default_factory=dict)
+    _row_cache: dict[str, torch.Tensor] = field(default_factory=dict)
     plans: dict[tuple[int, str], Redistribution] = field(default_factory=dict)
 
 
@@ -359,8 +360,11 @@ class TensorOps(LayoutStore):
 
     def loss_grad(self, z: str, out: str) -> None:
         logits = self.get(z, "row")
-        y = torch.from_numpy(self.g.labels).to(logits.device)
-        w = self.be.tensor(self.g.loss_w)
+        cache = self.g._row_cache
+        if "labels" not in cache:   # on the device once per graph, not once per step
+            cache["labels"] = self.be.device.tensor(self.g.labels, np.int64)
+            cache["loss_w"] = self.be.tensor(self.g.loss_w)
+        y, w = cache["labels"], cache["loss_w"]
         if logits.shape[0] == 0:
             self._put(out, "row", torch.zeros_like(logits), self.width_of[z])
             return

@@ -26,6 +26,22 @@ BLOCK_ROWS = 1 << 16
 
 
 # ---------------------------------------------------------------------------- option types
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """argparse type: bytes from '123', '512K', '64M', '2G' or '1.5T' (binary units; a trailing B/iB ok)."""
+    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    try:
+        value = float(t[:len(t) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return int(value)
+
+
 def finite_float(low: float | None = None, *, low_inclusive: bool = True,
                  high: float | None = None, high_inclusive: bool = False
                  ) -> Callable[[str], float]:
