@@ -16,7 +16,8 @@ import numpy as np
 
 from shardgnn.comm import world
 from shardgnn.io.canonical import edge_memmap, load_node_array, read_meta
-from shardgnn.rdm.graph import read_partition, row_scale
+from shardgnn.rdm.graph import read_partition
+from shardgnn.train.features import row_scale
 from shardgnn.rdm.main import RDMConfig, build
 from shardgnn.rdm.reference import ReferenceGCN
 from shardgnn.rdm.schedule import all_orders, epoch_bytes, parse_order
