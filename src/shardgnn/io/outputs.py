@@ -155,7 +155,8 @@ def scratch(path: str | os.PathLike) -> Iterator[Path]:
 
 #: Sidecar file -> format markers of the shardgnn outputs that ``--force`` may replace.
 OUTPUT_MARKERS = {"graph.json": ("shardgnn-edges",),
-                  "meta.json": ("shardgnn-partitions", "shardgnn-vertexcut-store")}
+                  "meta.json": ("shardgnn-partitions", "shardgnn-vertexcut-store",
+                                "shardgnn-pyg-partitions")}
 
 
 def shardgnn_output_kind(d: str | os.PathLike) -> str | None:
