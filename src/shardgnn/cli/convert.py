@@ -38,6 +38,13 @@ Inputs (format from the file name, or --format):
                    attr_matrix.* or dense attr_matrix, labels, class_names): cora_ml, citeseer
   RecBole folder   NAME.inter/.user/.item/.kg/.link (MovieLens + Freebase): user/movie/entity
                    node types, rating + KG relation edge types, genre labels (docs/formats.md)
+  OGB node folder  DIR (or DIR/raw) as ogb.nodeproppred leaves it after its download:
+                   raw/edge.csv.gz, num-node-list, node-feat, node-label (several columns:
+                   multi-label, ogbn-proteins), split/<kind>/{train,valid,test}.csv.gz; or
+                   papers100M's raw/data.npz + raw/node-label.npz (NaN label = unlabelled).
+                   Edges streamed; features, labels and masks written by rows (docs/interop.md)
+  PyTorch Geometric --pyg pkg.mod:Name (no SRC): a Data / HeteroData / dataset, or a class
+                   or function called with root=--root and --pyg-arg KEY=VALUE
   descriptor       .toml from inputs/ (path, format, labels, expected counts); e.g.
                    inputs/ml-100k.toml reads ml-100k from the installed recbole wheel
 

@@ -8,7 +8,7 @@ from shardgnn.cli.commands import SUMMARY
 from shardgnn.comm import Communicator
 
 HELP = """\
-Write what shardgnn made in a form PyTorch Geometric reads (docs/formats.md, "Export"):
+Write what shardgnn made in a form PyTorch Geometric reads (docs/interop.md, "export"):
 
   CHECKPOINT --to pyg OUT.pt   the model of a checkpoint (train --checkpoint-every) as the
                                state_dict of torch_geometric.nn.models.GCN / GraphSAGE / GAT
