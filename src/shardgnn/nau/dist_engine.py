@@ -259,12 +259,8 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
     nan_epoch = 0
     start = 0
     if cfg.resume:
-        start, hist, sc = resume.load(comm, cfg, tr.model, tr.opt, tuple(hist))
-        best = {"val_acc": sc.get("best_val_acc", -1.0),
-                "test_acc": sc.get("best_test_acc", float("nan")),
-                "epoch": int(sc.get("best_epoch", -1))}
-        last = {k: sc.get(f"last_{k}", float("nan")) for k in last}
-        nan_epoch = int(sc.get("nan_loss_epoch", 0))
+        start, hist, best, last, nan_epoch = resume.load(comm, cfg, tr.model, tr.opt,
+                                                         tuple(hist))
     for ep in range(start, cfg.epochs):
         if cfg.balance and ep == cfg.balance_after and comm.size > 1:
             adb = balance.run(tr, rank_compute)

@@ -103,12 +103,8 @@ def train(cfg: NAUConfig, graph: TypedGraph, comm: Communicator | None = None
                               "test_acc": float("nan")}
     start = 0
     if cfg.resume:
-        start, hist, sc = resume.load(comm, cfg, tr.model, tr.opt, SERIES)
-        best = {"val_acc": sc.get("best_val_acc", -1.0),
-                "test_acc": sc.get("best_test_acc", float("nan")),
-                "epoch": int(sc.get("best_epoch", -1))}
-        last = {k: sc.get(f"last_{k}", float("nan")) for k in last}
-        nan_epoch = int(sc.get("nan_loss_epoch", 0))
+        start, hist, best, last, nan_epoch = resume.load(comm, cfg, tr.model, tr.opt,
+                                                         SERIES)
     for ep in range(start, cfg.epochs):
         te = time.perf_counter()
         loss = tr.step(ep)

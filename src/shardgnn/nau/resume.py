@@ -65,9 +65,12 @@ def save(comm: Communicator, cfg: Any, model: torch.nn.Module, opt: torch.optim.
 
 
 def load(comm: Communicator, cfg: Any, model: torch.nn.Module, opt: torch.optim.Optimizer,
-         series: tuple[str, ...]) -> tuple[int, dict[str, list[float]], dict[str, float]]:
+         series: tuple[str, ...]) -> tuple[int, dict[str, list[float]], dict[str, Any],
+                                           dict[str, float], int]:
     """Read ``cfg.resume`` on every rank, check it matches this run and load the model, Adam
-    and torch RNG states. Returns (epochs done, the series so far, the scalars). Collective."""
+    and torch RNG states. Returns (epochs done, the series so far, the best validation epoch
+    {val_acc, test_acc, epoch}, the last evaluation {train_acc, val_acc, test_acc}, the first
+    non-finite-loss epoch). Collective over comm."""
     ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, [0])
     msg = ""
     if ck["config"].get("engine") != ENGINE:
@@ -82,7 +85,12 @@ def load(comm: Communicator, cfg: Any, model: torch.nn.Module, opt: torch.optim.
     torch.set_rng_state(rng)
     h = ck["history"]
     hist = {k: [float(v) for v in np.atleast_1d(h.get(k, []))] for k in series}
-    return int(ck["epoch"]), hist, {k: float(h[k]) for k in SCALARS if k in h}
+    sc = {k: float(h[k]) for k in SCALARS if k in h}
+    best = {"val_acc": sc.get("best_val_acc", -1.0),
+            "test_acc": sc.get("best_test_acc", float("nan")),
+            "epoch": int(sc.get("best_epoch", -1))}
+    last = {k: sc.get(f"last_{k}", float("nan")) for k in ("train_acc", "val_acc", "test_acc")}
+    return int(ck["epoch"]), hist, best, last, int(sc.get("nan_loss_epoch", 0))
 
 
 __all__ = ["ENGINE", "RESUME_KEYS", "SCALARS", "scalars", "path", "config", "save", "load"]
