@@ -46,6 +46,23 @@ def test_label_kinds_and_nan():
     assert labels.num_classes(m) == 3 and labels.num_classes(np.array([0, 4, -1])) == 5
 
 
+def test_convert_takes_ppi_shaped_labels(tmp_path):
+    from shardgnn.cli.main import main
+    from shardgnn.io.canonical import read_meta
+
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n2 3\n")
+    y = np.array([[0, 1, 1], [1, 0, 0], [0, 0, 1], [1, 1, 0]], np.float32)
+    np.save(tmp_path / "y.npy", y)
+    assert main(["convert", str(tmp_path / "e.txt"), "--labels", str(tmp_path / "y.npy"),
+                 "--out", str(tmp_path / "d")]) == 0
+    meta = read_meta(tmp_path / "d")
+    assert meta.multilabel and meta.num_classes == 3
+    np.testing.assert_array_equal(np.load(tmp_path / "d" / "y.npy"), y.astype(np.int8))
+    np.save(tmp_path / "bad.npy", y * 2)
+    assert main(["convert", str(tmp_path / "e.txt"), "--labels", str(tmp_path / "bad.npy"),
+                 "--out", str(tmp_path / "d2")]) == 2
+
+
 def test_multilabel_guards():
     y = np.array([[0, 1], [1, 1], [-1, -1], [2, 0]], np.int8)
     f = guards.label_finding("y.npy", y, 2, {})

@@ -107,8 +107,9 @@ def add_parser(sub: Any) -> None:
                    help="(nodes, f) feature matrix for an edge-list input, rows in new-id order "
                    "(= original id order when ids are 0..n-1); stored as float32, NaN rejected")
     p.add_argument("--labels", default=None, metavar="FILE",
-                   help="labels: .npy (one int per node, new-id order) or CSV 'id,label' with "
-                   "original ids (nodes without a line get -1)")
+                   help="labels: .npy (one int per node, new-id order; an (N, C) 0/1 array: "
+                   "multi-label rows, PPI/Yelp-shaped) or CSV 'id,label' with original ids "
+                   "(nodes without a line get -1)")
     p.add_argument("--split", type=float, nargs=3, default=None, metavar=("TRAIN", "VAL", "TEST"),
                    help="write random train/val/test masks over the labelled nodes")
     p.add_argument("--split-seed", type=int, default=None, help="seed of --split (default: 0)")

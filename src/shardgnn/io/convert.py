@@ -490,7 +490,8 @@ def copy_features(src: Path, dst: Path, n: int, chunk_rows: int = 1 << 16) -> in
 
 
 def read_labels(path: Path, n: int, ids: np.ndarray | None) -> np.ndarray:
-    """Labels from a ``.npy`` (one per node, new-id order) or a CSV ``id,label`` file.
+    """Labels from a ``.npy`` (one per node, new-id order; an (N, C) array of 0/1 is
+    multi-label, PPI- or Yelp-shaped) or a CSV ``id,label`` file.
 
     CSV ids are original node ids (mapped through the relabelling); nodes without a line get -1.
     """
@@ -498,8 +499,18 @@ def read_labels(path: Path, n: int, ids: np.ndarray | None) -> np.ndarray:
         raise input_error(path, "no such file")
     if path.suffix == ".npy":
         y = np.load(path)
+        if y.ndim == 2 and y.dtype.kind in "iubf":   # multi-label rows (PPI, Yelp)
+            _check_rows(y, n, path)
+            vals = y.astype(np.float64)
+            ok = np.isnan(vals) | (vals == 0) | (vals == 1)
+            if not ok.all():
+                r, c = (int(i) for i in np.argwhere(~ok)[0])
+                raise input_error(path, f"expected multi-label 0/1 columns (NaN: unlabelled "
+                                  f"row), got {vals[r, c]}", f"row {r} column {c}")
+            return labels.from_values(vals)
         if y.ndim != 1 or y.dtype.kind not in "iu":
-            raise input_error(path, f"expected a 1-D integer label array, got {y.dtype} {y.shape}")
+            raise input_error(path, f"expected a 1-D integer label array (or (N, C) 0/1 "
+                              f"multi-label rows), got {y.dtype} {y.shape}")
         _check_rows(y, n, path)
         return y.astype(np.int64)
     from shardgnn.io.readers import TextSource

@@ -120,7 +120,8 @@ def _homogeneous(graphs: list[Any], split: int) -> dict[str, Any]:
             if ea_np.ndim == 1 or (ea_np.ndim == 2 and ea_np.shape[1] == 1):
                 w = ea_np.reshape(-1)
             else:
-                skipped.append(f"edge_attr {tuple(ea_np.shape)}")
+                skipped.append(f"edge_attr {tuple(ea_np.shape)} not converted (one weight per "
+                               "edge at most)")
         parts["weights"].append(None if w is None else _np(w).astype(np.float32).reshape(-1))
         et = getattr(g, "edge_type", None)
         parts["types"].append(None if et is None else _np(et).astype(np.int64).reshape(-1))
@@ -175,7 +176,8 @@ def _hetero(g: Any, split: int) -> dict[str, Any]:
         out["x"] = x
         padded = [t for t in ntypes if widths.get(t, -1) != f]
         if padded:
-            out["skipped"].append(f"zero feature columns for node types {padded}")
+            out["skipped"].append(f"node types {padded} padded with zero feature columns to "
+                                  f"width {f}")
     labelled = [i for i, t in enumerate(ntypes) if getattr(g[t], "y", None) is not None]
     if labelled:
         parts = {i: _labels(g[ntypes[i]].y, sizes[i], f"node type {ntypes[i]!r}")
@@ -248,7 +250,7 @@ def from_pyg(data: Any, out: str | os.PathLike, *, directed: bool | None = None,
     if directed is None:
         directed = False if hetero else not is_undirected(g["edges"], n)
     for what in g["skipped"]:
-        log.get().warning("from_pyg: not converted: %s", what)
+        log.get().warning("from_pyg: %s", what)
     types = g.get("types")
     src = ArraySource(g["edges"], f"<{type(data).__name__}>", declared_nodes=n,
                       types=None if types is None else types.astype(np.int32),
@@ -259,7 +261,7 @@ def from_pyg(data: Any, out: str | os.PathLike, *, directed: bool | None = None,
                      node_type_names=list(g.get("node_type_names", [])),
                      edge_type_names=list(g.get("edge_type_names", [])),
                      extra={"pyg": {"class": type(data).__name__, "graphs": len(graphs),
-                                    "hetero": hetero, "not_converted": g["skipped"]}})
+                                    "hetero": hetero, "notes": g["skipped"]}})
     opt = ConvertOptions(directed=bool(directed), force=force, tmp_dir=tmp_dir,
                          name=name or type(data).__name__,
                          extra={"format": "pyg-hetero" if hetero else "pyg"})
