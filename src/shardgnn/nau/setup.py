@@ -171,7 +171,12 @@ class FeatureRows:
 
 
 def decide_features(comm: Any, cfg: NAUConfig, graph: TypedGraph, ids: np.ndarray) -> None:
-    """Resolve ``--feature-norm`` over every rank's rows ``ids`` into ``cfg.feature_norm_used``.
+    """Resolve ``--feature-norm`` over every rank's rows ``ids`` into ``cfg.feature_norm_used``;
+    rows left on disk are checked for NaN/inf first (every rank fails with the first bad row).
     Collective over comm."""
-    cfg.feature_norm_used, _ = features.decide(comm, cfg.feature_norm,
-                                               [(FeatureRows(graph), ids)])
+    from pathlib import Path
+
+    rows = FeatureRows(graph)
+    if graph.x is None:
+        guards.agree_first(comm, guards.feature_finding(Path(cfg.data) / "x.npy", rows, ids))
+    cfg.feature_norm_used, _ = features.decide(comm, cfg.feature_norm, [(rows, ids)])

@@ -147,14 +147,16 @@ class Trainer:
 
     def evaluate(self, graph: GraphState | None = None) -> tuple[np.ndarray, dict[str, int]]:
         """Forward pass without dropout; returns (this rank's score counts of the train, val
-        and test masks, :meth:`Task.counts` one after the other, bytes)."""
+        and test masks one after the other, bytes): :meth:`Task.counts` without its row count,
+        which the mask totals give (so single-label runs all-reduce 4 float64, as the
+        perfmodel counts)."""
         g = graph or self.graph
         saved = dict(self.acct.bytes), dict(self.acct.time)
         self.acct.reset()
         ops = TensorOps(self, g, self.step_count, train=False)
         z = ops.get(forward(ops, self.order, False, False), "row").detach().cpu().numpy()
-        k = self.task.num_counts
-        counts = np.concatenate([self.task.counts(z[g.masks[m]], g.labels[g.masks[m]])
+        k = self.task.num_counts - 1
+        counts = np.concatenate([self.task.counts(z[g.masks[m]], g.labels[g.masks[m]])[:k]
                                  if m in g.masks else np.zeros(k)
                                  for m in ("train", "val", "test")])
         ev = dict(self.acct.bytes)

@@ -236,7 +236,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
                 byt[k] = byt.get(k, 0) + v
             tms += np.array([s["times"][k] for k in TIME_KINDS])
         do_eval = cfg.eval_every > 0 and ((e + 1) % cfg.eval_every == 0 or e == E - 1)
-        counts = np.zeros(3 * task.num_counts)
+        counts = np.zeros(3 * (task.num_counts - 1))
         t0 = time.perf_counter()
         if do_eval:
             counts, evb = tr.evaluate(g)
@@ -247,10 +247,11 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
         byt["allreduce_metrics"] = byt.get("allreduce_metrics", 0) + mb
         rec["loss"][e] = metrics[0]
         if do_eval:
-            K = task.num_counts
+            K = task.num_counts - 1   # the counts without rows: the mask totals
             for q, k in enumerate(("train", "val", "test")):
                 if totals.get(k):
-                    rec[f"{k}_acc"][e] = task.score(metrics[1 + q * K:1 + (q + 1) * K])
+                    rec[f"{k}_acc"][e] = task.score(
+                        np.append(metrics[1 + q * K:1 + (q + 1) * K], totals[k]))
         rec["epoch_time"][e] = t_epoch
         rec["times"][e] = tms
         rec["bytes"][e] = [byt.get(k, 0) for k in BYTE_KINDS]
