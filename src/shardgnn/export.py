@@ -21,7 +21,7 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import outputs
 
-MODEL_FORMAT = "shardgnn-pyg-model"
+MODEL_FORMAT = outputs.EXPORT_MODEL_FORMAT
 PARTS_FORMAT = "shardgnn-pyg-partitions"
 VERSION = 1
 #: The PyG model class of each exported model name.
@@ -55,12 +55,17 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike,
     """Write the checkpoint's model as a PyG ``state_dict`` (``OUT``) and ``OUT.json``; the
     state is loaded into the PyG model (``strict=True``) before anything is written. Returns
     the sidecar. Rank-local."""
+    out = Path(out)
+    side_path = Path(str(out) + ".json")
+    with outputs.claim_local([(out, "file"), (side_path, "file")], force, (Path(checkpoint),)):
+        return _export_model(Path(checkpoint), out, side_path)
+
+
+def _export_model(checkpoint: Path, out: Path, side_path: Path) -> dict[str, Any]:
     import torch
 
     from shardgnn.infer.model import SUPPORTED, load_model
 
-    out = Path(out)
-    _check_target(out, force)
     lm = load_model(str(checkpoint))
     if lm.name not in SUPPORTED:
         raise input_error(checkpoint, f"expected a {', '.join(SUPPORTED)} model, got {lm.name}")
@@ -83,10 +88,10 @@ def export_model(checkpoint: str | os.PathLike, out: str | os.PathLike,
             "engine": lm.engine, "model": lm.name, "checkpoint": str(Path(checkpoint).absolute()),
             "load": "model = CLASS(**kwargs); model.load_state_dict(torch.load(OUT, "
                     "weights_only=True))"}
+    with outputs.atomic_file(side_path) as tmp:   # the sidecar first: it marks OUT as ours
+        Path(tmp).write_text(json.dumps(side, indent=2, sort_keys=True))
     with outputs.atomic_file(out) as tmp:
         torch.save(state, tmp)
-    with outputs.atomic_file(Path(str(out) + ".json")) as tmp:
-        Path(tmp).write_text(json.dumps(side, indent=2, sort_keys=True))
     return side
 
 
@@ -97,15 +102,20 @@ def build_pyg(spec: dict[str, Any]) -> Any:
     return getattr(pm, spec["class"])(**spec["kwargs"])
 
 
-def _check_target(out: Path, force: bool) -> None:
-    if out.is_dir():
-        raise input_error(out, "expected a file name for the exported model, got a directory")
-    if out.exists() and not force:
-        raise input_error(out, "exists; expected a new file (or --force to replace an "
-                          "earlier export)")
-    if out.exists() and force and not Path(str(out) + ".json").exists():
-        raise input_error(out, "exists and is not an earlier export (no OUT.json beside it); "
-                          "expected a new file")
+def describe(directory: str | os.PathLike) -> Any:
+    """What ``directory`` is when its ``meta.json`` names the exported-partitions format (None
+    otherwise; :data:`shardgnn.registry.FORMATS`). Rank-local, no error."""
+    from shardgnn.io.sidecar import Described, count, peek
+
+    d = Path(directory)
+    raw = peek(d / "meta.json", PARTS_FORMAT)
+    if raw is None:
+        return None
+    parts = count(raw, "parts") or 0
+    return Described(d, "pyg partitions", PARTS_FORMAT, count(raw, "version") or 1,
+                     count(raw, "num_nodes"), count(raw, "edges"),
+                     tuple(d / f"part-{i:05d}.pt" for i in range(parts)), raw,
+                     r"(meta\.json|part-\d{5}\.pt)")
 
 
 # ---------------------------------------------------------------------------- partitions
@@ -195,7 +205,6 @@ def export_partitions(comm: Communicator, store_dir: str | os.PathLike,
 
     def opened() -> tuple[str, Any, dict[str, Any]]:
         kind = store_kind(store_dir)
-        outputs.check_replaceable(Path(out), force, (Path(store_dir),))
         if kind == "edgecut":
             return kind, ec.open_store(store_dir), {}
         vstore = PartitionStore(store_dir)
@@ -205,7 +214,8 @@ def export_partitions(comm: Communicator, store_dir: str | os.PathLike,
     parts = int(store.parts if kind == "edgecut" else store.num_parts)
     mine = list(range(comm.rank, parts, comm.size))
     counts = np.zeros(2, np.int64)
-    with outputs.output_dir(comm, out) as tmp:
+    with outputs.claim(comm, [(out, "dir")], force, (Path(store_dir),)), \
+            outputs.output_dir(comm, out) as tmp:
         for i in mine:
             d = (_edgecut_part(store, i) if kind == "edgecut"
                  else _vertexcut_part(store, i, node))
@@ -240,4 +250,5 @@ def export(comm: Communicator, src: str, to: str, out: str, force: bool = False
     return dict(run_on_root(comm, export_model, p, out, force))
 
 
-__all__ = ["export", "export_model", "export_partitions", "pyg_spec", "build_pyg", "store_kind"]
+__all__ = ["export", "export_model", "export_partitions", "pyg_spec", "build_pyg", "store_kind",
+           "describe"]

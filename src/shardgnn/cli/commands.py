@@ -16,6 +16,7 @@ SUMMARY = {
     "infer": "layerwise inference of every vertex's embedding (GLISP)",
     "inspect": "print a results HDF5 file (or --json for scripts)",
     "export": "write a trained model or a partition store for PyTorch Geometric",
-    "run": "run a job file's stages (convert, partition, train) in one launch",
+    "run": "run a job file's stages (convert or generate, partition, train, infer) in one "
+           "launch",
 }
 COMMANDS = tuple(SUMMARY)

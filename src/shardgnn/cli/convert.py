@@ -37,7 +37,7 @@ Inputs (format from the file name, or --format):
   GNN benchmark    .npz scipy CSR (adj_matrix.{data,indices,indptr,shape}, optional
                    attr_matrix.* or dense attr_matrix, labels, class_names): cora_ml, citeseer
   RecBole folder   NAME.inter/.user/.item/.kg/.link (MovieLens + Freebase): user/movie/entity
-                   node types, rating + KG relation edge types, genre labels (docs/formats.md)
+                   node types, rating + KG relation edge types, genre labels (docs/ingest.md)
   OGB node folder  DIR (or DIR/raw) as ogb.nodeproppred leaves it after its download:
                    raw/edge.csv.gz, num-node-list, node-feat, node-label (several columns:
                    multi-label, ogbn-proteins), split/<kind>/{train,valid,test}.csv.gz; or
