@@ -98,9 +98,6 @@ def add_arguments(parser: Any) -> None:
                    "partition is a contiguous range; row panels follow partition boundaries. "
                    "nau: an edge-cut store with one partition per rank whose owned vertices "
                    "give each rank its roots (default: a hash of the vertex id)")
-    g.add_argument("--feature-norm", choices=("row", "none"), default=d("feature_norm"),
-                   help="feature preprocessing: row divides each row of X by its L1 norm (GCN's "
-                   "standard; default), none uses x.npy as stored")
     g.add_argument("--chunk", type=int, default=d("chunk"),
                    help=f"edges read per chunk while streaming the edge file (default: {d('chunk')})")
     g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,

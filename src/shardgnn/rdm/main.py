@@ -27,7 +27,7 @@ from shardgnn.rdm.graph import NodeData, Renumbering, load_panel, read_partition
 from shardgnn.rdm import autoorder, resume
 from shardgnn.rdm.layout import Grid, panels_from_parts
 from shardgnn.rdm.schedule import Order, cagnet_order, parse_order
-from shardgnn.train import guards
+from shardgnn.train import features, guards
 from shardgnn.train.config import (CheckpointOptions, SaintOptions, TrainConfig, from_args,
                                    raise_first)
 
@@ -58,7 +58,6 @@ class RDMConfig(TrainConfig, CheckpointOptions, SaintOptions):
     partition: str | None = None
     chunk: int = 1 << 20
     saint: str | None = None
-    feature_norm: str = "row"
 
 
 def default_order(layers: int) -> Order:
@@ -106,8 +105,6 @@ def validate(cfg: RDMConfig, size: int) -> None:
         if auto or (int(cfg.replicas) or size) != size or cfg.engine != "rdm":
             raise ShardError("--saint: expected --engine rdm with A replicated (--replicas P); "
                              f"got engine {cfg.engine} with R={cfg.replicas}")
-    if cfg.feature_norm not in ("row", "none"):
-        raise ShardError(f"--feature-norm: expected row or none, got {cfg.feature_norm!r}")
     resolve_order(cfg.order, cfg.layers, cfg.engine)
 
 
@@ -169,7 +166,7 @@ def build(comm: Communicator, cfg: RDMConfig) -> Built:
     """Load this rank's share of the graph and make a Trainer. Collective over comm."""
     comm.run_agreed(validate, cfg, comm.size)
     meta = comm.run_agreed(read_meta, cfg.data)
-    nd = comm.run_agreed(NodeData, cfg.data, meta, None, cfg.feature_norm)
+    nd = comm.run_agreed(NodeData, cfg.data, meta, None)
     if cfg.backend and comm.rank == 0:
         log.get().warning("--backend is deprecated: --backend %s means --device %s --spmm %s",
                           cfg.backend, cfg.device, cfg.spmm)
@@ -190,9 +187,12 @@ def build(comm: Communicator, cfg: RDMConfig) -> Built:
         renum = comm.run_agreed(read_partition, cfg.partition, meta.num_nodes,
                                 meta.num_edges)
         bounds = comm.run_agreed(panels_from_parts, renum.part_sizes, P // R)
-        nd = NodeData(cfg.data, meta, renum, cfg.feature_norm)
+        nd = NodeData(cfg.data, meta, renum)
     grid = Grid(meta.num_nodes, P, R, bounds)
     check_node_data(comm, nd, grid)
+    lo, hi = grid.row_range(comm.rank)   # the row tiles cover every vertex once
+    nd.feature_norm, _ = features.decide(comm, cfg.feature_norm, [(nd.x, nd.rows((lo, hi)))])
+    cfg.feature_norm_used = nd.feature_norm
     i, j = grid.position(comm.rank)
     row_comm = comm.split(i, j)
     col_comm = comm.split(j, i)
@@ -295,7 +295,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
                            "times": np.zeros((E, len(TIME_KINDS))),
                            "bytes": np.zeros((E, len(BYTE_KINDS)), dtype=np.int64),
                            "nan_loss_epoch": 0}
-    totals = g.mask_totals
+    totals, task = g.mask_totals, tr.task
     lg = log.get()
     start = resume.restore_history(rec, resumed, comm.rank) if resumed else 0
     if resumed:
@@ -311,7 +311,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
                 byt[k] = byt.get(k, 0) + v
             tms += np.array([s["times"][k] for k in TIME_KINDS])
         do_eval = cfg.eval_every > 0 and ((e + 1) % cfg.eval_every == 0 or e == E - 1)
-        counts = np.zeros(3)
+        counts = np.zeros(3 * (task.num_counts - 1))
         t0 = time.perf_counter()
         if do_eval:
             counts, evb = tr.evaluate(g)
@@ -322,9 +322,11 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
         byt["allreduce_metrics"] = byt.get("allreduce_metrics", 0) + mb
         rec["loss"][e] = metrics[0]
         if do_eval:
+            K = task.num_counts - 1   # the counts without rows: the mask totals
             for q, k in enumerate(("train", "val", "test")):
                 if totals.get(k):
-                    rec[f"{k}_acc"][e] = metrics[1 + q] / totals[k]
+                    rec[f"{k}_acc"][e] = task.score(
+                        np.append(metrics[1 + q * K:1 + (q + 1) * K], totals[k]))
         rec["epoch_time"][e] = t_epoch
         rec["times"][e] = tms
         rec["bytes"][e] = [byt.get(k, 0) for k in BYTE_KINDS]
@@ -385,6 +387,7 @@ def write_train(comm: Communicator, w: ResultWriter, cfg: RDMConfig, built: Buil
                       "setup_bytes": {k: int(sum(s.get(k, 0) for s in setup)) for k in setup[0]},
                       "setup_seconds": built.info["setup_seconds"],
                       "epochs_run": E, "nan_loss_epoch": int(rec["nan_loss_epoch"]),
+                      "feature_norm": cfg.feature_norm_used, **tr.task.attrs(),
                       "resumed_after_epoch": int(built.resumed["epoch"]) if built.resumed else 0,
                       "bytes_convention": "per-rank counters summed over ranks; alltoallv counts "
                                           "bytes sent to other ranks, bcast/allreduce count the "
