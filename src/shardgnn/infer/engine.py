@@ -35,6 +35,7 @@ from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
 from shardgnn.sampling.blocks import Block, grouped, segment_index
 from shardgnn.sampling.features import check_fanouts, load_vertex_data, open_store
 from shardgnn.sampling.directory import partition_directory
+from shardgnn.train import features
 
 if TYPE_CHECKING:  # the sampler (numba kernels) is imported only by the runs that sample
     from shardgnn.sampling.service import GatherApplySampler
@@ -468,11 +469,11 @@ class InputRows:
         return out
 
 
-def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig
-              ) -> np.ndarray | es.NpyRows | InputRows:
+def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig) -> Any:
     """The dataset's feature matrix, checked against the model and the graph: a ``pread``
     row reader (rows read stay out of this process's memory) or, for a Fortran-order file, the
-    memory map; with the learnt embeddings of a ``--task link`` checkpoint beside it."""
+    memory map; behind :class:`NormRows` when the model was trained on row-normalised
+    features; with the learnt embeddings of a ``--task link`` checkpoint beside it."""
     from shardgnn.io.canonical import load_node_array, read_meta
 
     x = load_node_array(ds, "x", read_meta(ds)) if lm.features else None
@@ -488,16 +489,29 @@ def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig
     if x is not None and (x.ndim != 2 or x.shape[1] != width):
         raise input_error(ds / "x.npy", f"expected {width} feature columns (the input "
                           f"width of the checkpoint's {lm.name} model), got shape {x.shape}")
-    rows: np.ndarray | es.NpyRows | None = x
+    rows: Any = x
     if x is not None:
         try:
             rows = es.NpyRows(ds / "x.npy")
         except ValueError:
             rows = x
+        if lm.feature_norm == "row":
+            rows = NormRows(rows)
     if lm.embed_dim:
         return InputRows(rows, cfg.checkpoint)
     assert rows is not None
     return rows
+
+
+class NormRows:
+    """Row slices of a feature matrix, each row divided by its L1 norm as in training
+    (``--feature-norm row``)."""
+
+    def __init__(self, rows: Any) -> None:
+        self.rows, self.shape, self.dtype = rows, rows.shape, np.dtype(np.float32)
+
+    def __getitem__(self, sl: Any) -> np.ndarray:
+        return features.apply(np.asarray(self.rows[sl]), "row")
 
 
 def read_edge_file(path: str, num_nodes: int, num_types: int = 1) -> np.ndarray:
@@ -588,6 +602,17 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
                        st["remote_rows"], st["requests"], st["hits"])
 
 
+def _samplewise_inputs(comm: Communicator, lm: LoadedModel, ds: Path, plan: _Plan, x: Any
+                       ) -> Any:
+    """The sample-wise baseline's input rows: the owned feature rows (fetched from their owners,
+    normalised as in training), or the link checkpoint's features + embeddings. Collective."""
+    if isinstance(x, InputRows):
+        return x
+    feats, _ = load_vertex_data(comm, ds, plan.owner, need_labels=False)
+    feats.rows = features.apply(feats.rows, lm.feature_norm)
+    return feats
+
+
 def _samplewise_scores(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
                        sampler: GatherApplySampler, feats: Any, fanouts: list[int],
                        edges: np.ndarray) -> np.ndarray | None:
@@ -617,8 +642,7 @@ def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pl
                 hist: dict[str, np.ndarray], x: Any = None) -> None:
     """The baseline (``--samplewise target|batch``, :mod:`shardgnn.infer.samplewise`); only the
     last layer is written. Collective over comm."""
-    feats: Any = (x if isinstance(x, InputRows)
-                  else load_vertex_data(comm, ds, plan.owner, need_labels=False)[0])
+    feats = _samplewise_inputs(comm, lm, ds, plan, x)
     st = {k: 0.0 for k in STATS}
     t = plan.targets
     keep = np.ones(t.size, bool)
@@ -695,8 +719,7 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
     t_score = time.perf_counter()
     if edges is not None and cfg.samplewise:
         assert sampler is not None
-        feats = (x if isinstance(x, InputRows)
-                 else load_vertex_data(comm, ds, plan.owner, need_labels=False)[0])
+        feats = _samplewise_inputs(comm, lm, ds, plan, x)
         scores = _samplewise_scores(comm, lm, cfg, plan, sampler, feats, fanouts, edges)
     elif edges is not None:
         scores = _score(comm, cfg, lm, layers, L, lm.out_channels, edges, x)

@@ -32,7 +32,7 @@ from shardgnn.sampled.linkdata import Exclusion, LinkData, load_link_data
 from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import load_vertex_data, open_store, owner_ranks
 from shardgnn.sampling.service import GatherApplySampler, store_weights
-from shardgnn.train import checkpoint, guards, linkmetrics, models, sync
+from shardgnn.train import checkpoint, features, guards, linkmetrics, models, sync
 from shardgnn.train.decoders import LinkModel, build_link_model
 from shardgnn.train.embedding import ShardedEmbedding
 
@@ -67,8 +67,12 @@ class _LinkRun:
         owner = owner_ranks(self.sampler.membership, comm.size)
         has_x = comm.run_agreed(lambda: (ds / "x.npy").exists() and not lo.no_features)
         self.x = load_vertex_data(comm, ds, owner, need_labels=False)[0] if has_x else None
+        cfg.feature_norm_used = "none"
         if self.x is not None:
             guards.check_features(comm, ds / "x.npy", self.x.rows)
+            cfg.feature_norm_used, _ = features.decide(comm, cfg.feature_norm,
+                                                       [(self.x.rows, None)])
+            self.x.rows = features.apply(self.x.rows, cfg.feature_norm_used)
         comm.agree(self.x is not None or lo.embed_dim > 0,
                    f"{ds / 'x.npy'}: {'not used (--no-features)' if lo.no_features else 'missing'}"
                    "; expected node features or --embed-dim D (learnt vertex embeddings)")
@@ -348,7 +352,7 @@ def _write(comm: Communicator, cfg: SampledConfig, run: _LinkRun, hist: dict[str
         "epochs_run": len(hist["epoch"]), "nan_loss_epoch": int(hist.get("nan_loss_epoch", 0)),
         "total_epoch_time": float(np.nansum(hist["epoch_time"])),
         "sampled_edges": float(np.nansum(hist["sampled_edges"])),
-        "train_edges": int(run.data.split["train"].size),
+        "train_edges": int(run.data.split["train"].size), "feature_norm": cfg.feature_norm_used,
         "embedding_bytes_owned": int(run.emb.rows.nbytes) if run.emb is not None else 0}
     for s in ("val", "test"):
         for m in METRICS:
