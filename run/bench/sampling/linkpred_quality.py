@@ -12,7 +12,7 @@ Needs the recbole wheel (`pip install --no-deps recbole==1.2.1`) and::
         --out run/bench/results/sampling/linkpred_quality.json
 
 Every row: filtered MRR, Hits@1/3/10 on valid and test (ours: at the best-validation epoch;
-KGE: validated 4 times, at the best of them), the wall time (shared machine:
+KGE: validated --kge-evals times, at the best of them), the wall time (shared machine:
 read the load average in the JSON).
 """
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _kge(a: argparse.Namespace, name: str, data: Any, known: Any, evals: dict[st
     t0 = time.perf_counter()
     best: dict[str, Any] = {"val_mrr": -1.0}
     curve = []
-    every = max(1, int(a.kge_epochs) // 4)
+    every = max(1, int(a.kge_epochs) // max(int(a.kge_evals), 1))
     for epoch in range(1, int(a.kge_epochs) + 1):
         model.train()
         total = 0.0
@@ -147,6 +147,7 @@ def main() -> int:
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--epochs", default="3")
     p.add_argument("--kge-epochs", default="20")
+    p.add_argument("--kge-evals", default="4", help="validations of a KGE run (best kept)")
     p.add_argument("--hidden", default="64")
     p.add_argument("--embed-dim", default="32")
     p.add_argument("--fanouts", default="5,3")

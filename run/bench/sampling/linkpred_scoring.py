@@ -29,7 +29,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--targets", type=int, default=100_000, help="hetero --targets (10 edges each)")
+    p.add_argument("--targets", type=int, default=101_000,
+                   help="hetero --targets (about 10 edges each, a few merged)")
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--fanouts", default="10,5")
     p.add_argument("--test", type=float, default=0.1, help="test fraction of the edges")
