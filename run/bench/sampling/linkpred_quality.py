@@ -9,7 +9,7 @@ Needs the recbole wheel (`pip install --no-deps recbole==1.2.1`) and::
     shardgnn convert inputs/ml-100k.toml --out work/ml-100k
     mpiexec -n 2 shardgnn partition work/ml-100k --algo adadne --parts 2 --out work/ml-100k-vc
     python run/bench/sampling/linkpred_quality.py --dataset work/ml-100k --store work/ml-100k-vc \
-        --out run/bench/results/sampling/linkpred_quality.json
+        --out run/bench/results/sampling_linkpred_quality.json
 
 Every row: filtered MRR, Hits@1/3/10 on valid and test (ours: at the best-validation epoch;
 KGE: validated --kge-evals times, at the best of them), the wall time (shared machine:
