@@ -25,7 +25,7 @@ sequential; a rank's own rows held in memory are read in place). Memory: half a 
 of the graph (the rank table of the local ids) and 21 bytes per vertex of the partition (local
 ids, indptr, owned counts) plus the buckets plus the blocks; no array per vertex and
 partition. The content equals the spill writer's (``store_write``), checked by the tests and
-``run/bench/streaming_identity.py``.
+``run/bench/partition/streaming_identity.py``.
 """
 from __future__ import annotations
 

@@ -349,8 +349,8 @@ def _cursors(stream: EdgeStream, comm: Communicator, deg: np.ndarray, bounds: np
     local = np.zeros(deg.shape[0], np.int64)
     for e in passes.native(stream):
         K.count_degrees(e, local, False)
-    got = comm.alltoallv(local, np.diff(bounds)).reshape(P, hi - lo) if hi > lo \
-        else np.zeros((P, 0), np.int64)
+    got = comm.alltoallv(local, np.diff(bounds)).reshape(P, hi - lo)   # every rank joins, an
+    # empty range included (a rank skipping it left the others waiting)
     del local
     before = np.cumsum(got, axis=0) - got
     return [indptr[:-1] + before[q] for q in range(P)]
