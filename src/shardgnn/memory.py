@@ -9,9 +9,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-import resource
 import sys
 from pathlib import Path
+
+from shardgnn.comm import peak_rss_bytes
+
+__all__ = ["rss_bytes", "peak_rss_bytes", "mem_available", "cgroup_headroom",
+           "usable_bytes", "return_freed_memory"]
 
 #: glibc's mallopt parameter numbers.
 _M_TRIM_THRESHOLD = -1
@@ -42,12 +46,6 @@ def rss_bytes() -> int:
     """Resident set size of this process now (VmRSS; the peak where that is unreadable)."""
     now = _status("VmRSS")
     return now if now is not None else peak_rss_bytes()
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far (``getrusage``'s ``ru_maxrss``)."""
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(kb) * (1 if sys.platform == "darwin" else 1024)
 
 
 def mem_available() -> int:

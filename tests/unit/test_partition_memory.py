@@ -12,6 +12,7 @@ import pytest
 os.environ["SHARDGNN_PROGRESS"] = "0"
 
 from shardgnn import memory  # noqa: E402
+from shardgnn.errors import ShardError  # noqa: E402
 from shardgnn.io.canonical import write_dataset  # noqa: E402
 from shardgnn.io.rawedges import normalise, raw_pairs  # noqa: E402
 from shardgnn.partition import budget  # noqa: E402
@@ -142,20 +143,22 @@ def _parts(out: Path) -> dict[str, bytes]:
                                      ("spring", {"refine": 0}),
                                      ("spring", {"spring": SpringParams(stream_order="adjacency")}),
                                      ("dbh", {"write_from": "spill"})])
-def test_tiny_budget_falls_back_to_the_same_partition(comm, cora, tmp_path, monkeypatch,
-                                                      algo, kw):
-    """A budget below what the rank already holds: the CSR built in MAX_PASSES buckets on disk
-    and read back in blocks, the write in many small buckets, one pass copy: the same files."""
+def test_tight_budget_falls_back_to_the_same_partition(comm, cora, tmp_path, monkeypatch,
+                                                       algo, kw):
+    """A budget leaving 4 KiB of room at every pass: the CSR built in buckets on disk and read
+    back in blocks, the write in many small buckets, one pass copy: the same files."""
     d, edges, n = cora
     if algo == "spring" and "refine" not in kw and "spring" not in kw:
         kw = {"refine": 16, "refine_clusters": 4, **kw}
     base = main(comm, PartitionConfig(dataset=str(d), algo=algo, parts=5,
                                       out=str(tmp_path / "base"), **kw))
     monkeypatch.setattr(budget, "WRITE_MIN", 4096)
+    monkeypatch.setattr(budget.MemoryBudget, "room", lambda self: 4096)
+    given = memory.rss_bytes() + (1 << 30)
     small = main(comm, PartitionConfig(dataset=str(d), algo=algo, parts=5,
-                                       out=str(tmp_path / "small"), memory=16 << 20, **kw))
+                                       out=str(tmp_path / "small"), memory=given, **kw))
     assert _parts(tmp_path / "small") == _parts(tmp_path / "base")
-    assert small["memory_bytes"] == 16 << 20 and base["memory_bytes"] >= budget.MEMORY_MIN
+    assert small["memory_bytes"] == given and base["memory_bytes"] >= budget.MEMORY_MIN
     assert small["pass_copy_threads"] == 1
     if kw.get("write_from") == "spill":
         assert small["write_memory_bytes"] == 4096
@@ -164,6 +167,15 @@ def test_tiny_budget_falls_back_to_the_same_partition(comm, cora, tmp_path, monk
         assert not small["csr_in_memory"] and small["csr_passes"] > 1
         assert max(small["write_buckets"]) > 1 and max(base["write_buckets"]) == 1
     meta = json.loads((tmp_path / "small" / "meta.json").read_text())
-    assert meta["parameters"]["memory"] == 16 << 20
+    assert meta["parameters"]["memory"] == given
     assert max(meta["metrics"]["peak_rss_bytes"]) > 0
     assert set(meta["metrics"]["peak_rss_bytes_per_pass"]) >= {"degrees", "write"}
+
+
+def test_budget_below_what_the_rank_holds_is_refused(comm, cora, tmp_path):
+    d, edges, n = cora
+    with pytest.raises(ShardError, match=r"--memory 16 MiB: too small to partition 2708 "
+                                         r"vertices.*give at least \d+M"):
+        main(comm, PartitionConfig(dataset=str(d), algo="hdrf", parts=5,
+                                   out=str(tmp_path / "o"), memory=16 << 20))
+    assert not (tmp_path / "o").exists()   # no half-written store

@@ -236,16 +236,17 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
 
 
 def _check_floor(comm: Communicator, mem: budget.MemoryBudget, n: int) -> None:
-    """Warn (rank 0) when ``mem`` leaves less than the O(|V|) state every pass holds
-    (budget.FLOOR_PER_VERTEX bytes per vertex besides what the rank holds now): the job then
-    runs with the smallest buffers and goes over it. Collective over comm."""
+    """ShardError on every rank when ``mem`` leaves less than the O(|V|) state every job holds
+    at some pass (budget.FLOOR_PER_VERTEX bytes per vertex of the graph) beside what the
+    fullest rank holds now (interpreter, libraries, kernels): no spill makes such a job fit.
+    Collective over comm."""
     need = budget.FLOOR_PER_VERTEX * n
-    room = mem.agreed_room(comm)
-    if room < need and comm.rank == 0:
-        log.get().warning("--memory %d MiB: about %d MiB are needed on every rank (%d MiB held "
-                          "now, %d bytes per vertex of the graph); going ahead with the "
-                          "smallest buffers", mem.total >> 20, (rss_bytes() + need) >> 20,
-                          rss_bytes() >> 20, budget.FLOOR_PER_VERTEX)
+    held = int(comm.allreduce_scalar(rss_bytes(), "max"))
+    if held + need > mem.total:
+        raise ShardError(f"--memory {mem.total >> 20} MiB: too small to partition {n} vertices: "
+                         f"a rank holds {held >> 20} MiB now (interpreter, libraries, kernels) "
+                         f"and needs at least {budget.FLOOR_PER_VERTEX} bytes per vertex more "
+                         f"({need >> 20} MiB); give at least {-(-(held + need) // (1 << 20))}M")
 
 
 def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
