@@ -179,3 +179,15 @@ def test_budget_below_what_the_rank_holds_is_refused(comm, cora, tmp_path):
         main(comm, PartitionConfig(dataset=str(d), algo="hdrf", parts=5,
                                    out=str(tmp_path / "o"), memory=16 << 20))
     assert not (tmp_path / "o").exists()   # no half-written store
+
+
+def test_partitioning_does_not_load_torch():
+    """The fixed cost of `partition`: its modules do not load torch (~190 MB resident)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, shardgnn.cli.main, shardgnn.partition.streaming.pipeline, "
+            "shardgnn.partition.vertexcut.cli; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
