@@ -96,29 +96,38 @@ class _Local:
     """Rank-local pair structure: unique undirected non-loop pairs and their CSR."""
 
     def __init__(self, shard: EdgeShard) -> None:
+        # temporaries are dropped as soon as used: they are several int64 arrays per record,
+        # the rank's peak while the structure is built
         a = np.minimum(shard.src, shard.dst)
         b = np.maximum(shard.src, shard.dst)
         loop = a == b
         self.loop = loop
+        nrec = a.size
         key_a, key_b = a[~loop], b[~loop]
+        del a, b
+        self.rec2pair = np.full(nrec, -1, dtype=np.int64)
         if key_a.size:
             order = np.lexsort((key_b, key_a))
-            sa, sb = key_a[order], key_b[order]
+            sa = key_a[order]
+            del key_a
+            sb = key_b[order]
+            del key_b
             new = np.ones(sa.size, dtype=bool)
             new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
-            pid_sorted = np.cumsum(new) - 1
-            pid = np.empty(sa.size, dtype=np.int64)
-            pid[order] = pid_sorted
             self.pa, self.pb = sa[new], sb[new]
+            del sa, sb
+            pid = np.empty(order.size, dtype=np.int64)
+            pid[order] = np.cumsum(new) - 1
+            del order, new
+            self.rec2pair[~loop] = pid
+            del pid
         else:
-            pid = np.zeros(0, dtype=np.int64)
             self.pa = self.pb = np.zeros(0, dtype=np.int64)
-        self.rec2pair = np.full(a.size, -1, dtype=np.int64)
-        self.rec2pair[~loop] = pid
         self.lv = np.unique(np.concatenate([self.pa, self.pb]))
         la = np.searchsorted(self.lv, self.pa)
         lb = np.searchsorted(self.lv, self.pb)
         self.indptr, self.adj = kernels.local_csr(la, lb, self.lv.size)
+        del la, lb
         self.npairs = self.pa.size
         self.assign = np.full(self.npairs, -1, dtype=np.int64)
 
