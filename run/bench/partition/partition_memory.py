@@ -78,10 +78,12 @@ def ensure_cora(work: Path, env: dict[str, str]) -> Path:
 
 
 def digest(out: Path) -> str:
-    """SHA-256 over the partition files' bytes, in name order."""
+    """SHA-256 over the partition files' bytes (a vertex-cut store's part folders included),
+    in name order."""
     h = hashlib.sha256()
-    for f in sorted(out.glob("part-*")):
-        h.update(f.name.encode())
+    for f in sorted(x for x in out.glob("part-*/**/*") if x.is_file()) + \
+            sorted(x for x in out.glob("part-*") if x.is_file()):
+        h.update(str(f.relative_to(out)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()
 

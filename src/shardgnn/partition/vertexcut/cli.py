@@ -20,7 +20,7 @@ from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, raise_first
 from shardgnn.io.canonical import check_node_files, read_meta
 from shardgnn.io.results import ResultWriter
-from shardgnn.memory import rss_bytes
+from shardgnn.memory import return_freed_memory, rss_bytes
 from shardgnn.partition import budget
 from shardgnn.partition.vertexcut.adaptive import RESPONSES
 from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
@@ -162,6 +162,7 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
     """Load -> expand -> quality -> store -> results; returns the summary. Collective."""
     t_start = time.perf_counter()
+    return_freed_memory()   # freed arrays leave the resident set at once (memory.py)
     ex = cfg.expansion
     # the store points readers at the dataset's node arrays: a wrong row count is refused now,
     # not in the job that samples or trains on the store

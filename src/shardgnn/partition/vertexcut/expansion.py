@@ -126,10 +126,11 @@ class _Local:
         self.lv = np.unique(np.concatenate([self.pa, self.pb]))
         la = np.searchsorted(self.lv, self.pa)
         lb = np.searchsorted(self.lv, self.pb)
-        self.indptr, self.adj = kernels.local_csr(la, lb, self.lv.size)
-        del la, lb
         self.npairs = self.pa.size
-        self.assign = np.full(self.npairs, -1, dtype=np.int64)
+        self.indptr, self.adj = kernels.local_csr(
+            la, lb, self.lv.size, np.empty(2 * self.npairs, kernels.pair_dtype(self.npairs)))
+        del la, lb
+        self.assign = np.full(self.npairs, -1, dtype=kernels.PART_DTYPE)
 
     def lids(self, v: np.ndarray) -> np.ndarray:
         """Local ids of global vertices, -1 where this rank holds none of their edges."""
@@ -352,7 +353,7 @@ def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionC
     alpha = cfg.balance if cfg.algo == "dne" else cfg.ada_cap
     cap2 = float(2 * edge_cap(total_pairs, p, alpha)) if capped else np.inf
     exp = _Expander(cfg, comm.rank, comm.size, st.score.size)
-    best = np.full(loc.npairs, -1, dtype=np.int64)
+    best = np.full(loc.npairs, -1, dtype=kernels.PART_DTYPE)
     mark = np.zeros(loc.npairs, dtype=bool)
     it = stalled = 0
     logger = log.get()
