@@ -87,10 +87,12 @@ def test_adjacency_build_in_buckets_equals_one_pass(comm, cora, tmp_path, thread
     one = adjacency.build(stream, comm, deg, tmp_path / "a", timer, memory=1 << 30,
                           hold=True, threads=threads)
     assert one.data is not None and one.passes == 1 and not one.path.exists()   # no file, P = 1
-    # memory for a tenth of the targets: 10 streaming passes, the same rows, on disk
+    # memory for a tenth of the targets beside the pass's own arrays: 10 streaming passes,
+    # the same rows, on disk
     total = int(one.indptr[-1])
-    many = adjacency.build(stream, comm, deg, tmp_path / "b", timer, memory=total * 4 // 10,
-                           hold=True, threads=threads)
+    own = adjacency.overhead_bytes(stream, comm.size, n, threads)
+    many = adjacency.build(stream, comm, deg, tmp_path / "b", timer,
+                           memory=own + total * 4 // 10, hold=True, threads=threads)
     assert many.data is None and 10 <= many.passes <= 12
     np.testing.assert_array_equal(np.fromfile(many.path, np.int32), one.data)
     assert many.sorted_rows == one.sorted_rows
@@ -104,7 +106,8 @@ def test_adjacency_build_in_buckets_equals_one_pass(comm, cora, tmp_path, thread
     np.testing.assert_array_equal(np.concatenate(list(many.chunks())),
                                   np.concatenate(list(one.chunks())))
     # held only when the reserve fits beside the targets
-    kept = adjacency.build(stream, comm, deg, tmp_path / "c", timer, memory=total * 4 + 100,
+    kept = adjacency.build(stream, comm, deg, tmp_path / "c", timer,
+                           memory=adjacency.overhead_bytes(stream, comm.size, n) + total * 4 + 100,
                            hold=True, reserve=200)
     assert kept.data is None and kept.passes == 1 and kept.path.exists()
     # more memory than the pass count allows: at most MAX_PASSES passes

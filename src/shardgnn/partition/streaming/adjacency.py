@@ -266,9 +266,10 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
     range's targets fit it they are scattered in memory and written once, sequentially; else
     the range is cut into buckets of sources whose targets fit, and each bucket is scattered
     by its own streaming pass (``memory`` of every rank decides the number of passes, the
-    same on all; the file is the same). With ``hold``, targets scattered in one bucket that
-    leave ``reserve`` bytes of ``memory`` free stay in memory (``data``) for the store write,
-    and on one rank no file is written. ``name``: the pass's timer entry. With one rank and
+    same on all; the file is the same; the pass's own arrays, :func:`overhead_bytes`, are
+    taken off ``memory`` first). With ``hold``, targets scattered in one bucket that leave
+    ``reserve`` bytes of that room free stay in memory (``data``) for the store write, and on
+    one rank no file is written. ``name``: the pass's timer entry. With one rank and
     ``threads`` > 1 each bucket is scattered by that many threads, each streaming the whole
     shard and filling the rows of its own range of sources (about equal lines each): the same
     file. Collective over comm."""
@@ -285,7 +286,7 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
     outputs.register_temp(folder)
     path = folder / "targets.bin"
     total = int(indptr[-1])
-    room = max(1, int(memory) - (exchange_bytes(stream, P) if P > 1 else 0))
+    room = max(1, int(memory) - overhead_bytes(stream, P, hi - lo, threads))
     cuts = bucket_rows(indptr, max(room // dt.itemsize, 1))
     if len(cuts) - 1 > MAX_PASSES:
         cuts = bucket_rows(indptr, 0, MAX_PASSES)
@@ -293,7 +294,7 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
     if len(cuts) - 1 < nb:   # every rank streams as many passes: split its rows further
         cuts = bucket_rows(indptr, max(1, -(-total // nb)), nb)
     cursor = _cursors(stream, comm, deg, bounds, indptr)
-    keep = hold and nb == 1 and (total * dt.itemsize + int(reserve) <= int(memory))
+    keep = hold and nb == 1 and (total * dt.itemsize + int(reserve) <= room)
     ordered = True
     held = None
     with open(path, "wb") if not (keep and P == 1) else _nothing() as fh:
@@ -312,6 +313,15 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
     timer.add(name, time.perf_counter() - t0, (stream.hi - stream.lo) * nb)
     return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk,
                           sorted_rows=ordered, data=held, passes=nb)
+
+
+def overhead_bytes(stream: EdgeStream, ranks: int, rows: int, threads: int = 1) -> int:
+    """Bytes :func:`build` holds besides its buckets of targets, for a range of ``rows``
+    sources: row pointers, one cursor array per sender and the bucket's cursors (8 bytes per
+    row each), each thread's chunk of lines as read and converted (16 bytes per line of
+    ``--chunk``), and the exchange's buffers (:func:`exchange_bytes`). Pure."""
+    return (8 * (ranks + 2) * int(rows) + 16 * stream.chunk * max(1, int(threads))
+            + exchange_bytes(stream, ranks))
 
 
 def exchange_bytes(stream: EdgeStream, ranks: int) -> int:
