@@ -122,12 +122,12 @@ def add_parser(sub: Any) -> None:
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
                    f"epochs only) (default: {d('eval_every')})")
     g.add_argument("--checkpoint-every", type=int, default=d("checkpoint_every", CheckpointOptions),
-                   metavar="N", help="(rdm, cagnet1d, averaging, sampled) write a checkpoint every N epochs; 0 = never "
+                   metavar="N", help="(all engines) write a checkpoint every N epochs; 0 = never "
                    f"(default: {d('checkpoint_every', CheckpointOptions)})")
     g.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="(rdm, cagnet1d, averaging, sampled) checkpoint HDF5 file (default: OUT.ckpt.h5)")
+                   help="(all engines) checkpoint HDF5 file (default: OUT.ckpt.h5)")
     g.add_argument("--resume", default=None, metavar="FILE",
-                   help="(rdm, cagnet1d, averaging, sampled) continue from this checkpoint (same options, --epochs may "
+                   help="(all engines) continue from this checkpoint (same options, --epochs may "
                    "be larger; rdm, cagnet1d: the same number of ranks too): the same "
                    "loss/accuracy curve as without interruption")
     g.add_argument("--saint-budget", type=int, default=d("saint_budget", SaintOptions), metavar="B",

@@ -59,7 +59,7 @@ class TrainConfig:
 
 @dataclass(kw_only=True)
 class CheckpointOptions:
-    """`--checkpoint`, `--checkpoint-every`, `--resume` (every engine but nau)."""
+    """`--checkpoint`, `--checkpoint-every`, `--resume` (every engine)."""
 
     checkpoint: str | None = None
     checkpoint_every: int = 0
