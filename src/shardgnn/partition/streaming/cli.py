@@ -34,7 +34,7 @@ def add_arguments(parser: Any) -> None:
     """Add the streaming partitioners' options to ``parser``."""
     g = parser.add_argument_group(
         "streaming partitioners (spring, hdrf, dbh, greedy, 2ps-l, hash, package.module:Class)",
-        "Memory per rank: the job keeps its resident set within --memory. O(|V|) state: "
+        "Memory per rank: the passes and the write size their buffers from --memory. O(|V|) state: "
         "degrees, owners, an (|V|, ceil(p/64)) presence bitmask, SPRING's 16-byte clustering "
         "state and labels; an int32 |V| x p count matrix for HDRF/DBH/Greedy/2PS-L/user "
         "classes and for SPRING's --refine on more than one rank. Default write (--write-from "
