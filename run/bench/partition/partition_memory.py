@@ -19,7 +19,8 @@ partition files equal the default run's byte for byte.
 
 ``--lock`` holds ``flock /tmp/shardgnn-bench.lock`` around every timed run (wall times are
 comparable only then, and only with the load average beside them); peak RSS and bytes are fine
-without it. ``--src`` runs another source tree (``PYTHONPATH``), ``--label`` names it.
+without it. ``--src`` runs another source tree (``PYTHONPATH``), ``--label`` names it; for an
+exported tree (no ``.git``) set ``SHARDGNN_COMMIT`` to its commit so the JSON records it.
 """
 from __future__ import annotations
 
