@@ -34,9 +34,17 @@ WRITE_PER_VERTEX = 48
 #: marks, local-id map, the plan of one partition).
 SPILL_WRITE_PER_VERTEX = 40
 #: Bytes per vertex of the graph that every job holds at some pass besides the interpreter
-#: and libraries (degrees, owners, presence masks, row pointers, the write's plan): a budget
-#: leaving less is warned about.
+#: and libraries (degrees, owners, presence masks, row pointers, the write's plan), plus
+#: FLOOR_PER_PART per vertex and partition (the int32 |V| x p counts of the vertex-cut
+#: baselines and SPRING's refinement): a budget leaving less is refused (:func:`floor`).
 FLOOR_PER_VERTEX = 64
+FLOOR_PER_PART = 4
+
+
+def floor(num_vertices: int, parts: int) -> int:
+    """Bytes a partitioning job into ``parts`` partitions holds at least beside the
+    interpreter and libraries (FLOOR_PER_VERTEX + FLOOR_PER_PART * parts per vertex). Pure."""
+    return (FLOOR_PER_VERTEX + FLOOR_PER_PART * int(parts)) * int(num_vertices)
 
 
 def default_memory(comm: Communicator) -> int:

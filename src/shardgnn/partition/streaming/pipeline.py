@@ -216,7 +216,7 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
     timer.add("jit", time.perf_counter() - t0, 0)
     mem = budget.MemoryBudget(budget.default_memory(comm) if cfg.memory is None else cfg.memory,
                               given=cfg.memory is not None)
-    _check_floor(comm, mem, meta.num_nodes)
+    _check_floor(comm, mem, meta.num_nodes, p)
     cores = write_threads(comm)
     threads = cfg.threads if cfg.threads is not None else cores
     if cfg.write_threads is None:
@@ -235,17 +235,17 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
     return m
 
 
-def _check_floor(comm: Communicator, mem: budget.MemoryBudget, n: int) -> None:
+def _check_floor(comm: Communicator, mem: budget.MemoryBudget, n: int, p: int) -> None:
     """ShardError on every rank when ``mem`` leaves less than the O(|V|) state every job holds
-    at some pass (budget.FLOOR_PER_VERTEX bytes per vertex of the graph) beside what the
-    fullest rank holds now (interpreter, libraries, kernels): no spill makes such a job fit.
-    Collective over comm."""
-    need = budget.FLOOR_PER_VERTEX * n
+    at some pass (:func:`budget.floor`) beside what the fullest rank holds now (interpreter,
+    libraries, kernels): no spill makes such a job fit. Collective over comm."""
+    need = budget.floor(n, p)
     held = int(comm.allreduce_scalar(rss_bytes(), "max"))
     if held + need > mem.total:
-        raise ShardError(f"--memory {mem.total >> 20} MiB: too small to partition {n} vertices: "
-                         f"a rank holds {held >> 20} MiB now (interpreter, libraries, kernels) "
-                         f"and needs at least {budget.FLOOR_PER_VERTEX} bytes per vertex more "
+        per = budget.FLOOR_PER_VERTEX + budget.FLOOR_PER_PART * p
+        raise ShardError(f"--memory {mem.total >> 20} MiB: too small to partition {n} vertices "
+                         f"into {p} parts: a rank holds {held >> 20} MiB now (interpreter, "
+                         f"libraries, kernels) and needs at least {per} bytes per vertex more "
                          f"({need >> 20} MiB); give at least {-(-(held + need) // (1 << 20))}M")
 
 
