@@ -105,7 +105,7 @@ class _Local:
         nrec = a.size
         key_a, key_b = a[~loop], b[~loop]
         del a, b
-        self.rec2pair = np.full(nrec, -1, dtype=np.int64)
+        self.rec2pair = np.full(nrec, -1, dtype=kernels.pair_dtype(nrec))   # pairs <= records
         if key_a.size:
             order = np.lexsort((key_b, key_a))
             sa = key_a[order]
@@ -116,7 +116,7 @@ class _Local:
             new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
             self.pa, self.pb = sa[new], sb[new]
             del sa, sb
-            pid = np.empty(order.size, dtype=np.int64)
+            pid = np.empty(order.size, dtype=self.rec2pair.dtype)
             pid[order] = np.cumsum(new) - 1
             del order, new
             self.rec2pair[~loop] = pid
@@ -429,7 +429,7 @@ def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionC
 def _records(comm: Communicator, shard: EdgeShard, loc: _Local, st: _State,
              cfg: ExpansionConfig) -> np.ndarray:
     """Partition of every local record; self-loops join a partition of their vertex. Collective."""
-    rec_part = np.full(shard.src.size, -1, dtype=np.int64)
+    rec_part = np.full(shard.src.size, -1, dtype=np.int32)
     has = loc.rec2pair >= 0
     rec_part[has] = loc.assign[loc.rec2pair[has]]
     loops = np.flatnonzero(loc.loop)
@@ -442,4 +442,4 @@ def _records(comm: Communicator, shard: EdgeShard, loc: _Local, st: _State,
     allk = comm.allgatherv(keys)
     kernels.apply_updates(allk, np.zeros(allk.size, dtype=np.int64), cfg.parts, st.score,
                           st.member, st.vsize, st.esize2)
-    return rec_part.astype(np.int32)
+    return rec_part
