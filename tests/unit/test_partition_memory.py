@@ -14,30 +14,10 @@ os.environ["SHARDGNN_PROGRESS"] = "0"
 from shardgnn import memory  # noqa: E402
 from shardgnn.errors import ShardError  # noqa: E402
 from shardgnn.io.canonical import write_dataset  # noqa: E402
-from shardgnn.io.rawedges import normalise, raw_pairs  # noqa: E402
 from shardgnn.partition import budget  # noqa: E402
 from shardgnn.partition.streaming import adjacency, passes  # noqa: E402
 from shardgnn.partition.streaming.pipeline import PartitionConfig, main  # noqa: E402
 from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def comm():
-    from shardgnn.comm import world
-
-    return world()
-
-
-@pytest.fixture(scope="module")
-def cora(tmp_path_factory):
-    edges, n = normalise(raw_pairs(ROOT / "inputs" / "cora"))
-    rng = np.random.default_rng(0)
-    d = tmp_path_factory.mktemp("cora")
-    write_dataset(d, edges, n, x=rng.random((n, 5)).astype(np.float32),
-                  y=rng.integers(0, 3, n))
-    return d, edges, n
 
 
 def test_memory_readings_and_cgroup_limits(tmp_path, monkeypatch):
@@ -81,7 +61,7 @@ def test_budget_room_and_write_bucket(comm):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_adjacency_build_in_buckets_equals_one_pass(comm, cora, tmp_path, threads):
-    d, edges, n = cora
+    d, edges, n, _ = cora
     stream = passes.open_stream(str(d), comm, 700)
     timer = passes.PassTimer()
     deg = passes.degree_pass(stream, comm, timer)
@@ -151,7 +131,7 @@ def test_tight_budget_falls_back_to_the_same_partition(comm, cora, tmp_path, mon
                                                        algo, kw):
     """A budget leaving 4 KiB of room at every pass: the CSR built in buckets on disk and read
     back in blocks, the write in many small buckets, one pass copy: the same files."""
-    d, edges, n = cora
+    d, edges, n, _ = cora
     if algo == "spring" and "refine" not in kw and "spring" not in kw:
         kw = {"refine": 16, "refine_clusters": 4, **kw}
     base = main(comm, PartitionConfig(dataset=str(d), algo=algo, parts=5,
@@ -177,7 +157,7 @@ def test_tight_budget_falls_back_to_the_same_partition(comm, cora, tmp_path, mon
 
 
 def test_budget_below_what_the_rank_holds_is_refused(comm, cora, tmp_path):
-    d, edges, n = cora
+    d, edges, n, _ = cora
     with pytest.raises(ShardError, match=r"--memory 16 MiB: too small to partition 2708 "
                                          r"vertices into 5 parts.*84 bytes per vertex"
                                          r".*give at least \d+M"):
