@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import SCRIPTS, run_cli, run_mpi
-from test_infer import _checkpoint
+from test_infer import F, _checkpoint
 
 import sys
 sys.path.insert(0, str(SCRIPTS))
@@ -34,7 +34,7 @@ INFER = ["sage2", "gcn-avg", "sage3"]
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     w = tmp_path_factory.mktemp("engine-devices")
-    d = averaging_data.sbm_dataset(w / "data", n=150)
+    d = averaging_data.sbm_dataset(w / "data", n=150, feats=F)
     averaging_data.store(d, w / "parts", 2)
     run_mpi(2, [SCRIPTS / "sampling_store.py", d, w / "vstore", "3"])
     for name, layers, engine in (("sage", 2, "sampled"), ("gcn", 2, "averaging"),
