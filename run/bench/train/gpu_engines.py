@@ -186,8 +186,8 @@ def _worker(ckpt: str, data: str, device: str) -> None:
 
 
 def pyg_infer(ckpt: Path, data: Path, a: argparse.Namespace) -> dict[str, Any]:
-    proc = harness.sh([sys.executable, Path(__file__), "--worker", ckpt, data, "--device",
-                       a.device], timeout=a.timeout)
+    proc = harness.sh([sys.executable, Path(__file__), "-", "--worker", ckpt, data,
+                       "--device", a.device], timeout=a.timeout)
     line = [s for s in proc.stdout.splitlines() if s.startswith("RESULT ")]
     if proc.returncode or not line:
         return {"error": (proc.stderr or proc.stdout)[-2000:]}

@@ -12,9 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-from shardgnn import device, log
-from shardgnn.cli.main import build_parser, run_command
-from shardgnn.comm import world
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sampled_runs import split_runs  # noqa: E402
+from shardgnn import device, log  # noqa: E402
+from shardgnn.cli.main import build_parser, run_command  # noqa: E402
+from shardgnn.comm import world  # noqa: E402
 
 TAKES = {"n": 0}
 _take = device.HostBuffers.take
@@ -26,15 +29,7 @@ def _counting_take(self, nbytes):
 
 
 def main(argv):
-    out, modes, rest = Path(argv[0]), argv[1].split(","), argv[2:]
-    runs, cur = [], []
-    for a in rest:
-        if a == "::":
-            runs.append(cur)
-            cur = []
-        else:
-            cur.append(a)
-    runs.append(cur)
+    out, modes, runs = Path(argv[0]), argv[1].split(","), split_runs(argv[2:])
     comm = world()
     log.setup(comm.rank)
     device.HostBuffers.take = _counting_take
