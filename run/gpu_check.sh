@@ -10,8 +10,9 @@
 #   --only: the steps of RDM (tests/mpi/test_gpu.py, run/bench/rdm/gpu.py) or of the other
 #           engines (tests/mpi/test_engine_devices.py, run/bench/train/gpu_engines.py) only
 #
-# MPI: when no mpiexec is on PATH, the script installs the MPICH wheel found in .whl/ (git-ignored)
-# into /tmp/mp. Fetch it once on a machine with network access, for the GPU machine's Python:
+# MPI: the venv's MPICH if any, else the MPICH wheel found in .whl/ (git-ignored, installed into
+# /tmp/mp, preferred over a system mpiexec), else mpiexec on PATH. Fetch the wheel once on a
+# machine with network access, for the GPU machine's Python:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --platform manylinux_2_28_x86_64 -d .whl mpich
 # and send .whl with the checkout (the device tool: carry [".whl"]). No install of the project is
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY=$2; shift ;;
     --tests-timeout) TESTS_TIMEOUT=$2; shift ;;
     --bench-timeout) BENCH_TIMEOUT=$2; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) OUTDIR=$1 ;;
   esac
   shift
@@ -66,18 +67,19 @@ step() {
 }
 
 # ---------------------------------------------------------------- MPI
+# A carried MPICH wheel wins over an MPI already on PATH: a system Open MPI refuses to run as root
+# and may not be the library mpi4py was built for.
 PYBIN=$(dirname "$(command -v "$PY")")
-if [ -x "$PYBIN/mpiexec" ]; then export PATH=$PYBIN:$PATH; fi   # a venv's own MPICH
-if ! command -v mpiexec > /dev/null; then
-  whl=$(ls .whl/mpich-*.whl 2> /dev/null | head -n 1)
-  if [ -n "$whl" ]; then
-    step mpi-install 120 "$PY" -m pip install -q --no-index --no-deps --prefix /tmp/mp "$whl"
-    export PATH=/tmp/mp/bin:$PYBIN:$PATH
-    export LD_LIBRARY_PATH=/tmp/mp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  else
-    note "no mpiexec on PATH and no .whl/mpich-*.whl: multi-rank steps will fail (see the header)"
-    status=1
-  fi
+whl=$(ls .whl/mpich-*.whl 2> /dev/null | head -n 1)
+if [ -x "$PYBIN/mpiexec" ]; then
+  export PATH=$PYBIN:$PATH   # a venv's own MPICH
+elif [ -n "$whl" ]; then
+  step mpi-install 120 "$PY" -m pip install -q --no-index --no-deps --prefix /tmp/mp "$whl"
+  export PATH=/tmp/mp/bin:$PYBIN:$PATH
+  export LD_LIBRARY_PATH=/tmp/mp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+elif ! command -v mpiexec > /dev/null; then
+  note "no mpiexec on PATH and no .whl/mpich-*.whl: multi-rank steps will fail (see the header)"
+  status=1
 fi
 
 step environment 120 "$PY" - "$OUTDIR/environment.json" <<'EOF'
