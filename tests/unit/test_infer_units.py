@@ -105,7 +105,7 @@ def test_sage_layer_from_rows_mapped_ahead():
 
 
 def test_owner_partitions_hash_among_holders():
-    from shardgnn.infer.engine import owner_partitions
+    from shardgnn.partition.vertexcut.owners import owner_partitions
 
     n = 4000
     memb = np.zeros((n, 2), np.uint8)
@@ -122,7 +122,7 @@ def test_owner_partitions_hash_among_holders():
 
 
 def test_owner_partitions_balanced_where_replicas_allow():
-    from shardgnn.infer.engine import owner_partitions
+    from shardgnn.partition.vertexcut.owners import owner_partitions
 
     # 2 partitions: 1000 vertices only in 0, 200 only in 1, 800 in both -> 1000 / 1000
     memb = np.zeros((2000, 1), np.uint8)
