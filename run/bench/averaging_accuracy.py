@@ -56,7 +56,7 @@ MODELS = {
     "saint-rw": {"model": "gcn", "mode": "minibatch", "sampler": "saint-rw", "hidden": 64,
                  "saint_walk_length": 2},
     # GraphSAINT coefficients: node and edge samplers use their exact inclusion probabilities
-    # (rdm.saint.inclusion_probabilities; --saint-presample 0), rw GraphSAINT's coverage rule.
+    # (sampling.saint.inclusion_probabilities; --saint-presample 0), rw GraphSAINT's coverage rule.
     # Retired (runs kept in the log, shown in the table, not runnable: the flags now give the
     # exact coefficients): node / edge coefficients ESTIMATED by the coverage rule (~50 draws
     # per vertex; an entry's C_uv ~5, factors 1-84 where the exact ones lie in 8-15)

@@ -117,7 +117,7 @@ def run_jobs(jobs: list[dict], workdir: Path, ranks: int, timeout: float = 7200)
 
 
 def _worker(jobs_file: Path) -> None:
-    """Rank side of :func:`run_jobs`: every job through shardgnn.train.loop.main."""
+    """Rank side of :func:`run_jobs`: every job through shardgnn.averaging.loop.main."""
     from shardgnn import log
     from shardgnn.comm import world
     comm = world()
@@ -154,8 +154,8 @@ def _worker(jobs_file: Path) -> None:
 
 
 def _one(comm, job: dict, log_file: Path | None) -> dict:
-    from shardgnn.train.engine import AveragingConfig
-    from shardgnn.train.loop import main
+    from shardgnn.averaging.engine import AveragingConfig
+    from shardgnn.averaging.loop import main
 
     t0 = time.perf_counter()
     s = main(comm, AveragingConfig(**job["config"]))

@@ -41,7 +41,7 @@ def _worker(store: str, mode: str, model: str, hidden: int, repeat: int, out: st
     """Rank side: set up as training does, then build the evaluator and evaluate."""
     from shardgnn import log
     from shardgnn.comm import world
-    from shardgnn.train import engine, loop
+    from shardgnn.averaging import engine, loop
 
     comm = world()
     log.setup(comm.rank)

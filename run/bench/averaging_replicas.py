@@ -50,9 +50,9 @@ def run_one(store: Path, hp: dict[str, Any], seed: int, epochs: int, out: Path,
     import torch
 
     from shardgnn.comm import world
-    from shardgnn.train import loop
-    from shardgnn.train.engine import AveragingConfig
-    from shardgnn.train.partitions import load_partition, read_store_meta
+    from shardgnn.averaging import loop
+    from shardgnn.averaging.engine import AveragingConfig
+    from shardgnn.averaging.partitions import load_partition, read_store_meta
 
     comm = world().split(0)
     norms: list[float] = []
@@ -92,8 +92,8 @@ def run_one(store: Path, hp: dict[str, Any], seed: int, epochs: int, out: Path,
 def central_steps(whole: Path, hp: dict[str, Any]) -> int:
     """Subgraphs per epoch of the centralised GraphSAINT run (the engine default, round(|V| /
     mean subgraph size) at the default budget)."""
-    from shardgnn.train import subgraphs
-    from shardgnn.train.partitions import load_partition, read_store_meta
+    from shardgnn.averaging import subgraphs
+    from shardgnn.averaging.partitions import load_partition, read_store_meta
 
     meta = read_store_meta(whole)
     g = load_partition(whole, 0, int(meta["num_features"]))

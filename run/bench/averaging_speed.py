@@ -44,7 +44,7 @@ def main() -> None:
     from shardgnn.sampling.neighbor import UniformNeighborSampler
     from shardgnn.train import models
     from shardgnn.partition.store import read_meta as read_store_meta
-    from shardgnn.train.partitions import load_partition
+    from shardgnn.averaging.partitions import load_partition
 
     torch.set_num_threads(1)
     load0 = harness.loadavg()

@@ -46,7 +46,7 @@ def sampler_bench(store: Path, batches: int = 20, batch: int = 512, fanouts=(25,
     """Seeds/s and sampled edges/s of the numba sampler vs a per-node numpy loop."""
     from shardgnn.sampling.neighbor import UniformNeighborSampler
     from shardgnn.partition.store import read_meta as read_store_meta
-    from shardgnn.train.partitions import load_partition
+    from shardgnn.averaging.partitions import load_partition
 
     meta = read_store_meta(store)
     g = load_partition(store, 0, int(meta["num_features"]))

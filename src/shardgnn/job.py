@@ -319,7 +319,8 @@ def _dataset_input(job: Job) -> str | None:
 
 
 def _train_input(job: Job, table: dict[str, Any]) -> str | None:
-    from shardgnn.train import cli as avg_cli, sampled_cli
+    from shardgnn.averaging import cli as avg_cli
+    from shardgnn.sampled import cli as sampled_cli
 
     if str(table.get("engine", "rdm")).lower() in avg_cli.ENGINES + sampled_cli.ENGINES:
         return str(job.outputs["partition"]) if "partition" in job.outputs else None

@@ -120,11 +120,11 @@ ENGINES.register("rdm", "shardgnn.rdm.cli",
                  "full-batch GCN with row/column redistribution (Alltoallv), DATA = dataset")
 ENGINES.register("cagnet1d", "shardgnn.rdm.cli",
                  "full-batch GCN, CAGNET 1D baseline (broadcasts of H blocks), DATA = dataset")
-ENGINES.register("averaging", "shardgnn.train.cli",
+ENGINES.register("averaging", "shardgnn.averaging.cli",
                  "partition-parallel training with model averaging (CATGNN), DATA = partitions")
 ENGINES.register("nau", "shardgnn.nau.cli",
                  "FlexGraph NAU on one rank (--model gcn|pinsage|magnn|jknet|pgnn), DATA = dataset")
-ENGINES.register("sampled", "shardgnn.train.sampled_cli",
+ENGINES.register("sampled", "shardgnn.sampled.cli",
                  "mini-batches from GLISP's Gather-Apply service, data parallel, DATA = vertex-cut "
                  "store")
 

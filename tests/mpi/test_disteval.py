@@ -32,7 +32,7 @@ THREE_HOP = (
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory):
     from shardgnn.io.canonical import read_meta
-    from shardgnn.train.partitions import write_store
+    from shardgnn.averaging.partitions import write_store
     import numpy as np
 
     root = tmp_path_factory.mktemp("disteval")

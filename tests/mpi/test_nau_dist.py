@@ -47,7 +47,7 @@ def _write_homo(d, n, seed, nan_row=None):
 
 @pytest.fixture(scope="module")
 def p2(tmp_path_factory):
-    from shardgnn.train.partitions import write_store
+    from shardgnn.averaging.partitions import write_store
 
     root = tmp_path_factory.mktemp("naudist")
     data = _write_homo(root / "data", 80, 1)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from shardgnn.averaging import average
 from shardgnn.errors import ShardError
-from shardgnn.train import averaging, checkpoint, models
+from shardgnn.train import checkpoint, models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mpi" / "scripts"))
 
@@ -27,20 +28,20 @@ class OneRank:
 
 @pytest.mark.parametrize("counts", [[1, 1], [3, 0, 5], [140], [7, 11, 13, 17, 19], [0, 0, 2]])
 def test_weights_sum_to_one(counts):
-    w = averaging.averaging_weights(counts)
+    w = average.averaging_weights(counts)
     assert w.sum() == pytest.approx(1.0, abs=1e-15)
     assert np.allclose(w, np.asarray(counts) / sum(counts))
 
 
 def test_weights_need_a_training_vertex():
     with pytest.raises(ShardError, match="at least one owned training vertex"):
-        averaging.averaging_weights([0, 0])
+        average.averaging_weights([0, 0])
 
 
 @pytest.mark.parametrize("parts", range(1, 10))
 def test_cyclic_assignment_covers_each_partition_once(parts):
     for size in range(1, parts + 1):
-        got = [averaging.assign_partitions(parts, size, r) for r in range(size)]
+        got = [average.assign_partitions(parts, size, r) for r in range(size)]
         flat = sorted(i for g in got for i in g)
         assert flat == list(range(parts))
         assert {len(g) for g in got} <= {parts // size, -(-parts // size)}
@@ -49,7 +50,7 @@ def test_cyclic_assignment_covers_each_partition_once(parts):
 
 def test_fewer_partitions_than_ranks_is_an_error():
     with pytest.raises(ShardError, match="2 partitions but the job has 4 ranks"):
-        averaging.assign_partitions(2, 4, 0)
+        average.assign_partitions(2, 4, 0)
 
 
 def test_hand_computed_average_two_local_models():
@@ -59,9 +60,9 @@ def test_hand_computed_average_two_local_models():
             p.fill_(1.0)
         for p in b.parameters():
             p.fill_(3.0)
-    w = averaging.averaging_weights([1, 3])  # 0.25, 0.75 -> 0.25*1 + 0.75*3 = 2.5 exactly
+    w = average.averaging_weights([1, 3])  # 0.25, 0.75 -> 0.25*1 + 0.75*3 = 2.5 exactly
     comm = OneRank()
-    averaging.average_models(comm, [a, b], list(w))
+    average.average_models(comm, [a, b], list(w))
     for m in (a, b):
         for p in m.parameters():
             assert torch.equal(p, torch.full_like(p, 2.5))
@@ -74,7 +75,7 @@ def test_average_optimizer_state_and_missing_state():
     o2 = torch.optim.Adam(m2.parameters())
     m1(torch.ones(1, 2)).sum().backward()
     o1.step()  # o2 never stepped: zero state is created before averaging
-    averaging.average_optimizers(OneRank(), [o1, o2], [0.5, 0.5])
+    average.average_optimizers(OneRank(), [o1, o2], [0.5, 0.5])
     for p1, p2 in zip(m1.parameters(), m2.parameters()):
         assert torch.equal(o1.state[p1]["exp_avg"], o2.state[p2]["exp_avg"])
         assert float(o2.state[p2]["step"]) == 0.5
@@ -140,8 +141,9 @@ def test_checkpoint_roundtrip(tmp_path):
 
 def test_store_reader_matches_dataset(tmp_path):
     import averaging_data
+
+    from shardgnn.averaging.partitions import load_partition
     from shardgnn.partition.store import read_meta as read_store_meta
-    from shardgnn.train.partitions import load_partition
 
     d = averaging_data.sbm_dataset(tmp_path / "d", n=60)
     averaging_data.store(d, tmp_path / "s", 3)
@@ -162,9 +164,10 @@ def test_store_degrees_equal_dataset_degrees_and_feed_training(tmp_path, monkeyp
     """The halo exchange's whole-graph degrees equal the source dataset's, and training's GCN
     takes them without reading the dataset (issue 19: no rank streams the whole edge list)."""
     import averaging_data
+
+    from shardgnn.averaging import disteval, engine, partitions
     from shardgnn.comm import serial
     from shardgnn.partition.store import read_meta as read_store_meta
-    from shardgnn.train import disteval, engine, partitions
 
     d = averaging_data.sbm_dataset(tmp_path / "d", n=60)
     averaging_data.store(d, tmp_path / "s", 3)

@@ -6,7 +6,7 @@ import torch
 from shardgnn.graph.csr import CSR, add_self_loops, csr_from_pairs, gcn_normalised
 from shardgnn.rdm.backend import Backend, dropout_mask, mask_key
 from shardgnn.rdm.engine import adam_update
-from shardgnn.rdm.saint import Sampler, induced, normalisation
+from shardgnn.sampling.saint import Sampler, induced, normalisation
 
 
 def test_dropout_mask_tiles_agree_with_the_full_mask():
@@ -63,7 +63,7 @@ def test_samplers_are_deterministic_and_induced_is_exact(kind):
 def test_presample_coverage_rule():
     """presample 0 for the rw sampler: GraphSAINT's coverage rule, draws until the sizes sum to
     50 n; the normalisation counts over exactly those draws."""
-    from shardgnn.rdm.saint import SAMPLE_COVERAGE, presample_draws
+    from shardgnn.sampling.saint import SAMPLE_COVERAGE, presample_draws
 
     rng = np.random.default_rng(3)
     n = 80
@@ -83,7 +83,7 @@ def test_presample_coverage_rule():
 def test_exact_inclusion_probabilities_match_sampling(kind):
     """presample 0 for node / edge samplers: the closed-form P(v in S), P(u, v in S) agree with
     the frequencies over many draws, and the coefficients are P(v) / P(u, v), 1 / (P(v) n)."""
-    from shardgnn.rdm.saint import inclusion_probabilities
+    from shardgnn.sampling.saint import inclusion_probabilities
 
     rng = np.random.default_rng(3)
     n = 40

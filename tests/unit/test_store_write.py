@@ -115,7 +115,7 @@ def _store(d, version, width):
 
 
 def test_readers_accept_int32_and_int64_indices(tmp_path):
-    from shardgnn.train.partitions import load_partition as train_load
+    from shardgnn.averaging.partitions import load_partition as train_load
 
     for version, width in ((1, np.int64), (2, np.int32), (2, np.int64)):
         d = tmp_path / f"v{version}-{np.dtype(width).name}"

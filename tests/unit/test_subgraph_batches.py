@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from shardgnn.rdm import saint
-from shardgnn.train import models, subgraphs
-from shardgnn.train.partitions import load_partition, read_store_meta, write_store
+from shardgnn.averaging import subgraphs
+from shardgnn.averaging.partitions import load_partition, read_store_meta, write_store
+from shardgnn.sampling import saint
+from shardgnn.train import models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mpi" / "scripts"))
 import averaging_data  # noqa: E402
@@ -104,7 +105,7 @@ def test_saint_normalisation_matches_an_independent_count(store, kind):
     cv = np.zeros(g.num_nodes)
     cuv: dict[tuple[int, int], int] = {}
     for k in range(K):
-        nodes = set(sb.sampler.draw(saint._rng(seed, k, 1)).tolist())  # noqa: SLF001
+        nodes = set(sb.sampler.draw(saint.draw_rng(seed, k, 1)).tolist())
         for v in nodes:
             cv[v] += 1
         for v in nodes:

@@ -1,19 +1,19 @@
 """`shardgnn train`: shared options, the per-engine option check, dispatch to the engine family
 (full-batch RDM / CAGNET-1D in ``shardgnn.rdm.cli``, partition-parallel averaging in
-``shardgnn.train.cli``)."""
+``shardgnn.averaging.cli``)."""
 from __future__ import annotations
 
 import argparse
 from types import ModuleType
 from typing import Any
 
+from shardgnn.averaging.subgraphs import SAMPLERS
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES
+from shardgnn.sampled.cli import SAMPLERS as SAMPLED_SAMPLERS
 from shardgnn.train import guards
 from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, default_of
-from shardgnn.train.sampled_cli import SAMPLERS as SAMPLED_SAMPLERS
-from shardgnn.train.subgraphs import SAMPLERS
 
 
 def families() -> tuple[ModuleType, ...]:
@@ -49,7 +49,7 @@ _SHARED: set[str] = set()
 
 
 def add_parser(sub: Any) -> None:
-    from shardgnn.train.engine import AveragingConfig
+    from shardgnn.averaging.engine import AveragingConfig
 
     def d(name: str, cls: type = TrainConfig) -> Any:
         return default_of(cls, name)

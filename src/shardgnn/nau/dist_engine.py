@@ -35,6 +35,7 @@ from shardgnn.nau.layer import DropKey, HDGSet
 from shardgnn.nau.pipeline import (DistExecutor, PartialHDGSet, build_partial, choose_layers,
                                    supports_partial)
 from shardgnn.nau.setup import build_model, check_inputs, input_rows, split_masks
+from shardgnn.train import sync
 
 
 class DistTrainer:
@@ -194,22 +195,10 @@ class DistTrainer:
         loss.backward()
         stats["backward"] = stats.get("backward", 0.0) + time.perf_counter() - t0
         t0 = time.perf_counter()
-        self.allreduce_grads()
+        sync.allreduce_grads(self.comm, self.model)  # sums: the loss is over n_train already
         stats["allreduce"] = stats.get("allreduce", 0.0) + time.perf_counter() - t0
         self.opt.step()
         return float(self.comm.allreduce_scalar(float(loss.detach()), "sum"))
-
-    def allreduce_grads(self) -> None:
-        """Sum every parameter gradient over ranks (one buffer). Collective over comm."""
-        params = list(self.model.parameters())
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                          for p in params]).contiguous()
-        self.comm.allreduce(flat)
-        off = 0
-        for p in params:
-            k = p.numel()
-            p.grad = flat[off:off + k].view_as(p).clone()
-            off += k
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

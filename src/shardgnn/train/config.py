@@ -70,7 +70,7 @@ class SaintOptions:
     saint_budget: int = 0
     saint_walk_length: int = 2
     saint_steps: int = 0
-    saint_presample: int = 0  # 0: exact (node, edge) / coverage rule (rw), rdm.saint.normalisation
+    saint_presample: int = 0  # 0: exact (node, edge) / coverage (rw): saint.normalisation
 
     def saint_checks(self) -> list[Check]:
         return [(self.saint_budget >= 0, "--saint-budget", ">= 0", self.saint_budget),

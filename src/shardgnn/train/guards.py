@@ -194,7 +194,7 @@ def check_partitions(comm: Communicator, directory: str | Path, graphs: Sequence
                      ) -> None:
     """:func:`check_features` and :func:`check_labels` over the partitions this rank loaded from
     a partition store (objects with ``index``, ``gid``, ``x``, ``y`` and ``train_mask`` /
-    ``val_mask`` / ``test_mask``, e.g. :class:`shardgnn.train.partitions.LocalGraph`); the
+    ``val_mask`` / ``test_mask``, e.g. :class:`shardgnn.averaging.partitions.LocalGraph`); the
     first bad row of the lowest partition is reported. Collective over comm."""
     from shardgnn.partition.store import part_name
 

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from rank_report import RankReport
+
+from shardgnn.averaging.disteval import DistEvaluator
+from shardgnn.averaging.engine import _EvalGraph
+from shardgnn.averaging.partitions import load_partition, read_store_meta
 from shardgnn.cli.main import build_parser, run_command
 from shardgnn.comm import world
 from shardgnn.errors import ShardError
 from shardgnn.train import models
-from shardgnn.train.disteval import DistEvaluator
-from shardgnn.train.engine import _EvalGraph
-from shardgnn.train.partitions import load_partition, read_store_meta
 
 MODELS = [("gcn", 2), ("sage", 2), ("gat", 2), ("sgc", 2), ("ngnn-gcn", 2), ("ngnn-sage", 2),
           ("gcn", 3), ("sage", 3), ("gat", 3)]

@@ -12,7 +12,7 @@ the partition's graph among them; the loss is taken at the owned training vertic
   are kept. The loss is the mean over the batch's targets; GCN normalises with the batch's own
   degrees, as the paper does.
 * **GraphSAINT** (Zeng et al. 2020): node, edge or random-walk samplers and the normalisation
-  coefficients of ``shardgnn.rdm.saint`` (the same maths, here on the partition's Â built with
+  coefficients of ``shardgnn.sampling.saint`` (the same maths, here on the partition's Â built with
   the whole graph's degrees): aggregator factors P(v) / P(u, v) on Â's entries for models that
   aggregate over weighted edges (gcn, ngnn-gcn), loss factors 1 / (P(v) n_train) for every
   model (the loss is Σ λ_v ℓ_v, an estimate of the mean over the partition's targets), with
@@ -27,9 +27,9 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from shardgnn.averaging.partitions import LocalGraph
 from shardgnn.graph.csr import CSR
-from shardgnn.rdm import saint
-from shardgnn.train.partitions import LocalGraph
+from shardgnn.sampling import saint
 
 SAMPLERS = ("neighbor", "cluster", "saint-node", "saint-edge", "saint-rw")
 
@@ -168,7 +168,7 @@ class ClusterBatcher:
 
 
 class SaintBatcher:
-    """GraphSAINT batches of one partition with the normalisation of ``shardgnn.rdm.saint``.
+    """GraphSAINT batches of one partition with the normalisation of ``shardgnn.sampling.saint``.
 
     Parameters
     ----------
@@ -194,7 +194,7 @@ class SaintBatcher:
         self.g = g
         n = g.num_nodes
         self.a = _adjacency(g, deg)
-        self.budget = int(budget) or max(1, {"node": n // 10, "edge": n // 20, "rw": n // 40}[kind])
+        self.budget = int(budget) or saint.default_budget(kind, n)
         train = g.train_ids
         self.sampler = saint.Sampler(kind, self.a, train, self.budget, walk_length)
         self.aggr, self.loss_norm, self.mean_size = saint.normalisation(

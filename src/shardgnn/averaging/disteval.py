@@ -28,9 +28,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from shardgnn.averaging.partitions import LocalGraph
 from shardgnn.comm import Communicator
 from shardgnn.train import models
-from shardgnn.train.partitions import LocalGraph
 
 SPLITS = ("train", "val", "test")
 

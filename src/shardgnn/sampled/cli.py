@@ -33,7 +33,7 @@ def add_arguments(parser: Any) -> None:
         "evaluates val/test on the sampled path. See docs/sampling.md.")
     g.add_argument("--sample-replace", action="store_true",
                    help="sample neighbours with replacement (uniform, weighted)")
-    from shardgnn.train.sampled import SampledConfig
+    from shardgnn.sampled.engine import SampledConfig
 
     direction, eval_batch = (default_of(SampledConfig, k) for k in ("direction", "eval_batch_size"))
     g.add_argument("--direction", choices=("out", "in"), default=direction,
@@ -46,8 +46,8 @@ def add_arguments(parser: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """The validated :class:`~shardgnn.train.sampled.SampledConfig`."""
-    from shardgnn.train.sampled import SampledConfig
+    """The validated :class:`~shardgnn.sampled.engine.SampledConfig`."""
+    from shardgnn.sampled.engine import SampledConfig
 
     given: set[str] = getattr(args, "given_options", set())
     layers = args.layers
@@ -69,7 +69,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run sampled training. Collective over comm."""
-    from shardgnn.train.sampled import main
+    from shardgnn.sampled.engine import main
 
     cfg = comm.run_agreed(config_from_args, args)
     s = main(comm, cfg)

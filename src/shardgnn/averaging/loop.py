@@ -14,13 +14,25 @@ from typing import Any
 import numpy as np
 
 from shardgnn import log
+from shardgnn.averaging import average, disteval
+from shardgnn.averaging.engine import (
+    RESUME_KEYS,
+    SERIES,
+    AveragingConfig,
+    _epoch_avg,
+    _epoch_grad,
+    _EvalGraph,
+    _evaluate_local,
+    _load,
+    _make_workers,
+    _Stats,
+    _sync_avg,
+    _Worker,
+)
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
-from shardgnn.train import averaging, checkpoint, disteval, guards
-from shardgnn.train.engine import (RESUME_KEYS, SERIES, AveragingConfig, _EvalGraph, _epoch_avg,
-                                   _epoch_grad, _evaluate_local, _load, _make_workers, _Stats,
-                                   _sync_avg, _Worker)
+from shardgnn.train import checkpoint, guards
 
 
 def _new_history() -> dict[str, Any]:
@@ -164,7 +176,7 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
     for lst in pairs:
         for i, n in lst:
             counts[i] = n
-    alpha = comm.run_agreed(averaging.averaging_weights, counts)
+    alpha = comm.run_agreed(average.averaging_weights, counts)
     weights = [float(alpha[g.index]) for g in graphs]
     plan, degrees = _halo(comm, meta, graphs)
     workers = comm.run_agreed(_make_workers, cfg, meta, graphs, degrees)

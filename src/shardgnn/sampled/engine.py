@@ -27,7 +27,7 @@ from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_data, open_store,
                                         owner_ranks, read_mask)
 from shardgnn.sampling.service import GatherApplySampler, store_weights
-from shardgnn.train import averaging, checkpoint, guards, models
+from shardgnn.train import checkpoint, guards, models, sync
 from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
 
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time", "sample_time",
@@ -182,7 +182,7 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
         correct += int((out.argmax(1) == labels).sum()) if seeds.size else 0
         count += int(seeds.size)
         t2 = time.perf_counter()
-        averaging.allreduce_grads(comm, run.model, seeds.size)
+        sync.allreduce_grads(comm, run.model, seeds.size)
         st["allreduce_time"] += time.perf_counter() - t2
         run.opt.step()
         prog.update(1)

@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shardgnn.averaging.engine import AveragingConfig
 from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 from shardgnn.train.config import default_of, from_args
-from shardgnn.train.engine import AveragingConfig
 
 #: Engines this module runs (registered in :data:`shardgnn.registry.ENGINES`).
 ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
@@ -81,7 +81,7 @@ def config_from_args(args: argparse.Namespace) -> AveragingConfig:
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run partition-parallel training. Collective over comm."""
-    from shardgnn.train.loop import main
+    from shardgnn.averaging.loop import main
 
     cfg = comm.run_agreed(config_from_args, args)  # the same line on every rank, exit 2
     s = main(comm, cfg)

@@ -1,10 +1,12 @@
-"""Model and gradient averaging across partitions: weights, cyclic assignment, all-reduces.
+"""Model averaging across partitions (the averaging engine's): cyclic assignment, weights, the
+averages of models and optimisers.
 
 Pure helpers (:func:`assign_partitions`, :func:`averaging_weights`, :func:`weighted_sum`) never
-communicate; :func:`average_models`, :func:`average_optimizers` and :func:`allreduce_grads` are
-collective over comm and say so. Every model parameter and floating-point buffer is averaged;
-the flat vector is float32 (the model's dtype) so one synchronisation moves
-``4 * num_parameters`` bytes per rank in one ``Allreduce``.
+communicate; :func:`average_models` and :func:`average_optimizers` are collective over comm and
+say so. Every model parameter and floating-point buffer is averaged; the flat vector is float32
+(the model's dtype) so one synchronisation moves ``4 * num_parameters`` bytes per rank in one
+``Allreduce``. The flat vectors and the gradient all-reduce are the kit's
+(:mod:`shardgnn.train.sync`).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from torch import nn
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.train.sync import flatten, unflatten_into
 
 
 def assign_partitions(parts: int, size: int, rank: int) -> list[int]:
@@ -45,22 +48,6 @@ def state_tensors(model: nn.Module) -> list[torch.Tensor]:
     out = [p.data for p in model.parameters()]
     out += [b for b in model.buffers() if b.is_floating_point()]
     return out
-
-
-def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Concatenate tensors into one contiguous float32 vector."""
-    if not tensors:
-        return torch.zeros(0)
-    return torch.cat([t.detach().reshape(-1).to(torch.float32) for t in tensors])
-
-
-def unflatten_into(vec: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
-    """Copy consecutive slices of ``vec`` back into ``tensors`` (in place)."""
-    pos = 0
-    for t in tensors:
-        n = t.numel()
-        t.copy_(vec[pos:pos + n].view_as(t).to(t.dtype))
-        pos += n
 
 
 def weighted_sum(vectors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
@@ -116,27 +103,3 @@ def average_optimizers(comm: Communicator, opts: Sequence[torch.optim.Optimizer]
     comm.allreduce(vec)
     for ts in tensors:
         unflatten_into(vec, ts)
-
-
-def allreduce_grads(comm: Communicator, model: nn.Module, count: float) -> float:
-    """Sum every parameter gradient and ``count`` over ranks, then divide the gradients by the total.
-
-    Parameters without a gradient contribute zeros (a rank with no batch this step still takes
-    part). Returns the total count. Collective over comm (one float32 Allreduce).
-    """
-    params = list(model.parameters())
-    vec = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                     for p in params] + [torch.tensor([float(count)])]).to(torch.float32)
-    comm.allreduce(vec)
-    total = float(vec[-1])
-    scale = 1.0 / total if total > 0 else 0.0
-    pos = 0
-    for p in params:
-        n = p.numel()
-        g = vec[pos:pos + n].view_as(p) * scale
-        if p.grad is None:
-            p.grad = g.clone()
-        else:
-            p.grad.copy_(g)
-        pos += n
-    return total

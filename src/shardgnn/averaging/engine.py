@@ -1,6 +1,6 @@
 """Partition-parallel training with model averaging (CATGNN) or per-batch gradient averaging.
 
-Each rank trains the partitions :func:`~shardgnn.train.averaging.assign_partitions` gives it
+Each rank trains the partitions :func:`~shardgnn.averaging.average.assign_partitions` gives it
 (cyclic when there are more partitions than ranks), one local model per partition, on the
 partition's owned training vertices; replicas only supply neighbourhoods. With ``sync="avg"``
 every ``sync_every`` epochs (and after the last epoch) all p local models are replaced by their
@@ -8,8 +8,8 @@ average weighted by owned training vertices, and so is the Adam state unless
 ``average_optimizer`` is false (then it stays local, CATGNN's choice). With ``sync="grad"``
 one model per rank takes one step per mini-batch after an all-reduce of the gradients.
 Mini-batches come from the neighbour sampler or, inside each partition, from Cluster-GCN or
-GraphSAINT (:mod:`shardgnn.train.subgraphs`). Evaluation is exact and distributed by default
-(:mod:`shardgnn.train.disteval`); ``--eval full`` is the rank-0 full-graph forward over the
+GraphSAINT (:mod:`shardgnn.averaging.subgraphs`). Evaluation is exact and distributed by default
+(:mod:`shardgnn.averaging.disteval`); ``--eval full`` is the rank-0 full-graph forward over the
 canonical dataset the store was cut from (for checking). :func:`main` (in ``loop``) is
 collective over comm.
 """
@@ -25,14 +25,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from shardgnn.averaging import average, subgraphs
+from shardgnn.averaging.partitions import (LocalGraph, check_no_hole, global_degrees,
+                                           load_partition, read_store_meta)
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
-from shardgnn.train import averaging, guards, models, subgraphs
-from shardgnn.train.config import (CheckpointOptions, SaintOptions, TrainConfig,
-                                   raise_first)
-from shardgnn.train.partitions import (LocalGraph, check_no_hole, global_degrees, load_partition,
-                                       read_store_meta)
+from shardgnn.train import guards, models, sync
+from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, raise_first
 
 #: Config fields a resumed run must share with the checkpoint.
 RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",
@@ -135,7 +135,7 @@ def _load(comm: Communicator, cfg: AveragingConfig) -> tuple[dict[str, Any], lis
     except ShardError as exc:
         err = str(exc)
     comm.agree(not err, err)
-    mine = comm.run_agreed(averaging.assign_partitions, int(meta["parts"]), comm.size, comm.rank)
+    mine = comm.run_agreed(average.assign_partitions, int(meta["parts"]), comm.size, comm.rank)
     graphs = comm.run_agreed(lambda: [load_partition(cfg.data, i, int(meta["num_features"]))
                                       for i in mine])
     return meta, mine, graphs
@@ -144,7 +144,7 @@ def _load(comm: Communicator, cfg: AveragingConfig) -> tuple[dict[str, Any], lis
 def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[LocalGraph],
                   degrees: list[np.ndarray] | None = None) -> list[_Worker]:
     """One worker per local partition. ``degrees``: every local vertex's degree in the whole
-    graph per partition (from :func:`shardgnn.train.disteval.store_degrees`); without them the
+    graph per partition (from :func:`shardgnn.averaging.disteval.store_degrees`); without them the
     models that need them stream the source dataset's edges (stores with ``--hops 0``)."""
     torch.manual_seed(cfg.seed)
     base = models.build(cfg.model, int(meta["num_features"]), cfg.hidden,
@@ -191,7 +191,7 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
 
 def _batches(w: _Worker, cfg: AveragingConfig, st: "_Stats | None" = None) -> list[Any]:
     """This epoch's batches of a worker: target arrays (full, neighbour sampling; shuffled with
-    its own generator) or :class:`~shardgnn.train.subgraphs.Batch` subgraphs."""
+    its own generator) or :class:`~shardgnn.averaging.subgraphs.Batch` subgraphs."""
     if w.train_ids.size == 0:
         return []
     if w.batcher is not None:
@@ -300,7 +300,7 @@ def _epoch_grad(comm: Communicator, workers: list[_Worker], cfg: AveragingConfig
                 w.torch_rng = torch.get_rng_state()
         st.wait(comm)
         b0, t0 = comm.bytes["allreduce"], time.perf_counter()
-        averaging.allreduce_grads(comm, model, sum(len(p[s]) for p in plans if s < len(p)))
+        sync.allreduce_grads(comm, model, sum(len(p[s]) for p in plans if s < len(p)))
         st.sync_time += time.perf_counter() - t0
         st.sync_bytes += comm.bytes["allreduce"] - b0
         opt.step()
@@ -311,9 +311,9 @@ def _sync_avg(comm: Communicator, workers: list[_Worker], weights: list[float], 
     """Weighted model average (and optimiser average when asked). Collective over comm."""
     st.wait(comm)
     b0, t0 = comm.bytes["allreduce"], time.perf_counter()
-    averaging.average_models(comm, [w.model for w in workers], weights)
+    average.average_models(comm, [w.model for w in workers], weights)
     if cfg.average_optimizer:
-        averaging.average_optimizers(comm, [w.opt for w in workers], weights)
+        average.average_optimizers(comm, [w.opt for w in workers], weights)
     st.sync_time += time.perf_counter() - t0
     st.sync_bytes += comm.bytes["allreduce"] - b0
 
