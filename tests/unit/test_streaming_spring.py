@@ -191,7 +191,7 @@ def test_refine_lowers_rf_and_keeps_balance(comm, cora, tmp_path):
     b, out = run(comm, d, tmp_path, p=8, name="b", refine=4)
     check_store(out, edges, n)
     assert b["rf"] < a["rf"]
-    assert b["vertex_balance_owned"] <= 1.05 + 1e-9
+    assert b["vertex_balance_owned"] <= 1.05 + 1e-9 and b["vertex_balance_owned_min"] >= 0.9
     c, out = run(comm, d, tmp_path, p=8, name="c", refine=8, refine_clusters=2, refine_frac=0.8)
     check_store(out, edges, n)
     assert c["rf"] < a["rf"] and c["vertex_balance_owned"] <= 1.05 + 1e-9
@@ -346,16 +346,22 @@ def test_row_refinement_equals_streamed(tmp_path, p):
     rows = adjacency.build(stream, comm, deg, tmp_path, timer, hold=True, memory=1 << 30)
     rows.chunk = 700   # several row blocks
     try:
-        for cap, threads in ((1.05 * n / p, 1), (1.01 * n / p, 1), (1.05 * n / p, 2),
-                             (1.01 * n / p, 3)):
+        for cap, floor, threads in ((1.05 * n / p, 0, 1), (1.01 * n / p, 0, 1),
+                                    (1.05 * n / p, 0.95 * n / p, 2), (1.01 * n / p, 0.99 * n / p, 3)):
             a, b = owner.copy(), owner.copy()
             for level, lab in enumerate(info["labels"]):
-                ma = passes.cluster_refine_pass(stream, comm, a, lab, p, 3, cap, level, timer)
+                ma = passes.cluster_refine_pass(stream, comm, a, lab, p, 3, cap, level, timer,
+                                                floor)
                 mb = rowrefine.cluster_refine_pass_rows(rows, b, lab, p, 3, cap, level, timer,
-                                                        threads=threads)
+                                                        threads=threads, floor=floor)
                 assert ma == mb and np.array_equal(a, b)
-            ma = passes.refine_pass(stream, comm, a, p, 4, cap, 1, timer, 0.8)
-            mb = rowrefine.refine_pass_rows(rows, b, p, 4, cap, 1, timer, 0.8, threads=threads)
+            ma = passes.refine_pass(stream, comm, a, p, 4, cap, 1, timer, 0.8, floor)
+            mb = rowrefine.refine_pass_rows(rows, b, p, 4, cap, 1, timer, 0.8, threads=threads,
+                                            floor=floor)
             assert ma == mb and (sum(ma) > 0 or p > 64) and np.array_equal(a, b)
+            load = np.bincount(a, minlength=p)
+            start = np.bincount(owner, minlength=p)
+            # no move leaves a partition above the cap or below the floor it was above
+            assert np.all((load <= cap) | (load <= start)) and np.all((load >= floor) | (load >= start))
     finally:
         rows.remove()

@@ -37,8 +37,8 @@ def balance(counts: Sequence[float] | np.ndarray) -> tuple[float, float]:
     return float(a.max() / mean), float(a.min() / mean)
 
 
-def summarize(owned: Sequence[int], present: Sequence[int], edges: Sequence[int],
-              num_nodes: int) -> dict[str, Any]:
+def summarize(owned: Sequence[int] | np.ndarray, present: Sequence[int] | np.ndarray,
+              edges: Sequence[int] | np.ndarray, num_nodes: int) -> dict[str, Any]:
     """Metrics of one partitioning from per-partition counts (index = partition id)."""
     owned_a = np.asarray(owned, dtype=np.float64)
     pres_a = np.asarray(present, dtype=np.float64)

@@ -23,9 +23,9 @@ from shardgnn.partition import metrics
 from shardgnn.partition.vertexcut.adaptive import RESPONSES
 from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
 from shardgnn.partition.vertexcut.metrics import distributed_quality
-from shardgnn.partition.vertexcut.owners import membership_bytes, owner_partitions
+from shardgnn.partition.vertexcut.owners import owner_partitions
 from shardgnn.partition.vertexcut.shard import load_shard
-from shardgnn.partition.vertexcut.store import write_store_columns
+from shardgnn.partition.vertexcut.store import membership_bytes, write_store_columns
 from shardgnn.registry import PARTITIONERS
 
 #: Vertex-cut partitioners (registered in :data:`shardgnn.registry.PARTITIONERS`).
@@ -202,7 +202,7 @@ def balances(q: dict[str, Any], member: np.ndarray, p: int) -> dict[str, Any]:
     :func:`owners.owner_partitions`) and the balances both ways of owned vertices, edges
     (each stored once: the edge copies) and vertex copies. Rank-local; the same on every
     rank (``member`` is replicated)."""
-    owned = np.bincount(owner_partitions(membership_bytes(member), p), minlength=p)
+    owned = np.bincount(owner_partitions(membership_bytes(member, p), p), minlength=p)
     out: dict[str, Any] = {"owned_per_part": owned.astype(np.int64)}
     for key, arr in (("vertex_balance_owned", owned), ("edge_balance", q["edges_per_part"]),
                      ("vertex_balance_total", q["vertices_per_part"])):

@@ -103,9 +103,3 @@ def _balance_owners(own: np.ndarray, membership: np.ndarray, holders: np.ndarray
         own[movable[cand]] = alt
     return own
 
-
-def membership_bytes(member: np.ndarray) -> np.ndarray:
-    """The (n, ceil(p/8)) uint8 view of (n, W) uint64 partition bits (bit j of partition j: byte
-    j // 8, bit j % 8 on a little-endian machine, as the store's ``partition_set``). Pure."""
-    m = np.ascontiguousarray(member)
-    return m.view(np.uint8).reshape(m.shape[0], -1)
