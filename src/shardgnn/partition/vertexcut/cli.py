@@ -63,7 +63,12 @@ def add_arguments(parser: Any) -> None:
                    help="steepness beta of the exp response (default: %(default)s)")
     g.add_argument("--ada-cap", type=float, default=_D.ada_cap,
                    help="AdaDNE safety edge cap factor: |E_i| <= cap*|E|/p (our addition, not in "
-                   "the paper; 0 = the paper's pure soft constraint with no cap) (default: %(default)s)")
+                   "the paper). What it is for: a bound on the graphs where the adaptive factor "
+                   "cannot slow a partition down, because two-hop allocations hand it a dense "
+                   "core within a few iterations (without it EB 2.35-2.8 on facebook_combined "
+                   "and musae-github, p = 8); a run whose EB equals the cap is one where the "
+                   "adaptive factor alone did not hold the edges (docs/vertexcut.md). 0 = the "
+                   "paper's pure soft constraint, no cap (default: %(default)s)")
     g.add_argument("--ada-tail", type=float, default=_D.tail,
                    help="AdaDNE tail mode: once at most this share of edges is free, every "
                    "partition expands its whole boundary and a partition that keeps running out "
@@ -161,7 +166,8 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 
 
 def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
-    """Load -> expand -> quality -> store -> results; returns the summary. Collective."""
+    """Load -> expand -> quality -> store -> results; returns the summary (and the
+    per-partition counts, :data:`PER_PART`). Collective."""
     t_start = time.perf_counter()
     ex = cfg.expansion
     shard = load_shard(cfg.dataset, comm, chunk=cfg.chunk)
@@ -190,9 +196,11 @@ def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
                "seconds_store": t_store, "seconds_total": time.perf_counter() - t_start,
                "peak_rss_max_bytes": int(rss.max()), "num_vertices_covered": q["num_vertices"]}
     _results(comm, cfg, summary, q, rss)
-    return summary
+    return {**summary, **{k: np.asarray(q[k]).tolist() for k in PER_PART}}
 
 
+#: Per-partition counts main() returns besides the summary (the results hold them too).
+PER_PART = ("owned_per_part", "edges_per_part", "vertices_per_part")
 #: The balances both ways the summary, meta.json and the results record.
 BALANCE_KEYS = tuple(k + s for k, _ in metrics.QUANTITIES for s in ("", "_min"))
 
@@ -213,10 +221,13 @@ def balances(q: dict[str, Any], member: np.ndarray, p: int) -> dict[str, Any]:
 def balance_hint(algo: str, owned: bool) -> str:
     """The option that brings a vertex-cut's owned vertices (``owned``) or edges within the
     limits. Pure."""
+    if owned and algo == "dne":
+        return ("a vertex is owned by a partition holding it and DNE balances edges only; "
+                "--algo adadne balances the vertex copies, and so the owned vertices, too")
     if owned:
-        return ("a vertex is owned by one of the partitions holding it, so only the cut "
-                "decides how evenly they can be owned; an edge-cut algorithm (--algo spring) "
-                "balances owned vertices")
+        return ("a vertex is owned by a partition holding it, so the vertex copies bound how "
+                "evenly the vertices can be owned; --algo spring (edge-cut) balances owned "
+                "vertices")
     if algo == "dne":
         return f"--dne-balance {_D.balance:g} caps every partition at that multiple of |E|/p"
     if algo == "adadne":
