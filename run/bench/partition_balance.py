@@ -30,13 +30,12 @@ import numpy as np
 
 import harness
 import streaming_data as sd
-from streaming_quality import read_anchors
+from streaming_quality import metis_owner, read_anchors
 
 from shardgnn import log
 from shardgnn.cli.main import build_parser
 from shardgnn.comm import world
 from shardgnn.errors import ShardError
-from shardgnn.io.canonical import edge_memmap, read_meta
 from shardgnn.partition import metrics
 from shardgnn.partition.streaming import cli as streaming_cli
 from shardgnn.partition.streaming import pipeline
@@ -95,18 +94,9 @@ def run(comm: Any, data: Path, name: str, p: int, scratch: Path) -> dict[str, An
 
 def metis(data: Path, p: int, seed: int) -> dict[str, Any]:
     """METIS edge-cut (pymetis) with full one-hop neighbourhoods: RF and balances both ways."""
-    import pymetis
-
-    meta = read_meta(data)
-    e = np.asarray(edge_memmap(data, meta), dtype=np.int64)
-    indptr, indices = metrics.csr_undirected(e, meta.num_nodes)
-    t0 = time.perf_counter()
-    _, parts = pymetis.part_graph(p, adjacency=pymetis.CSRAdjacency(indptr, indices),
-                                  options=pymetis.Options(seed=seed))
-    sec = time.perf_counter() - t0
-    owner = np.asarray(parts, dtype=np.int64)
+    owner, e, sec = metis_owner(data, p, seed)
     owned, present, edges = metrics.one_hop_counts(e, owner, p)
-    m = metrics.summarize(owned, present, edges, meta.num_nodes)
+    m = metrics.summarize(owned, present, edges, owner.shape[0])
     return {k: m[k] for k in ("rf", *(k + s for k, _ in metrics.QUANTITIES for s in ("", "_min")))} \
         | {"seconds": sec}
 

@@ -69,7 +69,8 @@ def read_anchors(path: Path) -> dict[tuple[str, int], dict[str, float]]:
     return out
 
 
-def metis(directory: Path, p: int, seed: int) -> dict[str, float]:
+def metis_owner(directory: Path, p: int, seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """METIS (pymetis) owners of a dataset's vertices: (owner, edges, seconds of METIS)."""
     import pymetis
 
     meta = read_meta(directory)
@@ -78,8 +79,12 @@ def metis(directory: Path, p: int, seed: int) -> dict[str, float]:
     t0 = time.perf_counter()
     opts = pymetis.Options(seed=seed)
     _, parts = pymetis.part_graph(p, adjacency=pymetis.CSRAdjacency(indptr, indices), options=opts)
-    sec = time.perf_counter() - t0
-    owner = np.asarray(parts, dtype=np.int64)
+    return np.asarray(parts, dtype=np.int64), e, time.perf_counter() - t0
+
+
+def metis(directory: Path, p: int, seed: int) -> dict[str, float]:
+    owner, e, sec = metis_owner(directory, p, seed)
+    indptr, indices = metrics.csr_undirected(e, owner.shape[0])
     return {"rf": metrics.one_hop_rf(indptr, indices, owner, p),
             "vertex_balance_owned": metrics.owner_balance(owner, p), "seconds": sec}
 

@@ -58,27 +58,30 @@ def test_bad_inputs_one_line_on_every_rank(work):
     assert not (work / "x.h5").exists()
 
 
-def _columns(path):
-    """Every column of a dump (name -> array) and the /sample attributes."""
-    with h5py.File(path) as f:
-        cols = {}
-        f["sample"].visititems(lambda k, o: cols.__setitem__(k, o[()])
-                               if isinstance(o, h5py.Dataset) and k != "load" else None)
-        return cols, dict(f["sample"].attrs)
+def _dumps(work, name, args):
+    """`shardgnn sample ARGS --out WORK/NAME{P}.h5` at P = 1 and 2: per P, every column of the
+    dump (name -> array), the /sample attributes and the load's shape."""
+    outs = {}
+    for P in (1, 2):
+        out = work / f"{name}{P}.h5"
+        run_cli(P, ["sample", *args, "--out", out])
+        with h5py.File(out) as f:
+            cols = {}
+            f["sample"].visititems(lambda k, o: cols.__setitem__(k, o[()])
+                                   if isinstance(o, h5py.Dataset) and k != "load" else None)
+            outs[P] = (cols, dict(f["sample"].attrs), f["sample/load"].shape)
+    return outs
 
 
 def test_dump_same_at_P1_and_P2(work):
     """The same columns at P = 1 and 2 (P = 2 interleaves the ranks' batches, put back in
     batch order); format 2: int32 columns, no edge type column on an untyped graph, each
     batch's rows together and ascending."""
-    outs = {}
-    for P in (1, 2):
-        out = work / f"s{P}.h5"
-        run_cli(P, ["sample", work / "store", "--mask", "train", "--fanouts", "4,-1",
-                    "--batch-size", "7", "--seed", "3", "--out", out])
-        outs[P], attrs = _columns(out)
-        with h5py.File(out) as f:
-            assert f["sample/load"].shape == (P, 3)
+    dumps = _dumps(work, "s", [work / "store", "--mask", "train", "--fanouts", "4,-1",
+                               "--batch-size", "7", "--seed", "3"])
+    outs = {P: d[0] for P, d in dumps.items()}
+    for P, (_, attrs, load) in dumps.items():
+        assert load == (P, 3)
         assert attrs["format_version"] == 2 and attrs["batches"] > 2
         assert not any(k.endswith("etype") for k in outs[P])
         assert {k for k in outs[P] if k.startswith("hop-1/")} == {
@@ -97,12 +100,10 @@ def test_dump_typed_graph_keeps_edge_types(work):
     e = np.load(work / "edges.npy")
     types = {(int(a), int(b)): int((a + b) % 2) for a, b in e}
     types.update({(b, a): t for (a, b), t in types.items()})
-    outs = {}
+    outs = {P: d[0] for P, d in _dumps(work, "t", [
+        work / "tstore", "--mask", "train", "--fanouts", "3,2", "--type-fanouts", "0:3,2 1:2,1",
+        "--batch-size", "9"]).items()}
     for P in (1, 2):
-        out = work / f"t{P}.h5"
-        run_cli(P, ["sample", work / "tstore", "--mask", "train", "--fanouts", "3,2",
-                    "--type-fanouts", "0:3,2 1:2,1", "--batch-size", "9", "--out", out])
-        outs[P], _ = _columns(out)
         for h in (0, 1):
             got = [types[(int(d), int(s))] for d, s in zip(outs[P][f"hop-{h}/dst"],
                                                          outs[P][f"hop-{h}/src"])]

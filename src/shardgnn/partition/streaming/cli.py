@@ -70,7 +70,9 @@ def add_arguments(parser: Any) -> None:
                    "goes to one endpoint's partition at random) (default: 1)")
     g.add_argument("--refine", type=int, default=None, metavar="K",
                    help="K restreaming refinement passes after the initial assignment (SPRING "
-                   "default: %d; others: 0, so the baselines stay as published). SPRING first "
+                   "default: %d; HDRF, DBH, Greedy, 2PS-L and user classes: %d, after the owner "
+                   "balancing of --owner-balance, whose replication they recover; hash: 0; "
+                   "--refine 0 --owner-balance 0 keeps a baseline as published). SPRING first "
                    "moves whole merged clusters, then whole streaming clusters (up to "
                    "--refine-clusters passes each), then single vertices, each towards the "
                    "partition holding most of their neighbours, never above --refine-balance * "
@@ -78,7 +80,7 @@ def add_arguments(parser: Any) -> None:
                    "|V| x p neighbour-count matrix: O(|V|*p) memory; with one rank and the CSR "
                    "write (--write-from csr) each pass reads the CSR rows instead and gathers a "
                    "vertex's counts from its neighbours' owners (same moves; a cluster pass "
-                   "keeps a #clusters x p matrix)" % DEFAULT_REFINE)
+                   "keeps a #clusters x p matrix)" % (DEFAULT_REFINE, DEFAULT_REFINE_BASELINES))
     g.add_argument("--refine-clusters", type=int, default=DEFAULT_REFINE_CLUSTERS, metavar="C",
                    help="SPRING: refinement passes per cluster level (merged clusters, then "
                    "streaming clusters) before vertex moves; 0 = vertex moves only "

@@ -5,6 +5,7 @@ holding it that computes and reports it (inference, ``shardgnn info``, the balan
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from shardgnn.partition.vertexcut.shard import mix64 as _mix
 
@@ -21,8 +22,9 @@ def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 1
     ``membership``, (n, ceil(p/8)) uint8), the one picked by a hash of its global id
     (splitmix64, reduced by a multiply-shift), so that the replicas of a vertex-cut spread
     evenly over partitions; then balanced (:func:`_balance_owners`): no partition owns more
-    than ceil(n / p) vertices where its replicated vertices can go to less loaded holders. A
-    vertex in no partition: ``gid % p``. Byte tables (set bits, position of the j-th set bit),
+    than ceil(n / p) vertices where its replicated vertices can go to less loaded holders, and
+    no replicated vertex is owned by a partition owning two or more vertices more than another
+    of its holders (:func:`_level_owners`). A vertex in no partition: ``gid % p``. Byte tables (set bits, position of the j-th set bit),
     no loop over partitions. Deterministic, the same on every rank. Pure."""
     n, p = membership.shape[0], max(int(num_parts), 1)
     nb = -(-p // 8)
@@ -101,5 +103,52 @@ def _balance_owners(own: np.ndarray, membership: np.ndarray, holders: np.ndarray
         if cand.size == 0:
             break
         own[movable[cand]] = alt
+    return _level_owners(own, membership, movable, pri, p)
+
+
+@njit(cache=True)
+def _level_sweeps(own, membership, movable, order, load, p, sweeps):
+    """Sweeps over ``movable`` in ``order``: a vertex moves to its least loaded other holder
+    when that holder owns at least two fewer vertices than its owner (loads updated at every
+    move); stops after a sweep without moves. Returns the moves."""
+    moves = 0
+    nb = membership.shape[1]
+    for _ in range(sweeps):
+        moved = 0
+        for idx in range(order.shape[0]):
+            v = movable[order[idx]]
+            a = own[v]
+            best = -1
+            for byte in range(nb):
+                b8 = np.int64(membership[v, byte])
+                if b8 == 0:
+                    continue
+                for t in range(8):
+                    j = byte * 8 + t
+                    if (b8 >> t) & 1 and j < p and j != a and (best < 0 or load[j] < load[best]):
+                        best = j
+            if best >= 0 and load[a] - load[best] >= 2:
+                own[v] = best
+                load[a] -= 1
+                load[best] += 1
+                moved += 1
+        moves += moved
+        if moved == 0:
+            break
+    return moves
+
+
+def _level_owners(own: np.ndarray, membership: np.ndarray, movable: np.ndarray,
+                  pri: np.ndarray, p: int, sweeps: int = 32) -> np.ndarray:
+    """After the surplus rounds, even out the owners further: a vertex held by several
+    partitions moves to its least loaded other holder wherever that owns at least two fewer
+    vertices (vertices in the fixed hash order ``pri``, sequential sweeps,
+    :func:`_level_sweeps`): partitions above ceil(n / p) whose other holders are all at it
+    shed through them, and partitions left below the mean fill from their neighbours. ``own``
+    is changed in place and returned. Pure."""
+    load = np.bincount(own, minlength=p).astype(np.int64)
+    order = np.argsort(pri, kind="stable")
+    _level_sweeps(own, np.ascontiguousarray(membership, dtype=np.uint8), movable, order, load,
+                  p, sweeps)
     return own
 
