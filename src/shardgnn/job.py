@@ -16,6 +16,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 STATE_DIR = ".shardgnn-job"
+#: The formats (:data:`shardgnn.registry.FORMATS`) a partition stage writes.
+STORES = ("edge-cut store", "vertex-cut store")
 
 
 @dataclass
@@ -179,7 +182,8 @@ def parse_stage(parser: argparse.ArgumentParser, argv: list[str], where: str) ->
     except SystemExit:
         lines = [ln for ln in err.getvalue().strip().splitlines() if ln]
         msg = lines[-1] if lines else "invalid options"
-        raise ShardError(f"{where}: {msg.split('error: ', 1)[-1]}") from None
+        msg = re.sub(r"^rank \d+: ", "", msg.split("error: ", 1)[-1])   # the CLI adds its own
+        raise ShardError(f"{where}: {msg}") from None
 
 
 def _state_path(job: Job, kind: str) -> Path:
@@ -273,30 +277,19 @@ def _check_dataset(out: Path) -> str:
     from shardgnn.io import canonical as cn
 
     try:
-        meta = cn.read_meta(out)
-        for name in cn.NODE_FILES:
-            cn.load_node_array(out, name, meta)
+        cn.check_node_files(out)
     except ShardError as exc:
         return str(exc)
     return ""
 
 
 def _check_partitions(out: Path) -> str:
-    mp = out / "meta.json"
-    try:
-        meta = json.loads(mp.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        return f"{mp}: unreadable ({exc.__class__.__name__})"
-    if meta.get("format") == "shardgnn-partitions":
-        from shardgnn.partition.store import part_name
+    from shardgnn.registry import describe
 
-        files = [out / part_name(i) for i in range(int(meta.get("parts", 0)))]
-    elif meta.get("format") == "shardgnn-vertexcut-store":
-        files = [out / p["dir"] / f"{name}.npy" for p in meta.get("parts", [])
-                 for name in meta.get("files", [])]
-    else:
-        return f"{mp}: not a partition store (format {meta.get('format')!r})"
-    missing = [str(f) for f in files if not f.exists()]
+    got = describe(out, STORES)
+    if got is None:
+        return f"{out}: not a partition store (expected an {' or a '.join(STORES)})"
+    missing = got.missing()
     return f"missing {missing[0]}" if missing else ""
 
 

@@ -156,7 +156,7 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
     out = []
     saint_kind = cfg.sampler[6:] if cfg.sampler.startswith("saint-") else ""
     degs: list[np.ndarray | None] = [None] * len(graphs)
-    if graphs and ((cfg.mode == "full" and models.takes_degrees(base)) or saint_kind):
+    if graphs and ((cfg.mode == "full" and models.supports(base, "degrees")) or saint_kind):
         if degrees is not None:
             degs = list(degrees)
         else:
@@ -238,7 +238,7 @@ def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
         nodes = torch.from_numpy(sub.nodes)
         ei = torch.from_numpy(sub.edge_index)
         plan = (models.trim_plan(sub.hop_counts, sub.edge_index[1], len(w.sampler.fanouts))
-                if models.takes_trim(w.model) else None)
+                if models.supports(w.model, "trim") else None)
         if plan is not None:  # only the rows the seeds' outputs depend on, layer by layer
             out = w.model(w.x[nodes], ei, trim=plan)[: sub.num_seeds]
         else:
@@ -253,7 +253,7 @@ def _subgraph_objective(w: _Worker, b: subgraphs.Batch, st: _Stats) -> torch.Ten
     """A Cluster-GCN or GraphSAINT batch's objective: mean cross-entropy over its targets, or
     GraphSAINT's Σ λ_v ℓ_v; weighted models get GraphSAINT's normalised Â."""
     x = w.x[torch.from_numpy(b.nodes)]
-    if b.entries is not None and models.weighted(w.model):
+    if b.entries is not None and models.supports(w.model, "edge_weight"):
         rows, cols, vals = b.entries
         out = w.model(x, models.NormAdjacency.from_entries(rows, cols, vals, b.nodes.size))
     else:
@@ -329,6 +329,12 @@ class _EvalGraph:
             raise ShardError("meta.json: expected key 'dataset' (the source dataset) for --eval "
                              "full, got none; use --eval local")
         gm = read_meta(d)
+        got = {"num_nodes": gm.num_nodes, "num_edges": gm.num_edges,
+               "num_features": gm.num_features}
+        for k, v in got.items():
+            if k in meta and int(meta[k]) != int(v):
+                raise input_error(d, f"--eval full: expected the dataset the store was cut from "
+                                  f"(meta.json {k} = {meta[k]}), got a dataset with {k} = {v}")
         e = np.asarray(edge_memmap(d, gm), dtype=np.int64)
         if not gm.directed:
             e = np.concatenate([e, e[:, ::-1]])

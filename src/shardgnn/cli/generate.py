@@ -14,7 +14,7 @@ from typing import Any
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.io.convert import run_on_root as on_root
 from shardgnn.comm import Communicator, peak_rss_bytes
-from shardgnn.errors import ShardError
+from shardgnn.io import outputs
 from shardgnn.graph import generators as gen
 
 RMAT_HELP = """\
@@ -33,7 +33,7 @@ Write a contextual stochastic block model as a canonical dataset directory: unif
 x_i = mu_{y_i} + N(0, I) with class means of norm --feature-snr on orthogonal directions, and
 random train/val/test masks. Undirected, no self-loops, no duplicates. Memory: the whole graph
 (about 16 bytes per edge and 4*F bytes per node); 1M nodes with degree 10 take a few seconds.
-Python: shardgnn.graph.generators.csbm(num_nodes, ..., out=DIR) (see docs/formats.md).
+Python: shardgnn.graph.generators.csbm(num_nodes, ..., out=DIR) (see docs/ingest.md).
 """
 
 
@@ -74,7 +74,8 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--directed", action="store_true",
                    help="with --canonical: keep edge directions (default: undirected)")
     r.add_argument("--out", required=True, help="output .npy file (or directory with --canonical)")
-    r.add_argument("--force", action="store_true", help="replace an existing output")
+    r.add_argument("--force", action="store_true", help="replace an existing output (an "
+                   "earlier shardgnn output only: a .npy this command wrote, or a dataset)")
     r.set_defaults(func=run)
 
     c = gs.add_parser("csbm", help="contextual stochastic block model dataset",
@@ -127,8 +128,6 @@ def _add_split_and_output(p: Any, train_help: str) -> None:
 def _rmat(args: argparse.Namespace) -> dict[str, Any]:
     m = args.edges if args.edges is not None else args.edge_factor * (1 << args.scale)
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise ShardError(f"{out}: output exists (use --force to replace it)")
     if args.canonical:
         from shardgnn.io.convert import ConvertOptions, convert_source
         from shardgnn.io.readers import RMATSource
@@ -137,10 +136,9 @@ def _rmat(args: argparse.Namespace) -> dict[str, Any]:
                          args.chunk)
         meta = convert_source(src, out, ConvertOptions(directed=args.directed, force=args.force))
         return {"out": str(out), "num_nodes": meta.num_nodes, "num_edges": meta.num_edges}
-    if out.exists() and out.is_dir():
-        raise ShardError(f"{out}: expected a .npy file path, got a directory")
-    gen.write_rmat_npy(out, args.scale, m, args.seed, args.chunk, tuple(args.abc),
-                       not args.no_permute)
+    with outputs.claim_local([(out, "file")], args.force):
+        gen.write_rmat_npy(out, args.scale, m, args.seed, args.chunk, tuple(args.abc),
+                           not args.no_permute)
     return {"out": str(out), "num_nodes": 1 << args.scale, "num_edges": m}
 
 

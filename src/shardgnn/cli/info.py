@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("dir", help="dataset directory written by `shardgnn convert`, or a partition "
                    "store written by `shardgnn partition`")
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: num_nodes, "
-                   "num_edges, directed, degree, ... see docs/formats.md)")
+                   "num_edges, directed, degree, ... see docs/ingest.md)")
     p.add_argument("--chunk", type=int, default=1 << 22,
                    help="edges read per step on each rank (default: 4194304)")
     p.set_defaults(func=run)

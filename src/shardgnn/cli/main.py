@@ -12,14 +12,14 @@ import gc
 import importlib
 import sys
 import traceback
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from shardgnn import __version__, log
 from shardgnn.cli.commands import COMMANDS, SUMMARY
 from shardgnn.errors import ShardError
 
 if TYPE_CHECKING:
-    from shardgnn.comm import Communicator
+    from shardgnn.comm import Communicator, StopWatch
 
 
 DESCRIPTION = """\
@@ -36,13 +36,40 @@ One SPMD program: launch every stage with `mpiexec -n P shardgnn ...` or `srun s
 """
 
 
+def launch_rank() -> int | None:
+    """This process's rank from the launcher's environment (MPICH/Hydra, Open MPI, PMIx,
+    Slurm) before MPI starts, or None outside a multi-rank launch."""
+    import os
+
+    size = next((os.environ[k] for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+                 if os.environ.get(k)), "1")
+    if not size.isdigit() or int(size) <= 1:
+        return None
+    for key in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        v = os.environ.get(key, "")
+        if v.isdigit():
+            return int(v)
+    return None
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``PROG: error: [rank R: ]MESSAGE (see PROG --help)``,
+    exit 2 — not the whole usage on every rank of a job (it is one --help away)."""
+
+    def error(self, message: str) -> NoReturn:
+        rank = launch_rank()
+        prefix = f"rank {rank}: " if rank is not None else ""
+        _line(f"{self.prog}: error: {prefix}{message} (see {self.prog} --help)")
+        sys.exit(2)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full argument parser, subcommands included (None). When ``only`` names a command, only
     that command's parser (it then imports its own modules only, e.g. ``partition`` does not load
     torch); any other string gives the command list alone (the top-level ``--help``, an unknown
     command), which imports no command."""
-    parser = argparse.ArgumentParser(prog="shardgnn", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="shardgnn", description=DESCRIPTION,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"shardgnn {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on every rank")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -86,6 +113,7 @@ def _main(argv: Sequence[str] | None) -> int:
         outputs.install_signal_cleanup()
 
     comm = world()
+    watch = stop_together(comm) if argv is None else None
     gc.freeze()
     gc.enable()
     try:
@@ -109,10 +137,34 @@ def _main(argv: Sequence[str] | None) -> int:
         _line(f"shardgnn: internal error on rank {comm.rank}")
         return _fail(comm, 1, False)
     finally:
+        if watch is not None:
+            unwatch(watch)
         # the interpreter's exit collections then skip the job's long-lived objects (numba's
         # type system above all: 0.2 s of every exit otherwise)
         gc.freeze()
     return code
+
+
+def stop_together(comm: Communicator) -> StopWatch | None:
+    """After SIGTERM/SIGINT on one rank (it removes its temps and locks), every other rank
+    removes its own and exits too, instead of being killed by the launcher with its lock left
+    behind (:class:`shardgnn.comm.StopWatch`). Collective over comm; undo with
+    :func:`unwatch`."""
+    from shardgnn.comm import StopWatch
+    from shardgnn.io import outputs
+
+    watch = StopWatch.start(comm, outputs.stopped_by_peer)
+    if watch is not None:
+        outputs.ON_SIGNAL.append(watch.notify)
+    return watch
+
+
+def unwatch(watch: StopWatch) -> None:
+    """End :func:`stop_together` (the command finished). Rank-local."""
+    from shardgnn.io import outputs
+
+    outputs.ON_SIGNAL.remove(watch.notify)
+    watch.close()
 
 
 def _line(text: str) -> None:

@@ -1,4 +1,5 @@
-"""`shardgnn run JOB.toml`: run a job's stages (convert -> partition -> train) in one launch.
+"""`shardgnn run JOB.toml`: run a job's stages (convert or generate -> partition -> train ->
+infer) in one launch.
 
 Collective: every rank runs every stage together (see :mod:`shardgnn.job`); rank 0 writes the
 job's results file, one group per stage.
@@ -13,6 +14,7 @@ from typing import Any
 from shardgnn.cli.commands import SUMMARY
 from shardgnn import __version__, log
 from shardgnn.comm import Communicator
+from shardgnn.errors import ShardError
 from shardgnn.io import outputs, provenance
 from shardgnn.job import STAGES, Job, read_job, run_job
 
@@ -30,13 +32,15 @@ Each stage is the subcommand of the same name with the options of its table (doc
   [partition]                   # dataset: the convert stage's output unless given
   algo = "spring"
   parts = 2
-  [train]                       # data: convert's output (rdm, cagnet1d) or partition's
-  engine = "averaging"          # (averaging) unless given
+  [train]                       # data: convert's output (rdm, cagnet1d, nau) or
+  engine = "averaging"          # partition's (averaging, sampled) unless given
   epochs = 50
 
-Keys are the subcommand's long options (--keep-self-loops: keep_self_loops = true; lists for
-options taking several values); `out` (default data/, parts/, train.h5) and `results` are
-relative to the working folder. After each stage its output is validated before the next
+An [infer] stage takes the train stage's checkpoint (train with checkpoint_every) and the
+partition stage's store (a vertex-cut one) unless given. Keys are the subcommand's long
+options (--keep-self-loops: keep_self_loops = true; lists for options taking several values);
+`out` (default data/, parts/, train.h5, embeddings.h5) and `results` are relative to the
+working folder. After each stage its output is validated before the next
 starts. A stage that completed in an earlier run with the same options and whose output is
 still complete is skipped (the log says so), so rerunning a failed job resumes where it failed;
 --force reruns everything. One results file (default DIR/results.h5) holds a group per stage
@@ -62,9 +66,9 @@ def add_parser(sub: Any) -> None:
 def write_job_results(job: Job, records: list[dict[str, Any]], path: Path) -> None:
     """One HDF5 file, a group per stage (status, seconds, argv, out + the stage's own results
     copied under it; a dataset's graph.json counts for convert). Rank-local, atomic."""
-    import h5py
+    from shardgnn.io.results import hdf5_output
 
-    with outputs.atomic_file(path) as tmp, h5py.File(tmp, "w") as f:
+    with outputs.atomic_file(path) as tmp, hdf5_output(tmp) as f:
         prov = provenance.provenance()
         f.attrs.update({"shardgnn_version": __version__, "git_commit": prov["git_commit"],
                         "command": prov["command"], "argv": json.dumps(provenance.command_argv()),
@@ -78,17 +82,31 @@ def write_job_results(job: Job, records: list[dict[str, Any]], path: Path) -> No
             _copy_stage_results(g, rec)
 
 
+def _own_results(job: Job, path: Path) -> Path | None:
+    """``path`` when it holds the results of this same job (an earlier run of it), else None.
+    Rank-local."""
+    import h5py
+
+    if outputs.shardgnn_file_kind(path) != "results":
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            return path if f.attrs.get("job") == job.name else None
+    except OSError:
+        return None
+
+
 def _copy_stage_results(g: Any, rec: dict[str, Any]) -> None:
     import h5py
 
-    out = Path(rec["out"])
-    side = out / "graph.json"
-    if side.is_file():
-        meta = json.loads(side.read_text())
+    from shardgnn.io.canonical import describe
+
+    data = describe(rec["out"])
+    if data is not None:
         for k in ("num_nodes", "num_edges", "directed", "num_features", "num_classes",
                   "num_edge_types", "num_node_types", "edge_weights"):
-            if k in meta:
-                g.attrs[k] = meta[k]
+            if k in data.meta:
+                g.attrs[k] = data.meta[k]
     res = rec.get("results")
     if res and Path(res).is_file():
         with h5py.File(res, "r") as src:
@@ -104,15 +122,21 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 
     job = comm.run_agreed(read_job, args.job, args.dir)
     results = Path(args.results) if args.results else job.results
-    records = run_job(comm, job, build_parser(), force=args.force)
-    err = ""
-    if comm.rank == 0:
-        try:
-            results.parent.mkdir(parents=True, exist_ok=True)
-            write_job_results(job, records, results)
-        except OSError as exc:
-            err = f"{results}: cannot write the job results ({exc.strerror or exc})"
-    comm.agree(not err, err)
+    mine = comm.run_agreed(_own_results, job, results)
+    # the job's results checked and locked before its first stage; its own earlier results
+    # (same job name) are rewritten, anything else only with --force if shardgnn wrote it
+    with outputs.claim(comm, [(results, "file")], args.force, keep=(mine,)):
+        records = run_job(comm, job, build_parser(), force=args.force)
+        err = ""
+        if comm.rank == 0:
+            try:
+                results.parent.mkdir(parents=True, exist_ok=True)
+                write_job_results(job, records, results)
+            except ShardError as exc:
+                err = str(exc)
+            except OSError as exc:
+                err = f"{results}: cannot write the job results ({exc.strerror or exc})"
+        comm.agree(not err, err)
     if comm.rank == 0:
         ran = [r["stage"] for r in records if r["status"] == "ran"]
         skipped = [r["stage"] for r in records if r["status"] == "skipped"]

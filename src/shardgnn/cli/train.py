@@ -10,7 +10,8 @@ from typing import Any
 from shardgnn.averaging.subgraphs import SAMPLERS
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.comm import Communicator
-from shardgnn.registry import ENGINES
+from shardgnn.io import outputs
+from shardgnn.registry import ENGINES, MODELS, NAU_MODELS
 from shardgnn.sampled.cli import SAMPLERS as SAMPLED_SAMPLERS
 from shardgnn.train import guards
 from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, default_of
@@ -58,11 +59,13 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help=SUMMARY["train"],
                        description=HELP % {"engines": engines},
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
+    p.add_argument("data", help="dataset directory (rdm, cagnet1d, nau), edge-cut partition "
+                   "directory (averaging) or vertex-cut store (sampled)")
     p.add_argument("--engine", default="rdm",
                    help=f"one of {ENGINES.expected()} (default: rdm)")
     p.add_argument("--epochs", type=int, default=d("epochs"),
-                   help=f"training epochs (default: {d('epochs')})")
+                   help=f"training epochs, >= 1 (with --resume: the total, at least the "
+                   f"checkpoint's epoch) (default: {d('epochs')})")
     p.add_argument("--hidden", type=int, default=d("hidden"),
                    help=f"hidden width (default: {d('hidden')})")
     p.add_argument("--layers", type=int, default=d("layers"),
@@ -75,7 +78,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--weight-decay", type=guards.nonnegative_float, default=d("weight_decay"),
                    help=f"Adam weight decay, finite and >= 0 (default: {d('weight_decay')})")
     p.add_argument("--seed", type=int, default=d("seed"), help=f"random seed (default: {d('seed')})")
-    p.add_argument("--out", required=True, help="results HDF5 file (written atomically)")
+    p.add_argument("--out", required=True, help="results HDF5 file (written atomically; an "
+                   "existing file only with --force, and only an earlier shardgnn output)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out / checkpoint that shardgnn wrote earlier "
+                   "(never a file it did not write; --resume FILE may rewrite FILE without it)")
     p.add_argument("--allow-nan-loss", action="store_true",
                    help="keep training when the loss becomes NaN or inf (default: stop at that "
                    "epoch with exit 2, the results written so far; either way the results record "
@@ -83,15 +90,7 @@ def add_parser(sub: Any) -> None:
     n0 = len(p._actions)
     g = p.add_argument_group("options of several engines (each says which engines take it)")
     g.add_argument("--model", default=d("model", AveragingConfig),
-                   help="(averaging, nau, sampled) averaging: gcn, sage (GraphSAGE, mean), gat "
-                   "(multi-head), sgc, ngnn-gcn, ngnn-sage (NGNN: --ngnn-layers non-linear "
-                   "layers inside each hidden layer), or package.module:Name for a user "
-                   "torch.nn.Module with "
-                   "forward(x, edge_index), built as Name(in_channels=, hidden_channels=, "
-                   "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
-                   "out_channels); nau: gcn, pinsage, magnn, jknet, pgnn or package.module:Class "
-                   "(a user NAUModel built as Class(in_dim, hidden, out_dim, **options), see "
-                   "docs/nau.md); sampled: gcn, sage or gat (default: gcn)")
+                   help=_model_help(d("model", AveragingConfig)))
     g.add_argument("--sampler", choices=SAMPLERS + SAMPLED_SAMPLERS, default=None,
                    help="(averaging, sampled) averaging, --mode minibatch inside each partition: "
                    "neighbor (the default: --fanouts, --batch-size targets), cluster (Cluster-GCN: "
@@ -103,24 +102,26 @@ def add_parser(sub: Any) -> None:
                    "per server), keyed (uniform via A-ES keys, the same sample on any "
                    "partitioning), weighted (A-ES on the dataset's edge weights)")
     g.add_argument("--eval", choices=("dist", "full", "local", "none"), default=None,
-                   help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always, "
-                   "the default; averaging: a forward on rank 0 over the source dataset named in "
-                   "meta.json, for checking); dist (averaging, the default): exact, each rank "
-                   "evaluates its partitions' owned vertices, replica rows exchanged between "
-                   "layers when the model is deeper than the store's hops (user models need "
-                   "--layers <= hops), no rank holds the whole graph; local (averaging): owned "
-                   "vertices on each partition's own subgraph (approximate beyond the stored "
-                   "hops); none: no evaluation")
+                   help="(rdm, cagnet1d, averaging, sampled) full: rdm, cagnet1d: exact full-graph "
+                   "evaluation (always, the default); averaging: a forward on rank 0 over the "
+                   "source dataset named in meta.json, for checking; sampled (the default): "
+                   "val/test accuracy on the sampled path with the training fanouts; dist "
+                   "(averaging, the default): exact, each rank evaluates its partitions' owned "
+                   "vertices, replica rows exchanged between layers when the model is deeper "
+                   "than the store's hops (user models need --layers <= hops), no rank holds "
+                   "the whole graph; local (averaging): owned vertices on each partition's own "
+                   "subgraph (approximate beyond the stored hops); none: no evaluation. nau "
+                   "takes no --eval: it evaluates every --eval-every epochs")
     g.add_argument("--eval-every", type=int, default=d("eval_every"),
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
                    f"epochs only) (default: {d('eval_every')})")
     g.add_argument("--checkpoint-every", type=int, default=d("checkpoint_every", CheckpointOptions),
-                   metavar="N", help="(all engines) write a checkpoint every N epochs; 0 = never "
+                   metavar="N", help="(rdm, cagnet1d, averaging, sampled) write a checkpoint every N epochs; 0 = never "
                    f"(default: {d('checkpoint_every', CheckpointOptions)})")
     g.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="(all engines) checkpoint HDF5 file (default: OUT.ckpt.h5)")
+                   help="(rdm, cagnet1d, averaging, sampled) checkpoint HDF5 file (default: OUT.ckpt.h5)")
     g.add_argument("--resume", default=None, metavar="FILE",
-                   help="(all engines) continue from this checkpoint (same options, --epochs may "
+                   help="(rdm, cagnet1d, averaging, sampled) continue from this checkpoint (same options, --epochs may "
                    "be larger; rdm, cagnet1d: the same number of ranks too): the same "
                    "loss/accuracy curve as without interruption")
     g.add_argument("--saint-budget", type=int, default=d("saint_budget", SaintOptions), metavar="B",
@@ -149,6 +150,25 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _model_help(default: str) -> str:
+    """``--model``'s help: each engine's models, from the registries and the models' declared
+    capabilities."""
+    from shardgnn.train import models
+
+    def listed(reg: Any) -> str:
+        return ", ".join(f"{e.name} ({e.help})" for e in reg.entries())
+
+    return ("(averaging, nau, sampled) averaging: " + listed(MODELS) + ", or "
+            "package.module:Name for a user torch.nn.Module (imports and runs that module's "
+            "code: trusted code only) with forward(x, edge_index), built as "
+            "Name(in_channels=, hidden_channels=, out_channels=, num_layers=, dropout=) or, "
+            "failing that, Name(in_channels, out_channels), what else it runs declared by "
+            "supports_* constants (docs/training.md); nau: " + listed(NAU_MODELS) + ", or "
+            "package.module:Class (a user NAUModel built as Class(in_dim, hidden, out_dim, "
+            "**options); imports that module: trusted code only; see docs/nau.md); sampled: " + ", ".join(models.registered_with("blocks"))
+            + f", or a user model declaring supports_blocks (default: {default})")
+
+
 def family_of(engine: str) -> ModuleType:
     """The family module running ``engine`` (ShardError if none is registered)."""
     fam: ModuleType = ENGINES.get(engine)
@@ -175,4 +195,15 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 
     comm.run_agreed(check)  # the same verdict on every rank: exit 2 without an abort
     args.given_options = given
-    return int(family_of(engine).run(comm, args) or 0)
+    # every output checked and locked before the first step (docs/architecture.md, outputs)
+    with outputs.claim(comm, [(args.out, "file"), (checkpoint_file(args, engine), "file")],
+                       args.force, inputs=(args.data,), keep=(args.resume,)):
+        return int(family_of(engine).run(comm, args) or 0)
+
+
+def checkpoint_file(args: argparse.Namespace, engine: str) -> str | None:
+    """The checkpoint ``engine`` will write (``--checkpoint`` or ``OUT.ckpt.h5``), or None when
+    it writes none (no ``--checkpoint-every``, or an engine without checkpoints)."""
+    if "checkpoint_every" not in accepted_options(engine) or not args.checkpoint_every:
+        return None
+    return str(args.checkpoint or f"{args.out}.ckpt.h5")

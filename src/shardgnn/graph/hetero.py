@@ -139,12 +139,10 @@ def _split(T: int, n: int, fractions: tuple[float, float, float],
 def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io import outputs
-    from shardgnn.io.canonical import SIDECAR, write_dataset
-    from shardgnn.io.outputs import check_replaceable
+    from shardgnn.io.canonical import write_dataset, write_meta
 
     d = Path(out)
-    check_replaceable(d, force)
-    with outputs.atomic_dir(d) as tmp:
+    with outputs.claim_local([(d, "dir")], force), outputs.atomic_dir(d) as tmp:
         meta = write_dataset(tmp, g.edges, g.num_nodes, x=g.x, y=g.y, masks=g.masks,
                              edge_types=g.edge_type, name="hetero-metapath",
                              source="shardgnn generate hetero", node_types=g.node_type,
@@ -152,5 +150,4 @@ def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
         meta.num_edge_types = len(EDGE_TYPES)
         meta.extra.update(generator=g.params, metapath_homophily={
             EDGE_TYPES[t]: round(g.metapath_homophily(t), 4) for t in (0, 1)})
-        (tmp / SIDECAR).write_text(meta.to_json())
-        check_replaceable(d, force)    # an output that appeared while we ran
+        write_meta(tmp, meta)

@@ -13,7 +13,9 @@ Layout of a dataset directory ``DIR`` (see ``docs/formats.md``)::
     DIR/id_map.npy        optional int64 original id of each node (position = new id)
 
 An undirected graph stores each edge once; readers emit both directions when asked.
-Reading is rank-local except :class:`EdgeStream`, whose constructor is collective.
+Reading is rank-local except :class:`EdgeStream`, whose constructor is collective. This module
+is the one reader (:func:`read_meta`, :func:`describe`) and writer (:func:`write_meta`) of
+``graph.json``.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import numpy as np
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import outputs
-from shardgnn.io.sidecar import read_sidecar
+from shardgnn.io.sidecar import Described, count, peek, read_sidecar
 
 FORMAT = "shardgnn-edges"
 VERSION = 1
@@ -39,6 +41,9 @@ EDGE_WEIGHTS = "edge_weight.bin"
 NODE_TYPES = "node_type"
 #: Per-node arrays ``NAME.npy`` that travel with the nodes into the partition stores.
 NODE_FILES = ("x", "y", "train_mask", "val_mask", "test_mask", "node_type")
+#: Every path a dataset folder holds (:attr:`shardgnn.io.sidecar.Described.writes`).
+WRITES = (r"(graph\.json|edges\.bin|edge_type\.bin|edge_weight\.bin|id_map\.npy|"
+          r"(x|y|train_mask|val_mask|test_mask|node_type)\.npy)")
 
 
 def edge_dtype(num_nodes: int) -> np.dtype:
@@ -106,6 +111,24 @@ def read_meta(directory: str | os.PathLike) -> GraphMeta:
     return meta
 
 
+def write_meta(directory: str | os.PathLike, meta: GraphMeta) -> None:
+    """Write ``DIR/graph.json`` (the files it describes are already there). Rank-local."""
+    (Path(directory) / SIDECAR).write_text(meta.to_json())
+
+
+def describe(directory: str | os.PathLike) -> Described | None:
+    """What ``directory`` is when its ``graph.json`` names this format (None otherwise): a
+    dataset, with its counts and the edge files a complete one holds. Rank-local, no error."""
+    d = Path(directory)
+    raw = peek(d / SIDECAR, FORMAT)
+    if raw is None:
+        return None
+    files = [EDGES] + [f for f, key in ((EDGE_TYPES, "edge_types"),
+                                        (EDGE_WEIGHTS, "edge_weights")) if raw.get(key)]
+    return Described(d, "dataset", FORMAT, count(raw, "version") or 0, count(raw, "num_nodes"),
+                     count(raw, "num_edges"), tuple(d / f for f in files), raw, WRITES)
+
+
 def edge_memmap(directory: str | os.PathLike, meta: GraphMeta | None = None) -> np.ndarray:
     """The whole edge file as a read-only (num_edges, 2) memory map. Rank-local."""
     d = Path(directory)
@@ -145,12 +168,22 @@ def load_node_array(directory: str | os.PathLike, name: str, meta: GraphMeta,
     if not p.exists():
         return None
     try:
-        arr = np.load(p, mmap_mode="r" if mmap else None)
-    except ValueError as exc:
+        arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
         raise input_error(p, f"not a readable .npy file ({exc})") from None
-    if arr.shape[0] != meta.num_nodes:
-        raise input_error(p, f"expected {meta.num_nodes} rows (one per node), got {arr.shape[0]}")
+    if arr.ndim == 0 or arr.shape[0] != meta.num_nodes:
+        got = arr.shape[0] if arr.ndim else "a scalar"
+        raise input_error(p, f"expected {meta.num_nodes} rows (one per node), got {got}")
     return arr
+
+
+def check_node_files(directory: str | os.PathLike) -> None:
+    """Check that every node array of the dataset (:data:`NODE_FILES` present) opens and has
+    one row per node, without reading it (memory maps). Rank-local; ShardError naming the file.
+    """
+    meta = read_meta(directory)
+    for name in NODE_FILES:
+        load_node_array(directory, name, meta)
 
 
 class EdgeStream:
@@ -313,5 +346,5 @@ def write_dataset(directory: str | os.PathLike, edges: np.ndarray, num_nodes: in
         meta.num_classes = int(y.max()) + 1 if y.size else 0
     for k, v in (masks or {}).items():
         np.save(d / f"{k}.npy", np.asarray(v, dtype=bool))
-    (d / SIDECAR).write_text(meta.to_json())
+    write_meta(d, meta)
     return meta

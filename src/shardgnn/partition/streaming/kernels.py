@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from shardgnn.keyed import pair_hash
 from shardgnn.prefetch import prefetch, prefetch_write
 
 #: Edges looked ahead by the refinement count kernels' prefetches (the (|V|, p) count matrix and
@@ -62,50 +63,64 @@ def new_vertex_state(deg: np.ndarray, dtype: Any = None) -> np.ndarray:
     return vs
 
 
+# _nrt is numba's switch for reference counting (a private option, absent from its stubs)
+@njit(cache=True, forceinline=True, _nrt=False)  # type: ignore[call-overload]
+def cluster_line(vs, vol, tau, k, u, v, both):
+    """Algorithm 1's step for one directed line (u, v); returns the next free cluster id
+    ``k``. ``vs`` is the per-vertex state of :func:`new_vertex_state` (kept in one row so a line
+    touches two vertex rows and two volumes), ``vol`` the cluster volumes with room for
+    ``n + 2`` ids. Line (u, v) updates v's richest neighbour, and u's too with ``both`` (a
+    stream that sees each line once, as :func:`cluster_chunk` does). Cluster sizes are not
+    needed while streaming (recomputed from the ids).
+
+    The one copy of the step, called per line by the three kernels below. Compiled without
+    numba's reference counting (``_nrt=False``: it allocates nothing): a call taking arrays
+    would otherwise count references to ``vs`` and ``vol`` per line, atomic operations that
+    serialise the cache misses the kernels' loops overlap (numba's ``inline="always"`` keeps
+    those counts). ``forceinline`` has LLVM inline it, so each kernel compiles to the machine
+    code it had with the step written out in its loop.
+    """
+    du = vs[u, 3]
+    dv = vs[v, 3]
+    cu = vs[u, 0]
+    if cu == 0:
+        cu = k
+        vs[u, 0] = k
+        vol[k] += du
+        k += 1
+    cv = vs[v, 0]
+    if cv == 0:
+        cv = k
+        vs[v, 0] = k
+        vol[k] += dv
+        k += 1
+    if vol[cu] <= tau and vol[cv] <= tau:
+        if vol[cu] <= vol[cv]:
+            vol[cu] -= du
+            vol[cv] += du
+            vs[u, 0] = cv
+        else:
+            vol[cu] += dv
+            vol[cv] -= dv
+            vs[v, 0] = cu
+    if both and (vs[u, 1] < 0 or vs[u, 2] < dv):
+        vs[u, 1] = v
+        vs[u, 2] = dv
+    if vs[v, 1] < 0 or vs[v, 2] < du:
+        vs[v, 1] = u
+        vs[v, 2] = du
+    return k
+
+
 @njit(cache=True)
 def cluster_chunk(edges, mode, vs, vol, tau, k):
-    """Algorithm 1 lines 2-21 over one chunk; returns the next free cluster id ``k``.
-
-    ``vs`` is the per-vertex state of :func:`new_vertex_state` (kept in one row so a line touches
-    two vertex rows and two volumes), ``vol`` the cluster volumes with room for ``n + 2`` ids.
-    The line body is written out in the loop: a helper taking arrays costs reference counting
-    per call. Cluster sizes are not needed while streaming (recomputed from the ids).
-    """
+    """Algorithm 1 lines 2-21 over one chunk of stored edges (:func:`cluster_line` per line of
+    ``mode``, both endpoints' richest neighbours); returns the next free cluster id ``k``."""
     first = 1 if mode == 1 else 0
     last = 0 if mode == 0 else 1
     for j in range(edges.shape[0]):
         for d in range(first, last + 1):
-            u = edges[j, d]
-            v = edges[j, 1 - d]
-            du = vs[u, 3]
-            dv = vs[v, 3]
-            cu = vs[u, 0]
-            if cu == 0:
-                cu = k
-                vs[u, 0] = k
-                vol[k] += du
-                k += 1
-            cv = vs[v, 0]
-            if cv == 0:
-                cv = k
-                vs[v, 0] = k
-                vol[k] += dv
-                k += 1
-            if vol[cu] <= tau and vol[cv] <= tau:
-                if vol[cu] <= vol[cv]:
-                    vol[cu] -= du
-                    vol[cv] += du
-                    vs[u, 0] = cv
-                else:
-                    vol[cu] += dv
-                    vol[cv] -= dv
-                    vs[v, 0] = cu
-            if vs[u, 1] < 0 or vs[u, 2] < dv:
-                vs[u, 1] = v
-                vs[u, 2] = dv
-            if vs[v, 1] < 0 or vs[v, 2] < du:
-                vs[v, 1] = u
-                vs[v, 2] = du
+            k = cluster_line(vs, vol, tau, k, edges[j, d], edges[j, 1 - d], True)
     return k
 
 
@@ -114,34 +129,7 @@ def cluster_lines(lines, vs, vol, tau, k):
     """:func:`cluster_chunk` over single directed lines (u, v) of a source-grouped stream
     (:mod:`.adjacency`): line (u, v) updates only v's richest neighbour, as Algorithm 1 reads."""
     for j in range(lines.shape[0]):
-        u = lines[j, 0]
-        v = lines[j, 1]
-        du = vs[u, 3]
-        dv = vs[v, 3]
-        cu = vs[u, 0]
-        if cu == 0:
-            cu = k
-            vs[u, 0] = k
-            vol[k] += du
-            k += 1
-        cv = vs[v, 0]
-        if cv == 0:
-            cv = k
-            vs[v, 0] = k
-            vol[k] += dv
-            k += 1
-        if vol[cu] <= tau and vol[cv] <= tau:
-            if vol[cu] <= vol[cv]:
-                vol[cu] -= du
-                vol[cv] += du
-                vs[u, 0] = cv
-            else:
-                vol[cu] += dv
-                vol[cv] -= dv
-                vs[v, 0] = cu
-        if vs[v, 1] < 0 or vs[v, 2] < du:
-            vs[v, 1] = u
-            vs[v, 2] = du
+        k = cluster_line(vs, vol, tau, k, lines[j, 0], lines[j, 1], False)
     return k
 
 
@@ -149,40 +137,12 @@ def cluster_lines(lines, vs, vol, tau, k):
 def cluster_rows(indptr, tgt, lo, s0, s1, vs, vol, tau, k):
     """:func:`cluster_lines` over the lines (lo + s, t) of rows s0..s1-1 of a source-grouped
     CSR (``indptr`` from row 0, ``tgt`` the targets from ``indptr[0]``), without building
-    the lines: the same state, line for line. The line body is written out again, as in
-    :func:`cluster_chunk`: one shared ``inline="always"`` helper for the three kernels measured
-    2x slower here (R-MAT 2^22 cluster step 3.3 -> 5.8 s)."""
+    the lines: the same state, line for line."""
     base = indptr[0]
     for s in range(s0, s1):
         u = lo + s
         for j in range(indptr[s] - base, indptr[s + 1] - base):
-            v = tgt[j]
-            du = vs[u, 3]
-            dv = vs[v, 3]
-            cu = vs[u, 0]
-            if cu == 0:
-                cu = k
-                vs[u, 0] = k
-                vol[k] += du
-                k += 1
-            cv = vs[v, 0]
-            if cv == 0:
-                cv = k
-                vs[v, 0] = k
-                vol[k] += dv
-                k += 1
-            if vol[cu] <= tau and vol[cv] <= tau:
-                if vol[cu] <= vol[cv]:
-                    vol[cu] -= du
-                    vol[cv] += du
-                    vs[u, 0] = cv
-                else:
-                    vol[cu] += dv
-                    vol[cv] -= dv
-                    vs[v, 0] = cu
-            if vs[v, 1] < 0 or vs[v, 2] < du:
-                vs[v, 1] = u
-                vs[v, 2] = du
+            k = cluster_line(vs, vol, tau, k, u, tgt[j], False)
     return k
 
 
@@ -522,20 +482,6 @@ def route_fill_split(edges, masks, shared_min, offsets, out, sh_edges, sh_masks)
 
 
 @njit(cache=True)
-def _mix(x):
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-@njit(cache=True)
-def hash64(a, b, seed):
-    """A seeded 64-bit hash of two integers (splitmix64 finaliser)."""
-    x = _mix(np.uint64(a) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed))
-    return _mix(x ^ (np.uint64(b) + np.uint64(0x632BE59BD9B4E019)))
-
-
-@njit(cache=True)
 def one_side_parts(edges, owner, seed, out):
     """hops = 0: an edge inside a partition stays there; a cross edge goes to one side at random."""
     for j in range(edges.shape[0]):
@@ -548,7 +494,7 @@ def one_side_parts(edges, owner, seed, out):
         else:
             a = min(u, v)
             b = max(u, v)
-            out[j] = pu if (hash64(a, b, seed) & np.uint64(1)) == 0 else pv
+            out[j] = pu if (pair_hash(a, b, seed) & np.uint64(1)) == 0 else pv
 
 
 @njit(cache=True)
@@ -556,7 +502,7 @@ def vertex_hash_parts(num_nodes, p, seed):
     """Hash partitioning of vertices: owner(v) = hash(v) mod p."""
     out = np.empty(num_nodes, np.int64)
     for v in range(num_nodes):
-        out[v] = np.int64(hash64(v, 0, seed) % np.uint64(p))
+        out[v] = np.int64(pair_hash(v, 0, seed) % np.uint64(p))
     return out
 
 
@@ -615,7 +561,7 @@ def refine_sweep(cnt, owner, load, cap, floor, seed, rnd, frac):
     moves = 0
     thresh = np.uint64(frac * 18446744073709551615.0)
     for v in range(n):
-        if hash64(v, rnd, seed) > thresh:
+        if pair_hash(v, rnd, seed) > thresh:
             continue
         a = owner[v]
         best = best_part(cnt[v], a, load, cap, floor)
@@ -697,7 +643,7 @@ def cluster_sweep(cnt, inner, size, part_of, load, cap, floor, seed, rnd):
     k, p = cnt.shape
     keys = np.empty(k, np.uint64)
     for c in range(k):
-        keys[c] = hash64(c, rnd, seed)
+        keys[c] = pair_hash(c, rnd, seed)
     order = np.argsort(keys)
     flat = cnt.reshape(cnt.size)
     moves = 0

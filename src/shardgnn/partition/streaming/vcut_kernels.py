@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shardgnn.partition.streaming.kernels import hash64
+from shardgnn.keyed import pair_hash
 
 
 @njit(cache=True)
@@ -75,7 +75,7 @@ def dbh_chunk(edges, cnt, load, deg, p, seed, out):
             h = u
         else:
             h = v
-        best = np.int64(hash64(h, 0, seed) % np.uint64(p))
+        best = np.int64(pair_hash(h, 0, seed) % np.uint64(p))
         out[j] = best
         cnt[u, best] += 1
         cnt[v, best] += 1
@@ -263,7 +263,7 @@ def balance_owners(cnt, owner, cap, floor, seed):
     loss = np.empty(n, np.int64)
     key = np.empty(n, np.uint64)
     for v in range(n):
-        key[v] = hash64(v, 1, seed)
+        key[v] = pair_hash(v, 1, seed)
     over = 0
     for i in range(p):
         over += load[i] > cap
@@ -326,7 +326,7 @@ def balance_free(owner, p, cap, floor, seed):
         load[owner[v]] += 1
     key = np.empty(n, np.uint64)
     for v in range(n):
-        key[v] = hash64(v, 2, seed)
+        key[v] = pair_hash(v, 2, seed)
     moves = 0
     for v in np.argsort(key):
         a = owner[v]

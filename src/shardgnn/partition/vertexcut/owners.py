@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shardgnn.partition.vertexcut.shard import mix64 as _mix
+from shardgnn.keyed import hash_ids
 
 
 #: set bits of every byte value, and the position of its j-th set bit (j = 0..7): the tables
@@ -24,8 +24,9 @@ def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 1
     evenly over partitions; then balanced (:func:`_balance_owners`): no partition owns more
     than ceil(n / p) vertices where its replicated vertices can go to less loaded holders, and
     no replicated vertex is owned by a partition owning two or more vertices more than another
-    of its holders (:func:`_level_owners`). A vertex in no partition: ``gid % p``. Byte tables (set bits, position of the j-th set bit),
-    no loop over partitions. Deterministic, the same on every rank. Pure."""
+    of its holders (:func:`_level_owners`). A vertex in no partition: ``gid % p``. Byte tables
+    (set bits, position of the j-th set bit), no loop over partitions. Deterministic, the same
+    on every rank. Pure."""
     n, p = membership.shape[0], max(int(num_parts), 1)
     nb = -(-p // 8)
     out = np.empty(n, np.int64)
@@ -39,7 +40,7 @@ def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 1
         cum = pop[:, 0] if nb == 1 else np.cumsum(pop, axis=1, dtype=np.int32)
         k = cum if nb == 1 else cum[:, -1]
         gid = np.arange(lo, hi, dtype=np.int64)
-        pick = (((_mix(gid) >> np.uint64(32)) * k.astype(np.uint64)) >> np.uint64(32)).astype(
+        pick = (((hash_ids(gid) >> np.uint64(32)) * k.astype(np.uint64)) >> np.uint64(32)).astype(
             np.int64)                                  # in [0, k): the pick-th holder
         if nb == 1:
             own = _SELECT[m[:, 0], np.minimum(pick, 7)]
@@ -74,7 +75,7 @@ def _balance_owners(own: np.ndarray, membership: np.ndarray, holders: np.ndarray
     if p < 2 or movable.size == 0:
         return own
     target = -(-n // p)
-    pri = _mix(movable.astype(np.uint64) ^ np.uint64(0x5851F42D4C957F2D))
+    pri = hash_ids(movable.astype(np.uint64) ^ np.uint64(0x5851F42D4C957F2D))
     big = np.iinfo(np.int64).max
     for _ in range(rounds):
         load = np.bincount(own, minlength=p).astype(np.int64)

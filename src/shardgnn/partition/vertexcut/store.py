@@ -1,6 +1,6 @@
 """GLISP's read-only partition store (paper section III-C): writer (collective) and mmap loader.
 
-Layout of ``OUT`` (``docs/vertexcut.md``)::
+Layout of ``OUT`` (``docs/formats.md``)::
 
     OUT/meta.json                         counts, dtypes, parameters of the run
     OUT/part-00000/global_id.npy          int64 sorted global ids (local id = position)
@@ -34,7 +34,9 @@ position of each edge's reverse, on first use), and a graph without edge types h
 where they fit. R-MAT 2^20 at p = 2: 9 bytes per input edge instead of 52 (version 2).
 Versions 1 and 2 (every array written, int64) are read as before.
 The writer is collective over comm; loading and queries are rank-local. This module is the only
-reader and writer of the format; read it through :func:`open_store` / :class:`PartitionStore`.
+reader and writer of the format (``meta.json``: :func:`write_meta`, :func:`read_meta`); read it
+through :func:`open_store` / :class:`PartitionStore`; :func:`describe` says whether a folder is
+such a store.
 """
 from __future__ import annotations
 
@@ -50,13 +52,16 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import outputs
 from shardgnn.io.canonical import NODE_TYPES, load_node_array
-from shardgnn.io.sidecar import read_sidecar
+from shardgnn.io.sidecar import Described, count, peek, read_sidecar
 
 if TYPE_CHECKING:  # imported where used: it compiles numba kernels, which readers never need
     from shardgnn.io.edgeattrs import EdgeAttrs
 
 FORMAT = "shardgnn-vertexcut-store"
 VERSION = 3
+META = "meta.json"
+#: Keys every vertex-cut ``meta.json`` holds.
+REQUIRED_META = ("num_parts", "num_nodes")
 #: Versions the reader accepts (version 2 added optional weights and node types; version 3
 #: leaves out the arrays the reader derives and stores local ids as int32 where they fit).
 READABLE_VERSIONS = (1, 2, 3)
@@ -247,16 +252,6 @@ def _save(path: Path, arr: np.ndarray) -> None:
         np.save(fh, np.ascontiguousarray(arr))
 
 
-def check_out_dir(out: Path) -> str:
-    """Why ``out`` cannot receive a store ('' when it can). Rank-local."""
-    if out.exists() and not out.is_dir():
-        return f"{out}: expected an output directory, got a file"
-    if out.exists() and any(out.iterdir()) and not (out / "meta.json").exists():
-        return (f"{out}: expected an empty directory or a previous partition store to replace, "
-                f"got a non-empty directory without meta.json")
-    return ""
-
-
 def _dataset_attrs(info: dict[str, Any]) -> tuple[EdgeAttrs | None, np.ndarray | None]:
     """(edge-weight lookup or None when unweighted, node types or None) of ``info["dataset"]``."""
     if not info.get("dataset"):
@@ -303,8 +298,6 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
     frees the edge shard while the store is built (peak memory ~ |E|/P plus one partition).
     """
     out = Path(out)
-    err = check_out_dir(out)
-    comm.agree(not err, err)
     p, n, P = int(info["num_parts"]), int(info["num_nodes"]), comm.size
     directed = bool(info["directed"])
     odeg = np.bincount(cols["src"], minlength=n).astype(np.int64)
@@ -345,12 +338,41 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
                     "partition_set_bytes": (p + 7) // 8,
                     "local_id_dtype": "int32 where a partition has < 2^31 vertices"}
             try:
-                (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True,
-                                                          default=str))
+                write_meta(tmp, meta)
             except OSError as exc:
                 err = str(outputs.write_error(out, exc))
         comm.agree(not err, err)
     return comm.bcast_obj(meta)
+
+
+def write_meta(directory: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """Write ``DIR/meta.json`` (keys sorted; values JSON cannot hold as their ``str``).
+    Rank-local."""
+    (Path(directory) / META).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+
+
+def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
+    """Read and check ``DIR/meta.json``: format, a readable version, the required keys.
+    Rank-local."""
+    return read_sidecar(Path(directory) / META, FORMAT, READABLE_VERSIONS, REQUIRED_META,
+                        "expected a vertex-cut store (--algo adadne, dne or hash2d)")
+
+
+def describe(directory: str | os.PathLike) -> Described | None:
+    """What ``directory`` is when its ``meta.json`` names this format (None otherwise): a
+    vertex-cut store, with its counts and the partition arrays its ``meta.json`` lists.
+    Rank-local, no error."""
+    d = Path(directory)
+    raw = peek(d / META, FORMAT)
+    if raw is None:
+        return None
+    parts, names = raw.get("parts"), raw.get("files")
+    files = tuple(d / str(q.get("dir", "")) / f"{name}.npy"
+                  for q in (parts if isinstance(parts, list) else []) if isinstance(q, dict)
+                  for name in (names if isinstance(names, list) else []))
+    return Described(d, "vertex-cut store", FORMAT, count(raw, "version") or 0,
+                     count(raw, "num_nodes"), count(raw, "num_edges"), files, raw,
+                     r"(meta\.json|results\.h5|part-\d{5}(/[a-z_]+\.npy)?)")
 
 
 def _write_parts(comm: Communicator, tmp: Path, got: dict[str, np.ndarray], p: int, n: int,
@@ -417,6 +439,47 @@ class _Arrays(dict):
 
     def items(self) -> Any:
         return [(k, self[k]) for k in self]
+
+
+def _load_array(f: Path, mmap: bool) -> np.ndarray:
+    """One partition array (memory-mapped with ``mmap``); a truncated or unreadable file is
+    one ShardError naming it."""
+    try:
+        return np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise input_error(f, f"not a readable .npy partition array ({exc}); expected the "
+                          "file the partitioner wrote (truncated or damaged? partition again)") from None
+
+
+def check_shapes(d: Path, arrays: dict[str, Any], part: dict[str, Any]) -> None:
+    """ShardError naming the first array of partition folder ``d`` whose length disagrees with
+    the others or with the partition's entry ``part`` of ``meta.json`` (a file cut short or
+    from another store). Reads one element per CSR. Rank-local."""
+    def fail(name: str, want: int, got: int) -> None:
+        raise input_error(d / f"{name}.npy", f"expected {want} rows (as the rest of the "
+                          f"partition), got {got}: the store is damaged (partition again)")
+
+    nv = int(arrays["global_id"].shape[0])
+    if "num_vertices" in part and int(part["num_vertices"]) != nv:
+        fail("global_id", int(part["num_vertices"]), nv)
+    for name in ("out_degree", "in_degree", "partition_set", "node_type"):
+        if name in arrays and arrays[name].shape[:1] != (nv,):
+            fail(name, nv, int(arrays[name].shape[0]))
+    for side in ("out", "in"):
+        ptr, idx = arrays.get(f"{side}_indptr"), arrays.get(f"{side}_indices")
+        if ptr is None or idx is None:
+            continue
+        if ptr.shape != (nv + 1,):
+            fail(f"{side}_indptr", nv + 1, int(ptr.shape[0]))
+        ne = int(ptr[-1])
+        if idx.shape != (ne,):
+            fail(f"{side}_indices", ne, int(idx.shape[0]))
+        for extra in (f"{side}_weight", f"{side}_eids"):
+            if extra in arrays and arrays[extra].shape[:1] != (ne,):
+                fail(extra, ne, int(arrays[extra].shape[0]))
+    if "num_out_edges" in part and "out_indices" in arrays and \
+            int(part["num_out_edges"]) != int(arrays["out_indices"].shape[0]):
+        fail("out_indices", int(part["num_out_edges"]), int(arrays["out_indices"].shape[0]))
 
 
 def derive_arrays(arrays: dict[str, Any], directed: bool) -> None:
@@ -536,9 +599,6 @@ class StorePartition:
         return src, dst, t
 
 
-#: Keys every vertex-cut ``meta.json`` holds.
-REQUIRED_META = ("num_parts", "num_nodes")
-
 
 class PartitionStore:
     """A vertex-cut partition store: its checked ``meta`` plus memory-mapped partitions.
@@ -555,16 +615,14 @@ class PartitionStore:
         if not self.path.is_dir():
             raise input_error(self.path, "expected a vertex-cut partition store (--algo adadne, "
                               "dne or hash2d), got " + ("a file" if self.path.exists() else "nothing"))
-        self.meta: dict[str, Any] = read_sidecar(
-            self.path / "meta.json", FORMAT, READABLE_VERSIONS, REQUIRED_META,
-            "expected a vertex-cut store (--algo adadne, dne or hash2d)")
+        self.meta: dict[str, Any] = read_meta(self.path)
         self.num_parts = int(self.meta["num_parts"])
         self.num_nodes = int(self.meta["num_nodes"])
         for i in range(self.num_parts):
             d = self.path / part_dir(i)
             if not d.is_dir():
                 raise input_error(d, f"missing partition folder ({self.num_parts} partitions in "
-                                  f"meta.json)")
+                                  f"{META})")
 
     def partition(self, i: int, mmap: bool = True) -> StorePartition:
         """Load partition ``i`` (memory-mapped by default)."""
@@ -578,20 +636,23 @@ class PartitionStore:
         for name in PART_FILES + OPTIONAL_FILES:
             f = d / f"{name}.npy"
             if f.exists():
-                arrays[name] = np.load(f, mmap_mode="r" if mmap else None)
+                arrays[name] = _load_array(f, mmap)
             elif name in PART_FILES and name not in derivable:
                 raise input_error(f, "missing partition array")
+        parts = self.meta.get("parts")
+        check_shapes(d, arrays, parts[i] if isinstance(parts, list) and i < len(parts)
+                     and isinstance(parts[i], dict) else {})
         derive_arrays(arrays, directed)
         return StorePartition(i, arrays)
 
     def dataset(self, dataset: str | os.PathLike | None = None) -> Path:
         """The canonical dataset the store was cut from (``dataset`` or ``meta['dataset']``),
         checked to hold the same graph (node and edge counts)."""
-        from shardgnn.io.canonical import read_meta
+        from shardgnn.io.canonical import SIDECAR, read_meta
 
         name = str(dataset or self.meta.get("dataset") or "")
         ds = Path(name)
-        if not name or not (ds / "graph.json").exists():
+        if not name or not (ds / SIDECAR).exists():
             raise input_error(ds, "expected the dataset the store was cut from (graph.json), "
                               "found none; pass --dataset DIR")
         gm = read_meta(ds)
