@@ -12,7 +12,8 @@ authors' SPRING and DistributedNE (``shared/anchors/partitioners.md``). Runs kee
 only for the counts (``--allow-imbalance``: a refusal writes nothing, the verdict is computed
 from the same counts). Writes RESULTS/partition_balance.json (with the git commit) and .md.
 
-    python run/bench/partition/balance.py RESULTS [--graphs a,b|rmat] [--parts 4,8,16]
+    python run/bench/partition/balance.py RESULTS [--graphs a,b|rmat] [--parts 4,8,16] [--no-metis]
+    python run/bench/partition/balance.py RESULTS --merge A.json B.json   # join earlier runs
 """
 from __future__ import annotations
 
@@ -173,6 +174,8 @@ def main_bench(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", default="4,8,16")
     ap.add_argument("--runs", default=",".join(RUNS), help="names of RUNS to run")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-metis", action="store_true",
+                    help="leave METIS out (minutes on R-MAT 2^20 on a loaded machine)")
     ap.add_argument("--cache", default="/tmp/shardgnn-bench-data")
     ap.add_argument("--name", default="partition_balance", help="result file stem")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
@@ -206,13 +209,16 @@ def main_bench(argv: list[str] | None = None) -> int:
             d = sd.ensure_rmat(*RMAT[:2], RMAT[2], Path(args.cache)) if g == "rmat" \
                 else sd.ensure_dataset(g, Path(args.cache))
             for p in parts:
-                row: dict[str, Any] = {"graph": g, "p": p, "anchor": anchors.get((g, p), {}),
-                                       "metis": metis(d, p, args.seed)}
+                row: dict[str, Any] = {"graph": g, "p": p, "anchor": anchors.get((g, p), {})}
+                if not args.no_metis:
+                    row["metis"] = metis(d, p, args.seed)
+                rows.append(row)
                 for v in names:
                     row[v] = run(comm, d, v, p, scratch)
                     print(g, p, v, f"rf={row[v]['rf']:.3f}", row[v]["verdict"][:60],
                           f"{row[v]['seconds']:.1f}s", flush=True)
-                rows.append(row)
+                    # written after every run: a long study stopped part-way keeps its rows
+                    write(res, args.name, rows, parts, names, load0, {"partial": True})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return write(res, args.name, rows, parts, names, load0, {})
