@@ -8,6 +8,7 @@ from shardgnn.cli.commands import SUMMARY
 from shardgnn.comm import Communicator
 from shardgnn.io import outputs
 from shardgnn.partition import budget
+from shardgnn.partition.metrics import BalanceLimits
 from shardgnn.partition.streaming import cli as streaming_cli
 from shardgnn.partition.vertexcut import cli as vertexcut_cli
 from shardgnn.registry import PARTITIONERS
@@ -58,9 +59,26 @@ def add_parser(sub: Any) -> None:
                    "or less under a cgroup limit) divided by the ranks on the node, at least "
                    f"{budget.MEMORY_MIN >> 20}M; the value used and the peak reached are in "
                    "meta.json and the results file")
+    p.add_argument("--balance-limits", type=_limits, default=BalanceLimits(),
+                   metavar="OMAX,OMIN,EMAX,EMIN",
+                   help="a store whose owned vertices per partition (max/mean above OMAX or "
+                   "min/mean below OMIN) or edge copies per partition (max/mean above EMAX or "
+                   "min/mean below EMIN) pass these limits is not written: every rank prints "
+                   "one line naming the option that fixes it and the command exits 2 "
+                   "(default: %s)" % BalanceLimits().text())
+    p.add_argument("--allow-imbalance", action="store_true",
+                   help="write such a store anyway, with one warning line (its metrics say "
+                   "balance_ok = false)")
     streaming_cli.add_arguments(p)
     vertexcut_cli.add_arguments(p)
     p.set_defaults(func=run)
+
+
+def _limits(text: str) -> BalanceLimits:
+    try:
+        return BalanceLimits.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:

@@ -78,5 +78,6 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
         s = main(comm, cfg)
     if comm.rank == 0:
         print(f"sample: {s['seeds']} seeds in {s['batches']} batches x {s['repeats']}, "
-              f"{s['edges']} edges in {s['seconds']:.3f}s; wrote {cfg.out}")
+              f"{s['edges']} edges in {s['seconds']:.3f}s; wrote {cfg.out} in "
+              f"{s['seconds_write']:.3f}s")
     return 0

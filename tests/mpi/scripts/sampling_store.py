@@ -1,6 +1,6 @@
 """Rank script: write a vertex-cut store of a dataset with a seeded random edge assignment.
 
-Usage: sampling_store.py DATASET OUT PARTS
+Usage: sampling_store.py DATASET OUT PARTS [typed]   (typed: edge type (u + v) % 2 per edge)
 """
 import sys
 
@@ -11,7 +11,7 @@ from shardgnn.io.canonical import edge_memmap, read_meta
 from shardgnn.partition.vertexcut.store import write_store_columns
 
 
-def main(data, out, p):
+def main(data, out, p, typed=False):
     comm = world()
     gm = read_meta(data)
     e = np.asarray(edge_memmap(data, gm), dtype=np.int64)
@@ -24,12 +24,13 @@ def main(data, out, p):
         member[e[sel, 1], 0] |= np.uint64(1 << q)
     lo, hi = comm.rank * len(e) // comm.size, (comm.rank + 1) * len(e) // comm.size
     cols = {"src": e[lo:hi, 0].copy(), "dst": e[lo:hi, 1].copy(),
-            "etype": np.zeros(hi - lo, np.int32), "part": part[lo:hi].astype(np.int32)}
+            "etype": ((e[lo:hi, 0] + e[lo:hi, 1]) % 2 if typed else np.zeros(hi - lo)).astype(np.int32),
+            "part": part[lo:hi].astype(np.int32)}
     info = {"num_parts": p, "num_nodes": n, "num_edges": len(e), "directed": gm.directed,
-            "edge_types": False, "num_edge_types": 1, "dataset": str(data)}
+            "edge_types": typed, "num_edge_types": 2 if typed else 1, "dataset": str(data)}
     write_store_columns(comm, out, cols, member, info)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    sys.exit(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["typed"]))
