@@ -11,6 +11,7 @@ from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
 from shardgnn import log
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.convert import ConvertOptions, NodeData, convert_source, run_on_root
@@ -63,8 +64,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("convert", help=SUMMARY["convert"],
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", help="input file, Planetoid folder/prefix, or .toml descriptor")
-    p.add_argument("--out", required=True, help="output dataset directory (must not exist "
+    p.add_argument("src", type=input_path, help="input file, Planetoid folder/prefix, or .toml descriptor")
+    p.add_argument("--out", required=True, type=output_path, help="output dataset directory (must not exist "
                    "unless --force)")
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="input format (default: from the file name)")
@@ -86,7 +87,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-weights", action="store_true",
                    help="ignore a weight column / 'weight' array / CSR values (default: store "
                    "them as float32 edge_weight.bin; merged duplicates keep the largest weight)")
-    p.add_argument("--node-types", default=None, metavar="FILE[:COLUMN]",
+    p.add_argument("--node-types", default=None, type=input_path, metavar="FILE[:COLUMN]",
                    help="node types: .npy (one int per node, new-id order) or CSV/TSV 'id,type' "
                    "with original ids and integer types or type names (unlisted nodes get 0); "
                    "FILE:COLUMN takes the type from the named header column of a node table "
@@ -94,10 +95,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--node-type-names", default=None, metavar="A,B,...",
                    help="names of node types 0, 1, ... (or the numbering of the names in a "
                    "--node-types CSV; default: sorted names)")
-    p.add_argument("--features", default=None, metavar="F.npy",
+    p.add_argument("--features", default=None, type=input_path, metavar="F.npy",
                    help="(nodes, f) feature matrix for an edge-list input, rows in new-id order "
                    "(= original id order when ids are 0..n-1); stored as float32, NaN rejected")
-    p.add_argument("--labels", default=None, metavar="FILE",
+    p.add_argument("--labels", default=None, type=input_path, metavar="FILE",
                    help="labels: .npy (one int per node, new-id order) or CSV 'id,label' with "
                    "original ids (nodes without a line get -1)")
     p.add_argument("--split", type=float, nargs=3, default=None, metavar=("TRAIN", "VAL", "TEST"),
@@ -112,7 +113,7 @@ def add_parser(sub: Any) -> None:
                    "min(16*chunk, 16 MiB) bytes); bounds memory")
     p.add_argument("--merge-memory", type=int, default=1 << 23,
                    help="keys held by the k-way merge buffers (default: 8388608 = 64 MiB)")
-    p.add_argument("--tmp-dir", default=None,
+    p.add_argument("--tmp-dir", default=None, type=output_path,
                    help="folder for sorted runs (default: inside the output's temp folder)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory "
                    "when it is an earlier shardgnn output (graph.json or meta.json) or empty; "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import output_path
 from shardgnn.io.convert import run_on_root as on_root
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
@@ -73,7 +74,7 @@ def add_parser(sub: Any) -> None:
                    help="write a canonical dataset directory instead of a .npy edge array")
     r.add_argument("--directed", action="store_true",
                    help="with --canonical: keep edge directions (default: undirected)")
-    r.add_argument("--out", required=True, help="output .npy file (or directory with --canonical)")
+    r.add_argument("--out", required=True, type=output_path, help="output .npy file (or directory with --canonical)")
     r.add_argument("--force", action="store_true", help="replace an existing output")
     r.set_defaults(func=run)
 
@@ -118,7 +119,7 @@ def _add_split_and_output(p: Any, train_help: str) -> None:
     p.add_argument("--val", type=float, default=0.2, help="validation fraction (default: 0.2)")
     p.add_argument("--test", type=float, default=0.2, help="test fraction (default: 0.2)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--out", required=True, help="output dataset directory")
+    p.add_argument("--out", required=True, type=output_path, help="output dataset directory")
     p.add_argument("--force", action="store_true", help="replace an existing output directory "
                    "(an earlier shardgnn dataset or an empty folder only)")
     p.set_defaults(func=run)

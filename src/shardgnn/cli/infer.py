@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 
 HELP = """\
@@ -27,15 +28,15 @@ last layer as the virtual dataset /embeddings/emb, per-layer timings and cache s
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("infer", help=SUMMARY["infer"],
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", metavar="CHECKPOINT",
+    p.add_argument("checkpoint", type=input_path, metavar="CHECKPOINT",
                    help="checkpoint of `train --engine sampled|averaging` (--checkpoint-every)")
-    p.add_argument("store", metavar="VPARTS", help="vertex-cut partition store directory")
-    p.add_argument("--out", required=True,
+    p.add_argument("store", type=input_path, metavar="VPARTS", help="vertex-cut partition store directory")
+    p.add_argument("--out", required=True, type=output_path,
                    help="results file (HDF5, written atomically): /embeddings/emb, /infer")
     p.add_argument("--fanouts", default=None,
                    help="neighbours per vertex and hop, first hop first (as in training), -1 = "
                    "all; one per layer (default: -1 at every hop: full neighbourhoods)")
-    p.add_argument("--layers-dir", default=None, metavar="DIR",
+    p.add_argument("--layers-dir", default=None, type=output_path, metavar="DIR",
                    help="where the per-layer embedding files go, on a filesystem every rank "
                    "sees (default: OUT.layers)")
     p.add_argument("--cache-chunks", type=int, default=-1, metavar="N",
@@ -72,10 +73,10 @@ def add_parser(sub: Any) -> None:
                    help="--samplewise only: infer a seeded subset of about F of every rank's "
                    "targets (the others' rows are NaN) to time the baseline per target on "
                    "graphs where it would take too long (default: 1 = all)")
-    p.add_argument("--score-edges", default=None, metavar="EDGEFILE",
+    p.add_argument("--score-edges", default=None, type=input_path, metavar="EDGEFILE",
                    help="also score these edges (text lines 'u v' or an (m, 2) .npy) by the dot "
                    "product of their final embeddings, read from the store: /infer/scores")
-    p.add_argument("--dataset", default=None, metavar="DIR",
+    p.add_argument("--dataset", default=None, type=input_path, metavar="DIR",
                    help="the converted dataset the store was cut from (features; default: the "
                    "path in the store's meta.json)")
     p.add_argument("--seed", type=int, default=0,

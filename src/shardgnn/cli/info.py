@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path
 from shardgnn.comm import Communicator
 from shardgnn.graph.stats import degree_summary, stream_degrees
 from shardgnn.io import canonical as cn
@@ -26,7 +27,7 @@ def add_parser(sub: Any) -> None:
                        "exponent by the Clauset-Shalizi-Newman MLE), feature/label shapes, "
                        "class count and mask sizes. Under mpiexec every rank streams its share "
                        "of edges.bin; memory: 16 bytes per node per rank plus one chunk.")
-    p.add_argument("dir", help="dataset directory written by `shardgnn convert`")
+    p.add_argument("dir", type=input_path, help="dataset directory written by `shardgnn convert`")
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: num_nodes, "
                    "num_edges, directed, degree, ... see docs/formats.md)")
     p.add_argument("--chunk", type=int, default=1 << 22,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from shardgnn import __version__, log
 from shardgnn.cli.commands import COMMANDS, SUMMARY
+from shardgnn.cli.parser import Parser
 from shardgnn.errors import ShardError
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     that command's parser (it then imports its own modules only, e.g. ``partition`` does not load
     torch); any other string gives the command list alone (the top-level ``--help``, an unknown
     command), which imports no command."""
-    parser = argparse.ArgumentParser(prog="shardgnn", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="shardgnn", description=DESCRIPTION,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"shardgnn {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on every rank")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

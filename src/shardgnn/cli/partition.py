@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.partition.streaming import cli as streaming_cli
 from shardgnn.partition.vertexcut import cli as vertexcut_cli
@@ -25,16 +26,16 @@ def add_parser(sub: Any) -> None:
              "vertexcut": ", ".join(vertexcut_cli.ALGORITHMS)}
     p = sub.add_parser("partition", help=SUMMARY["partition"], description=HELP % algos,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", help="dataset directory written by `shardgnn convert`")
+    p.add_argument("dataset", type=input_path, help="dataset directory written by `shardgnn convert`")
     p.add_argument("--algo", default="spring",
                    help="algorithm name, or package.module:Class for a user streaming partitioner "
                    "(default: spring)")
     p.add_argument("--parts", default="4",
                    help="number of partitions p >= 1, or 'auto' (streaming only; needs --devices "
                    "and --device-mem) (default: 4)")
-    p.add_argument("--out", required=True, help="output directory of the partition store")
+    p.add_argument("--out", required=True, type=output_path, help="output directory of the partition store")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--results", default=None,
+    p.add_argument("--results", default=None, type=output_path,
                    help="results HDF5 file for the run's metrics (default: OUT/results.h5)")
     p.add_argument("--chunk", type=int, default=1 << 20,
                    help="edges read per chunk; bounds streaming memory (default: 1048576)")

@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 
 HELP = """\
@@ -23,9 +24,9 @@ ranks on the same store. With --mode keyed it is also the same on any partitioni
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("sample", help=SUMMARY["sample"],
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("store", metavar="VPARTS", help="vertex-cut partition store directory")
+    p.add_argument("store", type=input_path, metavar="VPARTS", help="vertex-cut partition store directory")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--seeds", metavar="FILE",
+    src.add_argument("--seeds", type=input_path, metavar="FILE",
                      help="seed vertices: .npy integer array or a text file, one global id per "
                      "line (distinct, in [0, num_nodes))")
     src.add_argument("--mask", metavar="NAME",
@@ -54,10 +55,10 @@ def add_parser(sub: Any) -> None:
                    help="sample every batch this many times at steps b + r * batches (for "
                    "statistics) (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--dataset", default=None, metavar="DIR",
+    p.add_argument("--dataset", default=None, type=input_path, metavar="DIR",
                    help="the converted dataset the store was cut from (default: the path in the "
                    "store's meta.json); checked to have the store's node and edge counts")
-    p.add_argument("--out", required=True, help="output HDF5 file (written atomically)")
+    p.add_argument("--out", required=True, type=output_path, help="output HDF5 file (written atomically)")
     p.set_defaults(func=run)
 
 

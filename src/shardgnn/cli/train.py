@@ -9,6 +9,7 @@ from typing import Any
 
 from shardgnn.averaging.subgraphs import SAMPLERS
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES
 from shardgnn.sampled.cli import SAMPLERS as SAMPLED_SAMPLERS
@@ -58,7 +59,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help=SUMMARY["train"],
                        description=HELP % {"engines": engines},
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
+    p.add_argument("data", type=input_path, help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
     p.add_argument("--engine", default="rdm",
                    help=f"one of {ENGINES.expected()} (default: rdm)")
     p.add_argument("--epochs", type=int, default=d("epochs"),
@@ -75,7 +76,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--weight-decay", type=guards.nonnegative_float, default=d("weight_decay"),
                    help=f"Adam weight decay, finite and >= 0 (default: {d('weight_decay')})")
     p.add_argument("--seed", type=int, default=d("seed"), help=f"random seed (default: {d('seed')})")
-    p.add_argument("--out", required=True, help="results HDF5 file (written atomically)")
+    p.add_argument("--out", required=True, type=output_path, help="results HDF5 file (written atomically)")
     p.add_argument("--allow-nan-loss", action="store_true",
                    help="keep training when the loss becomes NaN or inf (default: stop at that "
                    "epoch with exit 2, the results written so far; either way the results record "
@@ -115,12 +116,15 @@ def add_parser(sub: Any) -> None:
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
                    f"epochs only) (default: {d('eval_every')})")
     g.add_argument("--checkpoint-every", type=int, default=d("checkpoint_every", CheckpointOptions),
-                   metavar="N", help="(all engines) write a checkpoint every N epochs; 0 = never "
-                   f"(default: {d('checkpoint_every', CheckpointOptions)})")
-    g.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="(all engines) checkpoint HDF5 file (default: OUT.ckpt.h5)")
-    g.add_argument("--resume", default=None, metavar="FILE",
-                   help="(all engines) continue from this checkpoint (same options, --epochs may "
+                   metavar="N", help="(rdm, cagnet1d, averaging, sampled) write the checkpoint every "
+                   "N epochs; 0 = once after the last epoch when --checkpoint is given, else "
+                   f"never (default: {d('checkpoint_every', CheckpointOptions)})")
+    g.add_argument("--checkpoint", default=None, type=output_path, metavar="FILE",
+                   help="(rdm, cagnet1d, averaging, sampled) checkpoint HDF5 file: written every "
+                   "--checkpoint-every N epochs, or, without it, once after the last epoch "
+                   "(default: OUT.ckpt.h5 with --checkpoint-every)")
+    g.add_argument("--resume", default=None, type=input_path, metavar="FILE",
+                   help="(rdm, cagnet1d, averaging, sampled) continue from this checkpoint (same options, --epochs may "
                    "be larger; rdm, cagnet1d: the same number of ranks too): the same "
                    "loss/accuracy curve as without interruption")
     g.add_argument("--saint-budget", type=int, default=d("saint_budget", SaintOptions), metavar="B",
@@ -167,7 +171,8 @@ def accepted_options(engine: str) -> set[str]:
 def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Check the options against the engine, then run the engine named by ``args.engine``.
     Collective over comm."""
-    given = guards.resolve_explicit(args)
+    given = (set(args.given_options) if hasattr(args, "given_options")   # shardgnn's Parser
+             else guards.resolve_explicit(args))
     engine = args.engine.lower()
 
     def check() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shardgnn.cli.parser import input_path
 from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 from shardgnn.train.config import default_of
@@ -39,7 +40,7 @@ def add_arguments(parser: Any) -> None:
 
     g = parser.add_argument_group("rdm / cagnet1d engines (DATA = converted dataset)")
     g.add_argument("--order", default=d("order"), metavar="ORDER", help=ORDER_HELP)
-    g.add_argument("--order-from", default=None, metavar="RESULTS.h5",
+    g.add_argument("--order-from", default=None, type=input_path, metavar="RESULTS.h5",
                    help="reuse the order a previous run chose (its /train order attribute, e.g. "
                    "from --order auto), so a rerun with the same seed repeats it exactly")
     g.add_argument("--memo", action=argparse.BooleanOptionalAction, default=d("memo"),
@@ -56,7 +57,7 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--backend", choices=("torch", "scipy", "cuda", "cupy"), default=d("backend"),
                    help="kernels: torch (CPU, torch sparse CSR SpMM; default), scipy (CPU, scipy "
                    "CSR SpMM), cuda (torch on the GPU), cupy (torch tensors, cuSPARSE via CuPy)")
-    g.add_argument("--partition", default=None, metavar="DIR",
+    g.add_argument("--partition", default=None, type=input_path, metavar="DIR",
                    help="partition store (meta.json + part-*.h5): renumber vertices so each "
                    "partition is a contiguous range; row panels follow partition boundaries. "
                    "nau: an edge-cut store with one partition per rank whose owned vertices "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shardgnn.cli.parser import input_path
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.train.config import default_of, from_args
@@ -40,7 +41,7 @@ def add_arguments(parser: Any) -> None:
                    help=f"directed graphs: aggregate over out- or in-neighbours (default: {direction})")
     g.add_argument("--eval-batch-size", type=int, default=eval_batch,
                    help=f"seeds per evaluation step over all ranks (default: {eval_batch})")
-    g.add_argument("--dataset", default=None, metavar="DIR",
+    g.add_argument("--dataset", default=None, type=input_path, metavar="DIR",
                    help="the converted dataset the store was cut from (features, labels, masks; "
                    "default: the path in the store's meta.json)")
 
