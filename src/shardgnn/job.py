@@ -229,7 +229,7 @@ def stage_argv(job: Job, name: str, table: dict[str, Any]) -> tuple[list[str], d
     if "out" not in table:
         default = st.default_out(table) if callable(st.default_out) else st.default_out
         stem, dot, ext = default.partition(".")
-        table["out"] = f"{stem}-{label}{dot}{ext}" if label else st.default_out
+        table["out"] = f"{stem}-{label}{dot}{ext}" if label else default
     for dest, value in st.feed(job, table).items():
         if dest not in table and value is not None:
             table[dest] = value
