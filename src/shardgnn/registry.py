@@ -1,10 +1,13 @@
-"""Registries of the algorithm and engine families (partitioners, training engines, models).
+"""Registries of the algorithm and engine families (partitioners, training engines, models) and
+:func:`load_target`, the one loader of ``package.module:Name`` import paths.
 
 Rank-local, no communication. A registry maps a name to an object (or to a ``"module"`` /
 ``"module:attr"`` string imported on first use, so registering costs no import) plus a one-line
 help. The CLI takes its ``--algo`` / ``--engine`` / ``--model`` names, help text and dispatch
 from these, so adding a family member is one :meth:`Registry.register` call next to its code
-(see ``docs/architecture.md``, "Adding an engine, partitioner or model").
+(see ``docs/architecture.md``, "Adding an engine, partitioner or model"). A user's own class is
+named by its import path (``--model pkg.mod:Name``, ``--algo pkg.mod:Class``) and loaded by
+:func:`load_target`.
 """
 from __future__ import annotations
 
@@ -13,6 +16,32 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from shardgnn.errors import ShardError
+
+
+def load_target(spec: str, option: str = "import path") -> Any:
+    """The object an import path names: ``"pkg.mod"`` (the module) or ``"pkg.mod:Name"`` (an
+    attribute of it, dotted names allowed). Rank-local.
+
+    Raises
+    ------
+    ShardError
+        One line ``OPTION 'SPEC': ...`` naming what went wrong: a malformed path, a module that
+        cannot be imported (with the import's own error), or a name the module does not have.
+    """
+    mod_name, colon, attr = spec.partition(":")
+    if not mod_name or (colon and not attr):
+        raise ShardError(f"{option} {spec!r}: expected an import path package.module:Name")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ShardError(f"{option} {spec!r}: cannot import module {mod_name!r} "
+                         f"({type(exc).__name__}: {exc})") from None
+    for part in attr.split(".") if attr else ():
+        if not hasattr(obj, part):
+            raise ShardError(f"{option} {spec!r}: expected a name {attr!r} in module "
+                             f"{mod_name!r}, found none")
+        obj = getattr(obj, part)
+    return obj
 
 
 @dataclass
@@ -86,12 +115,17 @@ class Registry:
         if entry is None:
             raise ShardError(f"unknown {self.option} {name!r}; expected one of {self.expected()}")
         if entry.loaded is None:
-            entry.loaded = entry.target
-            if isinstance(entry.target, str):
-                mod, _, attr = entry.target.partition(":")
-                obj: Any = importlib.import_module(mod)
-                entry.loaded = getattr(obj, attr) if attr else obj
+            entry.loaded = (load_target(entry.target, f"{self.option} {entry.name}")
+                            if isinstance(entry.target, str) else entry.target)
         return entry.loaded
+
+    def resolve(self, name: str) -> Any:
+        """A registered member, or, for a name with ``:`` that is not registered, the object the
+        import path names (:func:`load_target`): how ``--model`` and ``--algo`` take a user's
+        own class. ShardError when neither."""
+        if name.lower() in self._entries or ":" not in name:
+            return self.get(name)
+        return load_target(name, self.option)
 
     def __getitem__(self, name: str) -> Any:
         return self.get(name)
@@ -128,15 +162,32 @@ ENGINES.register("sampled", "shardgnn.sampled.cli",
                  "mini-batches from GLISP's Gather-Apply service, data parallel, DATA = vertex-cut "
                  "store")
 
-#: GNN models for ``--model`` of the partition-parallel engines: name -> nn.Module class.
+#: GNN models for ``--model`` of the averaging and sampled engines (and ``shardgnn infer``):
+#: name -> nn.Module class of :mod:`shardgnn.train.models`; each class declares what it supports
+#: (``supports_blocks``: the sampled engine's per-block layers, ...).
 MODELS = Registry("--model", "package.module:Class")
 for _name, _target, _help in (("gcn", "shardgnn.train.models:GCN", "graph convolution"),
                               ("sage", "shardgnn.train.models:GraphSAGE", "GraphSAGE, mean"),
                               ("gat", "shardgnn.train.models:GAT", "multi-head attention"),
                               ("sgc", "shardgnn.train.models:SGC", "simplified graph conv"),
-                              ("ngnn-gcn", "shardgnn.train.models:NGNNGCN", "network-in-GCN"),
+                              ("ngnn-gcn", "shardgnn.train.models:NGNNGCN",
+                               "NGNN: --ngnn-layers Linear+ReLU in each hidden GCN layer"),
                               ("ngnn-sage", "shardgnn.train.models:NGNNSAGE",
-                               "network-in-GraphSAGE")):
+                               "NGNN on GraphSAGE")):
     MODELS.register(_name, _target, _help)
 
-__all__ = ["Entry", "Registry", "PARTITIONERS", "ENGINES", "MODELS"]
+#: NAU models for ``--model`` of the nau engine: name -> ``NAUModel`` class built as
+#: ``Class(in_dim, hidden, out_dim, **options)`` (``shardgnn.nau.setup.build_model``).
+NAU_MODELS = Registry("--model", "package.module:Class")
+for _name, _target, _help in (("gcn", "shardgnn.nau.models.gcn:GCN", "in-neighbours"),
+                              ("pinsage", "shardgnn.nau.models.pinsage:PinSage",
+                               "top-k random-walk neighbours"),
+                              ("magnn", "shardgnn.nau.models.magnn:MAGNN",
+                               "metapath instances, heterogeneous graphs"),
+                              ("jknet", "shardgnn.nau.models.jknet:JKNet",
+                               "k-hop rings, jumping knowledge"),
+                              ("pgnn", "shardgnn.nau.models.pgnn:PGNN",
+                               "anchor sets, position-aware")):
+    NAU_MODELS.register(_name, _target, _help)
+
+__all__ = ["Entry", "Registry", "load_target", "PARTITIONERS", "ENGINES", "MODELS", "NAU_MODELS"]

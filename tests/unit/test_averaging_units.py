@@ -110,7 +110,7 @@ def test_user_model_by_import_path(tmp_path, monkeypatch):
         models.build("umods:notmodule", 4, 8, 2, 2, 0.1)
     with pytest.raises(ShardError, match="cannot import"):
         models.build("no_such_pkg_xyz:M", 4, 8, 2, 2, 0.1)
-    with pytest.raises(ShardError, match="unknown model"):
+    with pytest.raises(ShardError, match="unknown --model .gin.; expected one of gcn"):
         models.build("gin", 4, 8, 2, 2, 0.1)
 
 
@@ -331,7 +331,7 @@ def test_trimmed_minibatch_forward_equals_untrimmed_on_seeds():
         xs = x[torch.from_numpy(sub.nodes)]
         torch.manual_seed(0)
         model = models.build("sage", 6, 8, 3, layers, 0.5)
-        assert models.takes_trim(model) and not models.takes_trim(models.build("gat", 6, 8, 3, 2, 0.5))
+        assert models.supports(model, "trim") and not models.supports(models.build("gat", 6, 8, 3, 2, 0.5), "trim")
         for training in (False, True):  # training: the same dropout masks (same random stream)
             model.train(training)
             torch.manual_seed(7)

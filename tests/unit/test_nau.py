@@ -13,7 +13,7 @@ from shardgnn.nau.aggregation import Executor
 from shardgnn.nau.graph import TypedGraph, from_edges
 from shardgnn.nau.hdg import SchemaTree, from_records, memory_report, records
 from shardgnn.nau.layer import neighbor_selection, per_vertex
-from shardgnn.nau.models import resolve
+from shardgnn.registry import NAU_MODELS
 from shardgnn.nau import selection
 from shardgnn.nau.selection import random_walks, topk_visits, walk_topk
 
@@ -97,7 +97,7 @@ def test_hdg_compact_forms() -> None:
     assert Counter((r, ty, lv) for r, ty, lv, _ in records(h)) == Counter(
         (int(rr[i]), int(tt[i]), tuple(leaf[ptr[i]:ptr[i + 1]].tolist())) for i in range(30))
     g = typed_graph()
-    m = resolve("gcn")(g.x.shape[1], 8, 3)
+    m = NAU_MODELS["gcn"](g.x.shape[1], 8, 3)
     hs = m.select(g, Executor("hybrid"), 0)
     assert hs.hdg.leaf is g.indices and hs.hdg.nbytes() == hs.hdg.roots.nbytes + 16
     assert memory_report(hs.hdg, g.nbytes())["hdg_bytes_leaf"] == 0
@@ -141,7 +141,7 @@ def test_gcn_equals_pyg_gcnconv(cora: TypedGraph, mode: str) -> None:
     from torch_geometric.nn import GCNConv
 
     torch.manual_seed(0)
-    model = resolve("gcn")(cora.x.shape[1], 16, 7, layers=2, dropout=0.0).eval()
+    model = NAU_MODELS["gcn"](cora.x.shape[1], 16, 7, layers=2, dropout=0.0).eval()
     hs = model.select(cora, Executor(mode), 0)
     convs = [GCNConv(cora.x.shape[1], 16), GCNConv(16, 7)]
     for ly, cv in zip(model.layers, convs):
@@ -172,7 +172,7 @@ def test_jknet_equals_pyg_jumping_knowledge(jk_mode: str) -> None:
     cora = from_edges(s.num_nodes, s.edges[:, 0], s.edges[:, 1], x=s.x, y=s.y)
     k, hid = 3, 8
     torch.manual_seed(0)
-    model = resolve("jknet")(cora.x.shape[1], hid, 3, rings=k, jk_mode=jk_mode, dropout=0.0).eval()
+    model = NAU_MODELS["jknet"](cora.x.shape[1], hid, 3, rings=k, jk_mode=jk_mode, dropout=0.0).eval()
     hs = model.select(cora, Executor("hybrid"), 0)
     x = torch.from_numpy(cora.x)
     out = model(x, hs)
@@ -306,7 +306,7 @@ def test_dense_ops_equal_torch() -> None:
 # ------------------------------------------------------------------ MAGNN vs materialising
 def _magnn(g: TypedGraph, cap: int = 0):
     torch.manual_seed(0)
-    m = resolve("magnn")(g.x.shape[1], 6, 3, graph=g, target=0,
+    m = NAU_MODELS["magnn"](g.x.shape[1], 6, 3, graph=g, target=0,
                          metapaths=[[0, 1, 0], [0, 2, 0], [0, 1, 0, 2, 0]], heads=2,
                          attn_dim=5, max_instances=cap, dropout=0.0)
     return m.eval()
@@ -368,7 +368,7 @@ def test_hybrid_equals_scatter(name: str) -> None:
     outs, grads = [], []
     for mode in ("hybrid", "scatter"):
         torch.manual_seed(0)
-        m = resolve(name)(g.x.shape[1], 8, 3, dropout=0.0, **kw).eval()
+        m = NAU_MODELS[name](g.x.shape[1], 8, 3, dropout=0.0, **kw).eval()
         hs = m.select(g, Executor(mode), 7)
         out = m(torch.from_numpy(g.x), hs)
         gw = torch.linspace(-1, 1, out.numel()).view_as(out)
@@ -382,8 +382,8 @@ def test_hybrid_equals_scatter(name: str) -> None:
 
 def test_hdgs_rebuilt_per_epoch_only_when_declared() -> None:
     g = typed_graph()
-    assert resolve("pinsage").hdg_reuse == "epoch" and resolve("magnn").hdg_reuse == "once"
-    m = resolve("pinsage")(g.x.shape[1], 4, 3)
+    assert NAU_MODELS["pinsage"].hdg_reuse == "epoch" and NAU_MODELS["magnn"].hdg_reuse == "once"
+    m = NAU_MODELS["pinsage"](g.x.shape[1], 4, 3)
     a = m.select(g, Executor(), 1).hdg
     b = m.select(g, Executor(), 1).hdg
     c = m.select(g, Executor(), 2).hdg

@@ -45,7 +45,7 @@ def dist_problem(meta: dict[str, Any], data: str, model: torch.nn.Module, model_
         return (f"{where}: --eval dist needs every owned vertex's full neighbour list; expected a "
                 f"store made with --hops >= 1, got hops = {hops} (use --eval full or --eval "
                 f"local)")
-    if not models.staged(model) and layers > hops:
+    if not models.supports(model, "stages") and layers > hops:
         return (f"{where}: --eval dist evaluates the user model {model_name} (assumed receptive "
                 f"field --layers = {layers}) on each partition's stored hops; expected --layers "
                 f"<= hops = {hops}, got {layers} (re-partition with --hops {layers}, or use "
@@ -150,7 +150,7 @@ class DistEvaluator:
         if degrees is None:
             degrees = store_degrees(self.plan, self.graphs)
         self.deg = [torch.from_numpy(d) for d in degrees]
-        self.staged = models.staged(model)
+        self.staged = models.supports(model, "stages")
         field = model.stages() if self.staged else int(layers)
         self.way = "local" if field <= int(meta.get("hops", 1)) else "halo"
         self.x = [torch.from_numpy(g.x) for g in graphs]

@@ -156,7 +156,7 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
     out = []
     saint_kind = cfg.sampler[6:] if cfg.sampler.startswith("saint-") else ""
     degs: list[np.ndarray | None] = [None] * len(graphs)
-    if graphs and ((cfg.mode == "full" and models.takes_degrees(base)) or saint_kind):
+    if graphs and ((cfg.mode == "full" and models.supports(base, "degrees")) or saint_kind):
         if degrees is not None:
             degs = list(degrees)
         else:
@@ -238,7 +238,7 @@ def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
         nodes = torch.from_numpy(sub.nodes)
         ei = torch.from_numpy(sub.edge_index)
         plan = (models.trim_plan(sub.hop_counts, sub.edge_index[1], len(w.sampler.fanouts))
-                if models.takes_trim(w.model) else None)
+                if models.supports(w.model, "trim") else None)
         if plan is not None:  # only the rows the seeds' outputs depend on, layer by layer
             out = w.model(w.x[nodes], ei, trim=plan)[: sub.num_seeds]
         else:
@@ -253,7 +253,7 @@ def _subgraph_objective(w: _Worker, b: subgraphs.Batch, st: _Stats) -> torch.Ten
     """A Cluster-GCN or GraphSAINT batch's objective: mean cross-entropy over its targets, or
     GraphSAINT's Σ λ_v ℓ_v; weighted models get GraphSAINT's normalised Â."""
     x = w.x[torch.from_numpy(b.nodes)]
-    if b.entries is not None and models.weighted(w.model):
+    if b.entries is not None and models.supports(w.model, "edge_weight"):
         rows, cols, vals = b.entries
         out = w.model(x, models.NormAdjacency.from_entries(rows, cols, vals, b.nodes.size))
     else:

@@ -11,7 +11,7 @@ from shardgnn.averaging.subgraphs import SAMPLERS
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
-from shardgnn.registry import ENGINES
+from shardgnn.registry import ENGINES, MODELS, NAU_MODELS
 from shardgnn.sampled.cli import SAMPLERS as SAMPLED_SAMPLERS
 from shardgnn.train import guards
 from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, default_of
@@ -84,15 +84,7 @@ def add_parser(sub: Any) -> None:
     n0 = len(p._actions)
     g = p.add_argument_group("options of several engines (each says which engines take it)")
     g.add_argument("--model", default=d("model", AveragingConfig),
-                   help="(averaging, nau, sampled) averaging: gcn, sage (GraphSAGE, mean), gat "
-                   "(multi-head), sgc, ngnn-gcn, ngnn-sage (NGNN: --ngnn-layers non-linear "
-                   "layers inside each hidden layer), or package.module:Name for a user "
-                   "torch.nn.Module with "
-                   "forward(x, edge_index), built as Name(in_channels=, hidden_channels=, "
-                   "out_channels=, num_layers=, dropout=) or, failing that, Name(in_channels, "
-                   "out_channels); nau: gcn, pinsage, magnn, jknet, pgnn or package.module:Class "
-                   "(a user NAUModel built as Class(in_dim, hidden, out_dim, **options), see "
-                   "docs/nau.md); sampled: gcn, sage or gat (default: gcn)")
+                   help=_model_help(d("model", AveragingConfig)))
     g.add_argument("--sampler", choices=SAMPLERS + SAMPLED_SAMPLERS, default=None,
                    help="(averaging, sampled) averaging, --mode minibatch inside each partition: "
                    "neighbor (the default: --fanouts, --batch-size targets), cluster (Cluster-GCN: "
@@ -151,6 +143,24 @@ def add_parser(sub: Any) -> None:
         _OWN[fam.__name__] = {a.dest for a in p._actions[k:]}
     _NAMES.update(guards.track_explicit(p._actions))
     p.set_defaults(func=run)
+
+
+def _model_help(default: str) -> str:
+    """``--model``'s help: each engine's models, from the registries and the models' declared
+    capabilities."""
+    from shardgnn.train import models
+
+    def listed(reg: Any) -> str:
+        return ", ".join(f"{e.name} ({e.help})" for e in reg.entries())
+
+    return ("(averaging, nau, sampled) averaging: " + listed(MODELS) + ", or "
+            "package.module:Name for a user torch.nn.Module with forward(x, edge_index), built as "
+            "Name(in_channels=, hidden_channels=, out_channels=, num_layers=, dropout=) or, "
+            "failing that, Name(in_channels, out_channels), what else it runs declared by "
+            "supports_* constants (docs/training.md); nau: " + listed(NAU_MODELS) + ", or "
+            "package.module:Class (a user NAUModel built as Class(in_dim, hidden, out_dim, "
+            "**options), see docs/nau.md); sampled: " + ", ".join(models.registered_with("blocks"))
+            + f", or a user model declaring supports_blocks (default: {default})")
 
 
 def family_of(engine: str) -> ModuleType:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from shardgnn.registry import ENGINES as ENGINE_REGISTRY
+from shardgnn.registry import ENGINES as ENGINE_REGISTRY, NAU_MODELS
 from shardgnn.train.config import default_of, from_args
 
 if TYPE_CHECKING:
@@ -21,8 +21,8 @@ BORROWED_OPTIONS: tuple[str, ...] = ("partition",)
 def add_arguments(parser: Any) -> None:
     """Add the NAU engine's own options (the shared ones live in cli/train.py).
 
-    ``--model`` is shared with the averaging engine; with ``--engine nau`` it takes
-    gcn | pinsage | magnn | jknet | pgnn.
+    ``--model`` is shared with the averaging engine; with ``--engine nau`` it takes the names
+    of :data:`shardgnn.registry.NAU_MODELS`.
     """
     from shardgnn.nau.engine import NAUConfig
 
@@ -30,8 +30,7 @@ def add_arguments(parser: Any) -> None:
         return default_of(NAUConfig, name)
 
     g = parser.add_argument_group(
-        "nau engine (FlexGraph NAU, DATA = converted dataset; --model gcn | pinsage | "
-        "magnn | jknet | pgnn)")
+        f"nau engine (FlexGraph NAU, DATA = converted dataset; --model {' | '.join(NAU_MODELS)})")
     g.add_argument("--aggregation", choices=("hybrid", "scatter"), default=d("aggregation"),
                    help="hybrid: fused bottom level (compiled segment reduction, no E x d message "
                    "tensor), sparse intermediate "

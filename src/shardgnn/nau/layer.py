@@ -296,11 +296,15 @@ class NAUModel(nn.Module):
     """A stack of :class:`NAULayer` with a schema tree and a neighbour UDF.
 
     Subclasses set ``schema``, ``hdg_reuse`` (``"once"`` or ``"epoch"``) and ``layers``, and
-    implement :meth:`nbr_udf`; :meth:`roots` picks the vertices whose HDGs are built.
+    implement :meth:`nbr_udf`; :meth:`roots` picks the vertices whose HDGs are built. A model
+    whose bottom level is a weighted sum reached only through ``lv.reduce`` declares
+    ``partial_aggregation = True`` (every built-in model does), so the distributed engine may
+    aggregate remote leaves where they live (:func:`shardgnn.nau.pipeline.supports_partial`).
     """
 
     schema: SchemaTree = SchemaTree()
     hdg_reuse: str = "once"
+    partial_aggregation: bool = False
 
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:

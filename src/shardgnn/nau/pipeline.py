@@ -12,7 +12,7 @@ their senders, the local transposed product runs while they travel).
 :func:`build_partial` makes the :class:`PartialPlan` of a rank's HDGs (one exchange of the
 remote edges with their owners, collective); :class:`PartialHDGSet` is an HDG set whose bottom
 level runs through it, so a model's aggregation UDFs run unchanged. Models whose bottom level
-is not a weighted sum (an LSTM or attention over the leaves) declare
+is not a weighted sum (an LSTM or attention over the leaves) keep the default
 ``partial_aggregation = False`` and use the batched halo exchange of :mod:`shardgnn.nau.dist`
 instead. Collective over comm where a function takes ``comm``; the kernels are rank-local.
 
@@ -43,11 +43,10 @@ if TYPE_CHECKING:
 def supports_partial(model: NAUModel) -> bool:
     """True when the model's bottom level is a weighted sum reached only through ``lv.reduce``.
 
-    A model says so with the class attribute ``partial_aggregation``; without it, the built-in
-    models (``shardgnn.nau.models``) do and user models do not.
+    A model declares it with the class attribute ``partial_aggregation`` (every built-in model
+    does; :class:`~shardgnn.nau.layer.NAUModel`'s default is False).
     """
-    default = type(model).__module__.startswith("shardgnn.nau.models.")
-    return bool(getattr(model, "partial_aggregation", default))
+    return bool(getattr(model, "partial_aggregation", False))
 
 
 def bottom_edges(h: HDG) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

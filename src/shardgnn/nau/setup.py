@@ -12,7 +12,7 @@ from shardgnn.errors import ShardError
 from shardgnn.nau.aggregation import MODES
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.layer import NAUModel
-from shardgnn.nau.models import MODELS, resolve
+from shardgnn.registry import NAU_MODELS
 from shardgnn.train import guards
 from shardgnn.train.config import TrainConfig, raise_first
 
@@ -50,8 +50,8 @@ class NAUConfig(TrainConfig):
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
-        raise_first([(self.model in MODELS or ":" in self.model, "--model",
-                      " | ".join(MODELS) + " | package.module:Class", self.model),
+        raise_first([(self.model in NAU_MODELS or ":" in self.model, "--model",
+                      " | ".join(NAU_MODELS) + " | package.module:Class", self.model),
                      (self.aggregation in MODES, "--aggregation", " | ".join(MODES),
                       self.aggregation)] + self.common_checks() + [
             (self.walks >= 1, "--walks", ">= 1", self.walks),
@@ -95,7 +95,7 @@ def build_model(cfg: NAUConfig, graph: TypedGraph) -> NAUModel:
     if cfg.model == "magnn":
         t = target_type(graph, cfg.target_type)
         kw.update(graph=graph, target=t, metapaths=parse_metapaths(graph, cfg.metapaths, t))
-    return resolve(cfg.model)(graph.num_features, cfg.hidden, classes, **kw)
+    return NAU_MODELS.resolve(cfg.model)(graph.num_features, cfg.hidden, classes, **kw)
 
 
 def split_masks(graph: TypedGraph, roots: np.ndarray, seed: int) -> dict[str, np.ndarray]:

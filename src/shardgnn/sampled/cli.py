@@ -22,12 +22,14 @@ BORROWED_OPTIONS: tuple[str, ...] = ("heads", "fanouts", "batch_size")
 def add_arguments(parser: Any) -> None:
     """Add the sampled engine's own options (it also takes --model, --heads, --fanouts and
     --batch-size of the averaging group)."""
+    from shardgnn.train.models import registered_with
+
     g = parser.add_argument_group(
         "sampled engine (DATA = vertex-cut store of `partition --algo adadne|dne|hash2d`)",
         "GLISP Gather-Apply sampling: every rank serves its partitions and trains one replica on "
         "its share of the seeds; per step one lock-step round of Alltoallv per hop (requests, "
         "counts, neighbour ids), one feature fetch (Alltoallv) and one gradient all-reduce. "
-        "Also takes --model (gcn, sage, gat), --heads, --fanouts (one per layer; default 15,10,5 "
+        f"Also takes --model ({', '.join(registered_with('blocks'))}), --heads, --fanouts (one per layer; default 15,10,5 "
         "cut to --layers; --fanouts alone sets --layers), --batch-size (seeds per step over all "
         "ranks, split evenly: the global batch, the samples and the dropout masks are the same "
         "at every P, so P ranks reproduce one rank up to float summation order). --eval full "

@@ -106,9 +106,10 @@ def _build_model(cfg: SampledConfig, features: int, classes: int) -> torch.nn.Mo
     torch.manual_seed(cfg.seed)
     model = models.build(cfg.model, features, cfg.hidden, classes, cfg.layers, cfg.dropout,
                          cfg.heads)
-    if not models.takes_blocks(model):
+    if not models.supports(model, "blocks"):
+        names = ", ".join(models.registered_with("blocks"))
         raise ShardError(f"--model {cfg.model}: expected a model with layer(i, x, block) and "
-                         f"forward_blocks(x, blocks) (gcn, sage, gat), got "
+                         f"forward_blocks(x, blocks), declaring supports_blocks ({names}), got "
                          f"{type(model).__name__}")
     return model
 
@@ -139,7 +140,7 @@ def _forward(run: _Run, mb: MiniBatch, st: dict[str, float], step: int = -1) -> 
     st["fetch_time"] += time.perf_counter() - t0
     blocks = [models.TorchBlock.of(b) for b in mb.blocks()]
     p = float(getattr(run.model, "dropout", 0.0))
-    if step < 0 or not run.model.training or p <= 0 or not hasattr(run.model, "layer"):
+    if step < 0 or not run.model.training or p <= 0:
         return run.model.forward_blocks(x, blocks)
     L = len(blocks)
     model = cast(Any, run.model)

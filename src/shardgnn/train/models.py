@@ -1,19 +1,21 @@
 """GNN models on PyTorch Geometric layers (GCN, GraphSAGE-mean, GAT, SGC, NGNN-GCN/-SAGE) and user models by import path.
 
 Rank-local; no communication. Every model is a ``torch.nn.Module`` whose ``forward(x,
-edge_index)`` returns one row of class logits per node; the built-in ones also run stage by
-stage (``stages``/``stage``/``stage_graph``, :func:`staged`) for distributed evaluation. Built-in models register by name in
-:data:`shardgnn.registry.MODELS`; ``--model pkg.mod:Name`` imports a user class (or factory function), called as
-``Name(in_channels, hidden_channels, out_channels, num_layers, dropout)`` with keywords, and,
-when that signature does not fit, as ``Name(in_channels, out_channels)``.
+edge_index)`` returns one row of class logits per node. What else a model can do it declares
+with class constants ``supports_<capability>`` (:data:`CAPABILITIES`, read by
+:func:`supports`; as PyG's ``supports_edge_weight``): the built-in ones run stage by stage for
+distributed evaluation, most also per sampled block. Built-in models register by name in
+:data:`shardgnn.registry.MODELS`; ``--model pkg.mod:Name`` imports a user class (or factory
+function), called as ``Name(in_channels, hidden_channels, out_channels, num_layers, dropout)``
+with keywords, and, when that signature does not fit, as ``Name(in_channels, out_channels)``;
+a user model declares no capability unless it sets the constants.
 """
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numba
 import numpy as np
@@ -23,6 +25,30 @@ from torch import nn
 
 from shardgnn.errors import ShardError
 from shardgnn.registry import MODELS
+
+#: Capabilities a model declares as class constants ``supports_<name> = True`` (absent: False):
+#: ``stages`` -- ``stages()``, ``stage(i, x, graph)``, ``stage_graph(edge_index, num_nodes,
+#: deg)``: distributed evaluation exchanges replica rows between stages; ``blocks`` --
+#: ``layer(i, x, block)`` and ``forward_blocks(x, blocks)``: the sampled engine's per-hop
+#: blocks; ``trim`` -- ``forward(x, edge_index, trim=...)`` (:func:`trim_plan`): layer-wise
+#: trimming of a neighbour-sampled batch; ``degrees`` -- ``forward(..., deg=...)`` and
+#: ``prepare_graph(edge_index, num_nodes, deg)``: normalisation with the whole graph's degrees;
+#: ``edge_weight`` -- ``forward(x, adj)`` over a weighted :class:`NormAdjacency` (GraphSAINT's
+#: aggregator normalisation).
+CAPABILITIES = ("stages", "blocks", "trim", "degrees", "edge_weight")
+
+
+def supports(model: Any, capability: str) -> bool:
+    """Whether ``model`` (an instance or class) declares ``supports_<capability> = True``."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown model capability {capability!r}; expected one of "
+                         f"{', '.join(CAPABILITIES)}")
+    return bool(getattr(model, f"supports_{capability}", False))
+
+
+def registered_with(capability: str) -> tuple[str, ...]:
+    """Names of :data:`shardgnn.registry.MODELS` whose class declares ``capability``."""
+    return tuple(n for n in MODELS if supports(MODELS[n], capability))
 
 
 class _Stack(nn.Module):
@@ -37,6 +63,10 @@ class _Stack(nn.Module):
     random stream are those of the untrimmed forward (for layers without random numbers of
     their own; GAT does not trim).
     """
+
+    supports_stages = True
+    supports_blocks = True
+    supports_trim = True
 
     def __init__(self, convs: list[nn.Module], dropout: float, act: Callable = F.relu) -> None:
         super().__init__()
@@ -246,6 +276,10 @@ class GCN(_Stack):
     aggregation done as one sparse-dense product.
     """
 
+    supports_trim = False  # its forward takes the prepared adjacency, not a trim plan
+    supports_degrees = True
+    supports_edge_weight = True
+
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5, **_: Any) -> None:
         from torch_geometric.nn import GCNConv
@@ -427,7 +461,11 @@ class GAT(_Stack):
     layer averages ``heads`` heads into ``out_channels`` logits. ELU between layers.
 
     The layers are PyG ``GATConv`` with the weighted sum over neighbours done by a compiled
-    kernel (:func:`_fast_gat_conv`; same parameters, same state dict)."""
+    kernel (:func:`_fast_gat_conv`; same parameters, same state dict). No trimming: the
+    attention dropout draws one number per edge and head, so a trimmed edge set would change
+    the random stream."""
+
+    supports_trim = False
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5, heads: int = 4, **_: Any) -> None:
@@ -441,15 +479,12 @@ class GAT(_Stack):
         convs.append(conv_cls(width, out_channels, heads=heads, concat=False, dropout=dropout))
         super().__init__(convs, dropout, act=F.elu)
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        # no trimming: the attention dropout draws one number per edge and head, so a trimmed
-        # edge set would change the random stream
-        return super().forward(x, edge_index)
-
 
 class SGC(nn.Module):
     """Simplified graph convolution: ``num_layers`` propagation steps then one linear map
     (``SGConv(K=num_layers)``); no hidden layer, ``hidden_channels`` is ignored."""
+
+    supports_stages = True
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.0, **_: Any) -> None:
@@ -481,39 +516,6 @@ class SGC(nn.Module):
         return NormAdjacency(edge_index, num_nodes, deg)
 
 
-def staged(model: nn.Module) -> bool:
-    """Whether ``model`` runs stage by stage (``stages``, ``stage``, ``stage_graph``: every
-    built-in model), so distributed evaluation can exchange replica rows between stages."""
-    return all(callable(getattr(model, k, None)) for k in ("stages", "stage", "stage_graph"))
-
-
-def weighted(model: nn.Module) -> bool:
-    """Whether ``model`` aggregates over a :class:`NormAdjacency` (gcn, ngnn-gcn), so a sampled
-    subgraph's edge weights (GraphSAINT's aggregator normalisation) can be given to it."""
-    return isinstance(model, GCN)
-
-
-def takes_blocks(model: nn.Module) -> bool:
-    """Whether ``model`` offers ``layer(i, x, block)`` and ``forward_blocks(x, blocks)``."""
-    return callable(getattr(model, "forward_blocks", None)) and callable(getattr(model, "layer", None))
-
-
-def takes_trim(model: nn.Module) -> bool:
-    """Whether ``model.forward`` accepts ``trim=`` (layer-wise trimming of a sampled batch)."""
-    try:
-        return "trim" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def takes_degrees(model: nn.Module) -> bool:
-    """Whether ``model.forward`` accepts ``deg=`` (global degrees for normalisation)."""
-    try:
-        return "deg" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def prepare(model: nn.Module, edge_index: torch.Tensor, num_nodes: int,
             deg: torch.Tensor | None = None) -> Any:
     """What to pass as ``edge_index`` to every forward of ``model`` on one fixed graph: the
@@ -522,35 +524,25 @@ def prepare(model: nn.Module, edge_index: torch.Tensor, num_nodes: int,
     prep = getattr(model, "prepare_graph", None)
     if prep is None:
         return edge_index
-    return prep(edge_index, num_nodes, deg if takes_degrees(model) else None)
+    return prep(edge_index, num_nodes, deg if supports(model, "degrees") else None)
 
 
 def forward(model: nn.Module, x: torch.Tensor, edge_index: Any,
             deg: torch.Tensor | None = None) -> torch.Tensor:
     """``model(x, edge_index)``, passing ``deg=`` to models that take it (not needed when
     ``edge_index`` came from :func:`prepare`, which already holds the degrees)."""
-    if deg is not None and takes_degrees(model) and isinstance(edge_index, torch.Tensor):
+    if deg is not None and supports(model, "degrees") and isinstance(edge_index, torch.Tensor):
         return model(x, edge_index, deg=deg)
     return model(x, edge_index)
 
 
 def resolve(name: str) -> Callable[..., nn.Module]:
     """The class (or factory) for a built-in name or ``package.module:Name``; ShardError if none."""
-    if name.lower() in MODELS:
-        return MODELS[name.lower()]
-    if ":" not in name:
-        raise ShardError(f"--model: unknown model {name!r}; expected one of "
-                         f"{', '.join(MODELS)} or package.module:Class")
-    mod_name, _, attr = name.partition(":")
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ShardError(f"--model {name}: cannot import module {mod_name!r} ({exc})") from None
-    obj = getattr(mod, attr, None)
-    if obj is None or not callable(obj):
-        raise ShardError(f"--model {name}: expected a class or function {attr!r} in "
-                         f"{mod_name}, got {'nothing' if obj is None else type(obj).__name__}")
-    return obj
+    obj = MODELS.resolve(name)
+    if not callable(obj):
+        raise ShardError(f"--model {name}: expected a class or function, got "
+                         f"{type(obj).__name__}")
+    return cast(Callable[..., nn.Module], obj)
 
 
 def build(name: str, in_channels: int, hidden_channels: int, out_channels: int,

@@ -60,6 +60,7 @@ class GCN(NAUModel):
 
     schema = SchemaTree(("vertex",), (1,))
     hdg_reuse = "once"
+    partial_aggregation = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  dropout: float = 0.5, **_: Any) -> None:

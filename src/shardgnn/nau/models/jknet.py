@@ -59,6 +59,7 @@ class JKNet(NAUModel):
     """JK-Net (Xu et al. 2018) over ``k`` hop rings as one hierarchical NAU layer."""
 
     hdg_reuse = "once"
+    partial_aggregation = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, rings: int = 3,
                  jk_mode: str = "cat", dropout: float = 0.5, **_: Any) -> None:

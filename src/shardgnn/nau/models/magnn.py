@@ -114,6 +114,7 @@ class MAGNN(NAUModel):
     """MAGNN (Fu et al. 2020) node classification over the target type's roots."""
 
     hdg_reuse = "once"
+    partial_aggregation = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, graph: TypedGraph,
                  target: int = 0, metapaths: Sequence[Sequence[int]] | None = None,

@@ -57,6 +57,7 @@ class PGNN(NAUModel):
     """P-GNN (You et al. 2019) for node classification; anchor sets redrawn every epoch."""
 
     hdg_reuse = "epoch"
+    partial_aggregation = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  dropout: float = 0.5, anchor_sets: int = 16, anchor_hops: int = 2,

@@ -52,6 +52,7 @@ class PinSage(NAUModel):
 
     schema = SchemaTree(("vertex",), (1,))
     hdg_reuse = "epoch"
+    partial_aggregation = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  dropout: float = 0.5, walks: int = 10, walk_length: int = 3, topk: int = 10,

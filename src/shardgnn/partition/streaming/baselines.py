@@ -9,7 +9,6 @@ Functions taking ``comm`` are collective over comm.
 """
 from __future__ import annotations
 
-import importlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -24,6 +23,7 @@ from shardgnn.partition.streaming import kernels as K
 from shardgnn.partition.streaming import vcut_kernels as VK
 from shardgnn.partition.streaming.passes import PassTimer, lockstep
 from shardgnn.partition.streaming.spring import cluster_pass, directed_lines
+from shardgnn.registry import load_target
 
 
 @dataclass
@@ -67,18 +67,14 @@ class StreamingPartitioner:
 
 
 def load_user_class(spec: str) -> type:
-    """Import ``package.module:ClassName``. Rank-local; raises ShardError."""
-    mod_name, _, cls_name = spec.partition(":")
-    if not mod_name or not cls_name:
+    """Import ``package.module:ClassName`` (:func:`shardgnn.registry.load_target`). Rank-local;
+    raises ShardError."""
+    if ":" not in spec:
         raise ShardError(f"--algo {spec!r}: expected package.module:ClassName")
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ShardError(f"--algo {spec!r}: cannot import module {mod_name!r} ({exc})") from None
-    cls = getattr(mod, cls_name, None)
-    if cls is None or not callable(getattr(cls, "assign", None)):
-        raise ShardError(f"--algo {spec!r}: expected a class with an assign(edges) method in "
-                         f"{mod_name}, got {cls!r}")
+    cls = load_target(spec, "--algo")
+    if not callable(getattr(cls, "assign", None)):
+        raise ShardError(f"--algo {spec!r}: expected a class with an assign(edges) method, got "
+                         f"{cls!r}")
     return cls
 
 
