@@ -135,6 +135,19 @@ def build_source(src: Path, fmt: str | None, args: argparse.Namespace,
     edge_types = args.edge_types or bool(desc and desc.edge_types)
     if edge_types and fmt not in ("snap", "csv", "recbole"):
         raise ShardError(f"--edge-types: expected a text or CSV input, got format {fmt!r}")
+    brings_types = fmt == "recbole" or bool(args.node_types or (desc and desc.node_types))
+    ignored = [(args.no_weights and fmt == "planetoid", "--no-weights",
+                "inputs with edge weights (not Planetoid)"),
+               (args.structure_only and not (fmt in ("planetoid", "recbole") or (
+                   fmt == "npz" and is_csr_npz(src))),
+                "--structure-only", "Planetoid, RecBole and GNN-benchmark .npz inputs"),
+               (args.edge_type_names and not edge_types and fmt != "recbole", "--edge-type-names",
+                "typed edges (--edge-types or a RecBole input)"),
+               (args.node_type_names and not brings_types, "--node-type-names",
+                "node types (--node-types or a RecBole input)")]
+    for bad, opt, what in ignored:
+        if bad:
+            raise ShardError(f"{opt}: applies to {what}, got format {fmt!r}; it would be ignored")
     if fmt == "planetoid":
         from shardgnn.io.planetoid import load_planetoid
 
@@ -197,9 +210,16 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     nodes.features_path = Path(feats) if feats else None
     nodes.labels_path = Path(labels) if labels else None
     split = args.split or (desc.split if desc else None)
+    if args.split_seed is not None and not split:
+        raise ShardError("--split-seed: applies with --split (or a descriptor's split), got "
+                         "none; it would be ignored")
     nodes.split = tuple(split) if split else None  # type: ignore[assignment]
     nodes.split_seed = args.split_seed if args.split_seed is not None else (
         desc.split_seed if desc else 0)
+    if args.merge_memory < 1:
+        raise ShardError(f"--merge-memory: expected >= 1 keys, got {args.merge_memory}")
+    if args.tmp_dir is not None:
+        _check_folder(Path(args.tmp_dir), "--tmp-dir")
     conv = desc.convert if desc else {}
     directed = bool(args.directed or conv.get("directed", False))
     num_nodes = args.num_nodes if args.num_nodes is not None else (desc.num_nodes if desc else None)
@@ -223,6 +243,15 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     if desc is not None and desc.expected and not (args.keep_self_loops or args.keep_duplicates):
         info["expected_ok"] = _check_expected(desc, meta.num_nodes, meta.num_edges, directed)
     return info
+
+
+def _check_folder(path: Path, opt: str) -> None:
+    """``path`` is a folder or can be made one (no part of it is a file)."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ShardError(f"{opt} {path}: expected a folder, got the file {p} in the way")
+            return
 
 
 def _file_column(spec: str) -> tuple[Path, str | None]:

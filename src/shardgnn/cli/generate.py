@@ -76,6 +76,7 @@ def add_parser(sub: Any) -> None:
                    help="with --canonical: keep edge directions (default: undirected)")
     r.add_argument("--out", required=True, type=output_path, help="output .npy file (or directory with --canonical)")
     r.add_argument("--force", action="store_true", help="replace an existing output")
+    r.only_if("directed", lambda a: a.canonical, "with --canonical")
     r.set_defaults(func=run)
 
     c = gs.add_parser("csbm", help="contextual stochastic block model dataset",
@@ -95,6 +96,10 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--feature-snr", type=float, default=1.0,
                    help="norm of each class mean; noise is N(0, I) (default: 1.0)")
     _add_split_and_output(c, "train fraction")
+    c.only_if(("avg_degree", "homophily"), lambda a: a.p_in is None,
+              "without --p-in/--p-out (they set the edge probabilities)")
+    c.only_if("p_out", lambda a: a.p_in is not None, "with --p-in")
+    c.only_if("feature_snr", lambda a: a.features > 0, "with --features > 0")
 
     h = gs.add_parser("hetero", help="heterogeneous dataset with a planted metapath signal",
                       description=HETERO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,6 +116,7 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--feature-snr", type=float, default=0.0,
                    help="norm of the target class means in the features (default: 0: none)")
     _add_split_and_output(h, "train fraction of targets")
+    h.only_if("feature_snr", lambda a: a.features > 0, "with --features > 0")
 
 
 def _add_split_and_output(p: Any, train_help: str) -> None:
@@ -126,6 +132,8 @@ def _add_split_and_output(p: Any, train_help: str) -> None:
 
 
 def _rmat(args: argparse.Namespace) -> dict[str, Any]:
+    if args.chunk < 1:
+        raise ShardError(f"--chunk: expected >= 1 edges per step, got {args.chunk}")
     m = args.edges if args.edges is not None else args.edge_factor * (1 << args.scale)
     out = Path(args.out)
     if out.exists() and not args.force:

@@ -84,6 +84,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="recompute every layer even when complete layer files of the same job "
                    "are in the layers directory")
+    p.only_if(("batch_size", "target_fraction"), lambda a: bool(a.samplewise),
+              "with --samplewise")
+    p.only_if(("cache_chunks", "cache_policy", "order", "resume"), lambda a: not a.samplewise,
+              "to layerwise inference (not with --samplewise)")
+    p.only_if("seed", lambda a: a.fanouts is not None and any(
+        t.strip() not in ("-1", "") for t in str(a.fanouts).split(",")),
+        "when --fanouts samples (a value other than -1)")
     p.set_defaults(func=run)
 
 

@@ -39,9 +39,59 @@ def add_parser(sub: Any) -> None:
                    help="results HDF5 file for the run's metrics (default: OUT/results.h5)")
     p.add_argument("--chunk", type=int, default=1 << 20,
                    help="edges read per chunk; bounds streaming memory (default: 1048576)")
+    k = len(p._actions)
     streaming_cli.add_arguments(p)
+    streaming = {a.dest for a in p._actions[k:]}
+    k = len(p._actions)
     vertexcut_cli.add_arguments(p)
+    vertexcut = {a.dest for a in p._actions[k:]}
+    only_where_read(p, streaming, vertexcut)
     p.set_defaults(func=run)
+
+
+def _algo(args: argparse.Namespace) -> str:
+    return "user" if ":" in args.algo else args.algo.lower()
+
+
+def _refine(args: argparse.Namespace) -> int:
+    """The refinement passes a streaming run makes (SPRING's default when not given)."""
+    return int(args.refine if args.refine is not None else
+               streaming_cli.DEFAULT_REFINE if _algo(args) == "spring" else 0)
+
+
+def only_where_read(p: Any, streaming: set[str], vertexcut: set[str]) -> None:
+    """Refuse an option given with an --algo that does not read it (see Parser.only_if)."""
+    stream_algos = set(streaming_cli.ALGORITHMS) | {"user"}
+
+    def algos(*names: str) -> Any:
+        return lambda a: _algo(a) in names
+
+    p.only_if(streaming, lambda a: _algo(a) in stream_algos,
+              f"with a streaming --algo ({', '.join(streaming_cli.ALGORITHMS)} or "
+              "package.module:Class)")
+    p.only_if(vertexcut - {f"ada_{k}" for k in ("wv", "we", "lambda_min", "response", "beta",
+                                                 "cap", "tail", "hub_defer", "refine")}
+              - {"dne_balance"}, algos("dne", "adadne"), "with --algo dne or adadne")
+    p.only_if([d for d in vertexcut if d.startswith("ada_")], algos("adadne"), "with --algo adadne")
+    p.only_if("ada_beta", lambda a: a.ada_response == "exp", "with --ada-response exp")
+    p.only_if("dne_balance", algos("dne"), "with --algo dne (AdaDNE has no hard cap: --ada-cap)")
+    p.only_if(("beta", "tau", "merge", "assign_order", "stream_order"), algos("spring"),
+              "with --algo spring")
+    p.only_if(("hdrf_lambda", "hdrf_epsilon"), algos("hdrf"), "with --algo hdrf")
+    p.only_if("vcut_balance", algos("hdrf", "greedy"), "with --algo hdrf or greedy")
+    p.only_if(("twops_port", "twops_balance"), algos("2ps-l"), "with --algo 2ps-l")
+    p.only_if(("refine_clusters",), lambda a: _algo(a) == "spring" and _refine(a) > 0,
+              "with --algo spring and --refine > 0")
+    p.only_if(("refine_frac", "refine_balance"), lambda a: _refine(a) > 0,
+              "with refinement passes (--refine > 0; SPRING refines by default)")
+    p.only_if(("devices", "device_mem", "reserve"), lambda a: str(a.parts).lower() == "auto",
+              "with --parts auto")
+    p.only_if("write_threads", lambda a: a.write_from == "csr", "with --write-from csr")
+    p.only_if("seed", lambda a: (_algo(a) in ("hash", "dbh", "user", "dne", "adadne", "hash2d")
+                                 or (_algo(a) in stream_algos and (_refine(a) > 0 or a.hops == 0))),
+              "with a randomised partitioner: hash, dbh, dne, adadne, hash2d, a user class, "
+              "refinement (--refine > 0) or --hops 0 (hdrf, greedy, 2ps-l and spring without "
+              "refinement are deterministic)")
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:

@@ -59,6 +59,8 @@ def add_parser(sub: Any) -> None:
                    help="the converted dataset the store was cut from (default: the path in the "
                    "store's meta.json); checked to have the store's node and edge counts")
     p.add_argument("--out", required=True, type=output_path, help="output HDF5 file (written atomically)")
+    p.only_if("replace", lambda a: a.mode in ("uniform", "weighted"),
+              "with --mode uniform or weighted")
     p.set_defaults(func=run)
 
 
@@ -70,7 +72,8 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                        mask=args.mask, dataset=args.dataset, batch_size=args.batch_size,
                        seed=args.seed, mode=args.mode, replace=args.replace,
                        direction=args.direction, type_fanouts=args.type_fanouts,
-                       repeats=args.repeats)
+                       repeats=args.repeats,
+                       direction_given="direction" in getattr(args, "given_options", ()))
     s = main(comm, cfg)
     if comm.rank == 0:
         print(f"sample: {s['seeds']} seeds in {s['batches']} batches x {s['repeats']}, "

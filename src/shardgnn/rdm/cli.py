@@ -72,6 +72,18 @@ def add_arguments(parser: Any) -> None:
                    "identically on every rank from the shared seed; node, edge or random-walk sampler")
 
 
+def option_rules(parser: Any) -> None:
+    """Options of these engines that only some of their settings read (Parser.only_if)."""
+    def when(cond: Any) -> Any:
+        return lambda a: a.engine.lower() not in ENGINES or cond(a)
+
+    parser.only_if(("saint_budget", "saint_steps", "saint_presample"),
+                   when(lambda a: a.saint is not None), "with --saint (rdm)")
+    parser.only_if("saint_walk_length", when(lambda a: a.saint == "rw"), "with --saint rw (rdm)")
+    parser.only_if("replicas", when(lambda a: a.engine.lower() == "rdm"),
+                   "with --engine rdm (cagnet1d always keeps one copy of A)")
+
+
 def run(comm: Communicator, args: Any) -> int:
     """Run training. Collective over comm."""
     from shardgnn.rdm.main import config_from_args, main

@@ -48,6 +48,17 @@ def add_arguments(parser: Any) -> None:
                    "default: the path in the store's meta.json)")
 
 
+def option_rules(parser: Any) -> None:
+    """Options of this engine that only some of its settings read (Parser.only_if)."""
+    def when(cond: Any) -> Any:
+        return lambda a: a.engine.lower() not in ENGINES or cond(a)
+
+    parser.only_if("eval_batch_size", when(lambda a: a.eval in (None, "full")),
+                   "when evaluating (--eval full, the default of --engine sampled)")
+    parser.only_if("sample_replace", when(lambda a: (a.sampler or "uniform") != "keyed"),
+                   "with --sampler uniform or weighted")
+
+
 def config_from_args(args: argparse.Namespace) -> Any:
     """The validated :class:`~shardgnn.sampled.engine.SampledConfig`."""
     from shardgnn.sampled.engine import SampledConfig
@@ -64,6 +75,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if cfg.sampler not in SAMPLERS:
         raise ShardError(f"--sampler: expected {', '.join(SAMPLERS)} with --engine sampled, got "
                          f"{cfg.sampler}")
+    if "direction" in given:
+        from shardgnn.partition.vertexcut.store import PartitionStore
+        from shardgnn.sampling.features import check_direction
+
+        check_direction(PartitionStore(cfg.data), True)
     if cfg.eval in ("local", "dist"):
         raise ShardError(f"--eval {cfg.eval}: not an evaluation of --engine sampled; expected "
                          "full (val/test on the sampled path) or none")

@@ -450,7 +450,7 @@ def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, t
               "refine_clusters": cfg.refine_clusters, "seed": cfg.seed, "chunk": cfg.chunk,
               "ranks": comm.size, "write_memory": m["write_memory_bytes"],
               "write_threads": m["write_threads"],
-              "store_compression": cfg.compression}
+              "store_compression": cfg.compression, "write_from": cfg.write_from}
     doc = {"format": store.FORMAT, "version": store.VERSION, "algorithm": cfg.algo,
            "parameters": params, "parts": p, "num_nodes": meta.num_nodes,
            "num_edges": meta.num_edges, "directed": bool(meta.directed), "hops": cfg.hops,
