@@ -472,7 +472,7 @@ for eng in ("rdm", "cagnet1d"):
 AUDIT["train rdm"]["--replicas"] = [C(["--replicas", 1], R, key="replicas", value=1)]
 AUDIT["train cagnet1d"]["--replicas"] = [C(["--replicas", 1], X)]
 audit("train rdm", "rdm",
-      saint=C(["--saint", "node"]),
+      saint=C(["--saint", "node", "--saint-presample", 2]),
       saint_budget=[C(["--saint", "node", "--saint-budget", 50], ctx="rdm-saint"),
                     C(["--saint-budget", 50], X)],
       saint_steps=[C(["--saint", "node", "--saint-steps", 2], ctx="rdm-saint"),
@@ -494,7 +494,7 @@ audit("train averaging", "avg", **COMMON, **ckpt("avg-4"),
       local_optimizer=[C(["--local-optimizer", "--sync-every", 2]),
                        C(["--sync", "grad", "--local-optimizer"], X, msg="--average-optimizer")],
       mode=C(["--mode", "minibatch"]),
-      sampler=C(["--sampler", "cluster"]),
+      sampler=C(["--sampler", "saint-edge", "--saint-presample", 2]),
       cluster_size=[C(["--sampler", "cluster", "--cluster-size", 8], ctx="avg-cluster"),
                     C(["--cluster-size", 8], X)],
       clusters_per_batch=[C(["--sampler", "cluster", "--clusters-per-batch", 1], ctx="avg-cluster"),
@@ -626,8 +626,20 @@ def _ok(argv: list[Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory) -> Ctx:
-    w = tmp_path_factory.mktemp("audit")
+def ctx(tmp_path_factory) -> Any:
+    """Inputs and the base command lines; one torch thread (as under mpiexec, where every rank
+    has one): a few hundred runs on tiny graphs, where a thread pool costs more than it gives."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield _inputs(tmp_path_factory.mktemp("audit"))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _inputs(w: Path) -> Ctx:
     c = Ctx(w)
     rng = np.random.default_rng(0)
     n = 120
@@ -684,14 +696,15 @@ def ctx(tmp_path_factory) -> Ctx:
     for eng in ("rdm", "cagnet1d"):
         B[eng] = ["train", "--engine", eng, "@W/csbm", "--epochs", 2]
         B[f"{eng}-4"] = B[eng] + ["--epochs", 4]
-    B["rdm-saint"] = B["rdm"] + ["--saint", "node"]
-    B["rdm-saint-rw"] = B["rdm"] + ["--saint", "rw"]
+    B["rdm-saint"] = B["rdm"] + ["--saint", "node", "--saint-presample", 2]
+    B["rdm-saint-rw"] = B["rdm"] + ["--saint", "rw", "--saint-presample", 2]
     B["avg"] = ["train", "--engine", "averaging", "@W/parts", "--epochs", 2]
     B["avg-4"] = B["avg"] + ["--epochs", 4]
     for k, extra in (("gat", ["--model", "gat"]), ("ngnn", ["--model", "ngnn-gcn"]),
                      ("local", ["--local-optimizer", "--epochs", 3]),
                      ("mb", ["--mode", "minibatch"]), ("cluster", ["--sampler", "cluster"]),
-                     ("saint", ["--sampler", "saint-node"]), ("saint-rw", ["--sampler", "saint-rw"])):
+                     ("saint", ["--sampler", "saint-node", "--saint-presample", 2]),
+                     ("saint-rw", ["--sampler", "saint-rw", "--saint-presample", 2])):
         B[f"avg-{k}"] = B["avg"] + extra
     B["sampled"] = ["train", "--engine", "sampled", "@W/vparts", "--epochs", 1, "--batch-size", 64]
     B["sampled-2"] = B["sampled"] + ["--epochs", 2]
