@@ -38,6 +38,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 STATE_DIR = ".shardgnn-job"
+#: The formats (:data:`shardgnn.registry.FORMATS`) a partition stage writes.
+STORES = ("edge-cut store", "vertex-cut store")
 
 Feed = Callable[["Job", dict[str, Any]], dict[str, Any]]
 
@@ -456,21 +458,12 @@ def _check_dataset(out: Path) -> str:
 
 
 def _check_partitions(out: Path) -> str:
-    mp = out / "meta.json"
-    try:
-        meta = json.loads(mp.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        return f"{mp}: unreadable ({exc.__class__.__name__})"
-    if meta.get("format") == "shardgnn-partitions":
-        from shardgnn.partition.store import part_name
+    from shardgnn.registry import describe
 
-        files = [out / part_name(i) for i in range(int(meta.get("parts", 0)))]
-    elif meta.get("format") == "shardgnn-vertexcut-store":
-        files = [out / p["dir"] / f"{name}.npy" for p in meta.get("parts", [])
-                 for name in meta.get("files", [])]
-    else:
-        return f"{mp}: not a partition store (format {meta.get('format')!r})"
-    missing = [str(f) for f in files if not f.exists()]
+    got = describe(out, STORES)
+    if got is None:
+        return f"{out}: not a partition store (expected an {' or a '.join(STORES)})"
+    missing = got.missing()
     return f"missing {missing[0]}" if missing else ""
 
 

@@ -1,5 +1,6 @@
 """Registries of the algorithm and engine families (partitioners, training engines, models) and
-:func:`load_target`, the one loader of ``package.module:Name`` import paths.
+:func:`load_target`, the one loader of ``package.module:Name`` import paths; and of the folder
+formats (their owners' ``describe``).
 
 Rank-local, no communication. A registry maps a name to an object (or to a ``"module"`` /
 ``"module:attr"`` string imported on first use, so registering costs no import) plus a one-line
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from shardgnn.errors import ShardError
+from shardgnn.io.sidecar import Described
 
 
 def load_target(spec: str, option: str = "import path") -> Any:
@@ -190,4 +192,28 @@ for _name, _target, _help in (("gcn", "shardgnn.nau.models.gcn:GCN", "in-neighbo
                                "anchor sets, position-aware")):
     NAU_MODELS.register(_name, _target, _help)
 
-__all__ = ["Entry", "Registry", "load_target", "PARTITIONERS", "ENGINES", "MODELS", "NAU_MODELS"]
+#: Folder formats shardgnn writes: name -> the owner module's ``describe(dir)``, which returns a
+#: :class:`shardgnn.io.sidecar.Described` when the folder is of its format, else None.
+FORMATS = Registry("format")
+for _name, _target, _help in (
+        ("dataset", "shardgnn.io.canonical:describe", "canonical dataset (graph.json)"),
+        ("edge-cut store", "shardgnn.partition.store:describe",
+         "edge-cut partition store (meta.json + part-NNNNN.h5)"),
+        ("vertex-cut store", "shardgnn.partition.vertexcut.store:describe",
+         "GLISP vertex-cut partition store (meta.json + part-NNNNN/)")):
+    FORMATS.register(_name, _target, _help)
+
+
+def describe(directory: Any, kinds: tuple[str, ...] | None = None) -> Described | None:
+    """What folder ``directory`` is: the :class:`~shardgnn.io.sidecar.Described` of the first
+    format of :data:`FORMATS` (or of ``kinds``) whose owner recognises it, else None.
+    Rank-local, no error."""
+    for name in kinds or FORMATS.names():
+        got: Described | None = FORMATS.get(name)(directory)
+        if got is not None:
+            return got
+    return None
+
+
+__all__ = ["Entry", "Registry", "load_target", "PARTITIONERS", "ENGINES", "MODELS", "NAU_MODELS",
+           "FORMATS", "describe"]

@@ -13,6 +13,7 @@ from conftest import INPUTS, SCRIPTS, run_cli, run_mpi
 def rdm_data(tmp_path_factory):
     """A random graph with N = 103 (N % P != 0 for P = 2, 3, 4) and Cora, converted once."""
     from shardgnn.io.canonical import write_dataset
+    from shardgnn.partition import store
 
     root = tmp_path_factory.mktemp("rdm-data")
     rng = np.random.default_rng(7)
@@ -37,7 +38,7 @@ def rdm_data(tmp_path_factory):
     perm = rng.permutation(n)
     cuts = [0, 30, 30, 51, 80, 95, n]
     (parts / "meta.json").write_text(json.dumps({
-        "format": "shardgnn-partitions", "version": 1, "parts": len(cuts) - 1, "num_nodes": n,
+        "format": store.FORMAT, "version": 1, "parts": len(cuts) - 1, "num_nodes": n,
         "num_features": 13, "num_classes": 5}))
     for k in range(len(cuts) - 1):
         owned = perm[cuts[k]:cuts[k + 1]]

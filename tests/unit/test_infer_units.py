@@ -1,5 +1,6 @@
 """Units of `shardgnn infer`: the dynamic chunk cache (FIFO vs LRU, size 0), chunked fills in
 any order, layer files recognised as complete only with the run's key and a valid checksum, the
+layer files' lifecycle (write, resume point, read back), the
 NumPy neighbour-sum kernel against SciPy's SpMM (both kernels of a layerwise neighbourhood), a
 narrowing GraphSAGE layer from the rows mapped ahead for it."""
 from pathlib import Path
@@ -77,6 +78,43 @@ def test_rank_file_complete_only_with_key_and_checksum(tmp_path):
     with h5py.File(q, "r+") as f:
         f["ahead"][5, 1] += 1.0
     assert es.check_rank_file(q, {**want, "ahead_width": 2}) == "checksum mismatch"
+
+
+def test_layer_files_write_resume_and_read_back(tmp_path):
+    """The lifecycle the engine calls: names, resume points, rows back in global-id order."""
+    from shardgnn.comm import serial
+
+    rng = np.random.default_rng(3)
+    n = 50
+    targets = rng.permutation(n)             # this (only) rank's rows, in its order
+    row = np.empty(n, np.int64)
+    row[targets] = np.arange(n)
+    owner = np.zeros(n, np.int32)
+
+    def files(key, ahead=None):
+        return es.LayerFiles(serial(), tmp_path / "L", key, targets, owner, row, 16, "none",
+                             last=2, ahead=ahead)
+
+    lf = files("k1", {1: 2})
+    assert lf.resume_point() == 0 and lf.root == es.layers_root(tmp_path / "L.h5", tmp_path / "L")
+    emb = rng.normal(size=(n, 4)).astype(np.float32)          # one row per target
+    lf.write(1, emb, ahead=emb[:, :2] * 2)
+    assert lf.complete(1) and not lf.complete(2) and lf.resume_point() == 1
+    assert lf.resume_point(only_last=True) == 0
+    with h5py.File(lf.vds(1)) as f:                       # the virtual dataset: by global id
+        np.testing.assert_array_equal(f["emb"][()], emb[row])
+    src = lf.source(1, "ahead")                           # /ahead read back, any order
+    got = np.empty((n, 2), np.float32)
+    src.fill(np.arange(n)[::-1], got, src.cache(1, "lru"), 8)
+    src.close()
+    np.testing.assert_array_equal(got, (emb[:, :2] * 2)[row[::-1]])
+    lf.write(2, emb[:, :3])
+    lf.synced()
+    assert lf.resume_point() == 2 and lf.resume_point(only_last=True) == 2
+    assert files("k2").resume_point() == 0                # another run's files: not resumed
+    assert not files("k1").complete(1)                    # written with /ahead, expected without
+    assert sorted(f.name for f in (tmp_path / "L").iterdir()) == [
+        "layer-01", "layer-01.h5", "layer-02", "layer-02.h5"]
 
 
 def test_sage_layer_from_rows_mapped_ahead():

@@ -81,6 +81,33 @@ def test_spring_adjacency_order_equals_oracle(comm, cora, tmp_path, p, chunk, th
     assert not any(scratch.iterdir())
 
 
+@pytest.mark.parametrize("name", ["cluster_chunk", "cluster_lines", "cluster_rows"])
+def test_cluster_kernels_inline_the_step_without_reference_counts(name):
+    """The three kernels call the one cluster step (``kernels.cluster_line``); compiled into
+    them it counts no references per line (atomic operations, which would serialise the
+    loop's cache misses)."""
+    import re
+
+    from numba import njit
+
+    from shardgnn.partition.streaming import kernels as K
+
+    fresh = njit(getattr(K, name).py_func)   # cached code cannot be inspected
+    lines = np.array([[0, 1], [1, 2]], np.int64)
+    args = {"cluster_chunk": (lines, 2), "cluster_lines": (lines,),
+            "cluster_rows": (np.array([0, 1, 2], np.int64), lines[:, 1].copy(), 0, 0, 2)}[name]
+    states = [(K.new_vertex_state(np.array([1, 2, 1]), np.int32), np.zeros(5, np.int32))
+              for _ in range(2)]
+    k = [f(*args, vs, vol, 10.0, 1) for f, (vs, vol) in zip((fresh, getattr(K, name)), states)]
+    assert k[0] == k[1] == 4 and np.array_equal(states[0][0], states[1][0])
+    ll = fresh.inspect_llvm(fresh.signatures[0])
+    kernel = [b for b in re.split(r"\n(?=define )", ll)
+              if re.match(rf"define [^@]*@_ZN8shardgnn\S*{name}", b)]   # not the cpython wrapper
+    assert len(kernel) == 1
+    assert "@NRT_incref" not in kernel[0] and "@NRT_decref" not in kernel[0]
+    assert "cluster_line" not in kernel[0].replace(name, "")   # inlined: no call left
+
+
 def test_adjacency_source_bounds_and_chunks(tmp_path):
     from shardgnn.partition.streaming.adjacency import AdjacencyShard, source_bounds
 

@@ -38,7 +38,7 @@ Inputs (format from the file name, or --format):
   GNN benchmark    .npz scipy CSR (adj_matrix.{data,indices,indptr,shape}, optional
                    attr_matrix.* or dense attr_matrix, labels, class_names): cora_ml, citeseer
   RecBole folder   NAME.inter/.user/.item/.kg/.link (MovieLens + Freebase): user/movie/entity
-                   node types, rating + KG relation edge types, genre labels (docs/formats.md)
+                   node types, rating + KG relation edge types, genre labels (docs/ingest.md)
   descriptor       .toml from inputs/ (path, format, labels, expected counts); e.g.
                    inputs/ml-100k.toml reads ml-100k from the installed recbole wheel
 

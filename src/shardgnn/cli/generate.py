@@ -34,7 +34,7 @@ Write a contextual stochastic block model as a canonical dataset directory: unif
 x_i = mu_{y_i} + N(0, I) with class means of norm --feature-snr on orthogonal directions, and
 random train/val/test masks. Undirected, no self-loops, no duplicates. Memory: the whole graph
 (about 16 bytes per edge and 4*F bytes per node); 1M nodes with degree 10 take a few seconds.
-Python: shardgnn.graph.generators.csbm(num_nodes, ..., out=DIR) (see docs/formats.md).
+Python: shardgnn.graph.generators.csbm(num_nodes, ..., out=DIR) (see docs/ingest.md).
 """
 
 

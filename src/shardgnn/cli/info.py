@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
                        "of edges.bin; memory: 16 bytes per node per rank plus one chunk.")
     p.add_argument("dir", type=input_path, help="dataset directory written by `shardgnn convert`")
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: num_nodes, "
-                   "num_edges, directed, degree, ... see docs/formats.md)")
+                   "num_edges, directed, degree, ... see docs/ingest.md)")
     p.add_argument("--chunk", type=int, default=1 << 22,
                    help="edges read per step on each rank (default: 4194304)")
     p.set_defaults(func=run)

@@ -83,14 +83,14 @@ def write_job_results(job: Job, records: list[dict[str, Any]], path: Path) -> No
 def _copy_stage_results(g: Any, rec: dict[str, Any]) -> None:
     import h5py
 
-    out = Path(rec["out"])
-    side = out / "graph.json"
-    if side.is_file():
-        meta = json.loads(side.read_text())
+    from shardgnn.io.canonical import describe
+
+    data = describe(rec["out"])
+    if data is not None:
         for k in ("num_nodes", "num_edges", "directed", "num_features", "num_classes",
                   "num_edge_types", "num_node_types", "edge_weights"):
-            if k in meta:
-                g.attrs[k] = meta[k]
+            if k in data.meta:
+                g.attrs[k] = data.meta[k]
     res = rec.get("results")
     if res and Path(res).is_file():
         with h5py.File(res, "r") as src:

@@ -319,7 +319,7 @@ def _split_masks(rng: np.random.Generator, n: int, train: float, val: float,
 def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
                     force: bool = False) -> Path:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
-    from shardgnn.io.canonical import write_dataset
+    from shardgnn.io.canonical import write_dataset, write_meta
     from shardgnn.io.outputs import check_replaceable
 
     d = Path(out)
@@ -328,6 +328,6 @@ def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
         meta = write_dataset(tmp, g.edges, g.num_nodes, directed=False, x=g.x, y=g.y,
                              masks=g.masks, name=name, source=g.params.get("generator", ""))
         meta.extra = {"generator": g.params}
-        (tmp / "graph.json").write_text(meta.to_json())
+        write_meta(tmp, meta)
         check_replaceable(d, force)    # an output that appeared while we ran
     return d

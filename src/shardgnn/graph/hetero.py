@@ -139,7 +139,7 @@ def _split(T: int, n: int, fractions: tuple[float, float, float],
 def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io import outputs
-    from shardgnn.io.canonical import SIDECAR, write_dataset
+    from shardgnn.io.canonical import write_dataset, write_meta
     from shardgnn.io.outputs import check_replaceable
 
     d = Path(out)
@@ -152,5 +152,5 @@ def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
         meta.num_edge_types = len(EDGE_TYPES)
         meta.extra.update(generator=g.params, metapath_homophily={
             EDGE_TYPES[t]: round(g.metapath_homophily(t), 4) for t in (0, 1)})
-        (tmp / SIDECAR).write_text(meta.to_json())
+        write_meta(tmp, meta)
         check_replaceable(d, force)    # an output that appeared while we ran

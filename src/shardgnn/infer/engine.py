@@ -12,7 +12,6 @@ writes its rows (``shardgnn.infer.store``). Neighbour lists come from the Gather
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,11 +28,10 @@ from shardgnn.infer import store as es
 from shardgnn.infer.model import (Gathers, LoadedModel, apply_layer, gathered_sum, load_model,
                                   mean_adjacency, sage_ahead, sage_ahead_width, sage_input,
                                   sage_output, training_graph)
-from shardgnn.io import outputs
 from shardgnn.io.results import ResultWriter, check_output_path
 from shardgnn.partition.vertexcut import ordering
 from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
-from shardgnn.sampling.blocks import Block, segment_index
+from shardgnn.sampling.blocks import Block, grouped, segment_index
 from shardgnn.sampling.features import check_fanouts, load_vertex_data, open_store
 from shardgnn.sampling.directory import partition_directory
 
@@ -100,7 +98,7 @@ class InferConfig:
                                  "package, got none installed; use none, lzf or gzip") from None
 
     def layers_root(self) -> Path:
-        return Path(self.layers_dir or f"{self.out}.layers")
+        return es.layers_root(self.out, self.layers_dir)
 
 
 def _check_outputs(cfg: InferConfig) -> None:
@@ -269,19 +267,6 @@ def _neighbours(sampler: GatherApplySampler, targets: np.ndarray, hop: int, fano
     return indptr, nbr[order].astype(np.int64)
 
 
-def _grouped(key: np.ndarray, bins: int) -> np.ndarray:
-    """The stable permutation sorting ``key`` (integers in [0, bins)): an LSD radix sort over
-    16-bit digits (NumPy sorts 16-bit integers stably by radix: ~3x faster than a 32-bit
-    argsort). Pure."""
-    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
-    shift = 16
-    while bins > 1 << shift:
-        digit = ((key[order] >> shift) & 0xFFFF).astype(np.uint16)
-        order = order[np.argsort(digit, kind="stable")]
-        shift += 16
-    return order
-
-
 def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
     """(indptr over this rank's targets, all their neighbours' gids grouped by target): every
     hosted partition sends each local vertex's edge list to the vertex's owner (a vertex-cut
@@ -300,7 +285,7 @@ def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.nd
         deg = np.diff(ip)
         has = np.flatnonzero(deg)
         dest = plan.owner[gid[has]]
-        has = has[_grouped(dest, P)]          # vertices grouped by owner, then local order
+        has = has[grouped(dest, P)]          # vertices grouped by owner, then local order
         idx = np.asarray(pt.arrays[f"{plan.side}_indices"])
         lists.append(np.take(gid.astype(vt), np.take(idx, segment_index(ip[has], deg[has]))))
         g = gid[has]
@@ -314,7 +299,7 @@ def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.nd
     if len(plan.parts) > 1:
         start = np.zeros(head.shape[0] + 1, np.int64)
         np.cumsum(head[:, 1], out=start[1:])
-        order = _grouped(head[:, 2], P)
+        order = grouped(head[:, 2], P)
         head = head[order]
         flat = np.take(flat, segment_index(start[:-1][order], head[:, 1].astype(np.int64)))
     vcount = np.bincount(head[:, 2], minlength=P).astype(np.int64)
@@ -327,7 +312,7 @@ def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.nd
     row, cnt = segs[:, 0], segs[:, 1].astype(np.int64)
     start = np.zeros(cnt.size + 1, np.int64)
     np.cumsum(cnt, out=start[1:])
-    order = _grouped(row, plan.targets.size)
+    order = grouped(row, plan.targets.size)
     indptr = np.zeros(plan.targets.size + 1, np.int64)
     np.cumsum(np.bincount(row, weights=cnt, minlength=plan.targets.size).astype(np.int64),
               out=indptr[1:])
@@ -337,109 +322,9 @@ def _full_neighbours(comm: Communicator, plan: _Plan) -> tuple[np.ndarray, np.nd
 def run_key(lm: LoadedModel, cfg: InferConfig, meta: dict[str, Any], fanouts: list[int],
             P: int) -> str:
     """What a finished layer file must have been computed from (resume matches it)."""
-    text = repr((lm.key, str(Path(cfg.store).resolve()), meta.get("num_nodes"),
-                 meta.get("num_edges"), meta.get("num_parts"), fanouts, cfg.order, cfg.seed,
-                 P, cfg.chunk_rows, lm.direction, cfg.samplewise, cfg.target_fraction))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-class _Layers:
-    """Writing and checking the per-layer files of this run. Collective methods say so."""
-
-    def __init__(self, comm: Communicator, cfg: InferConfig, plan: _Plan, key: str,
-                 last: int, ahead: dict[int, int] | None = None) -> None:
-        self.comm, self.cfg, self.plan, self.key, self.last = comm, cfg, plan, key, last
-        self.ahead = ahead or {}   # layer -> width of its files' /ahead (absent: none)
-        self.root = cfg.layers_root()
-        self.bounds = block_bounds(plan.n, comm.size)
-        self._route: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._sync: outputs.BackgroundSync | None = None
-
-    def want(self, layer: int) -> dict[str, Any]:
-        return {"run_key": self.key, "layer": layer, "rank": self.comm.rank,
-                "ranks": self.comm.size, "rows": int(self.plan.targets.size),
-                "ahead_width": self.ahead.get(layer, 0)}
-
-    def complete(self, layer: int) -> bool:
-        """Whether every rank's file of ``layer`` and its virtual dataset are finished files of
-        this run (checksums verified). Collective over comm."""
-        ok = es.check_rank_file(es.rank_file(self.root, layer, self.comm.rank),
-                                self.want(layer)) == ""
-        if self.comm.rank == 0:
-            ok = ok and es.vds_key(es.vds_file(self.root, layer)) == self.key
-        return bool(self.comm.allreduce_scalar(int(ok), "min"))
-
-    def write(self, layer: int, emb: np.ndarray, ahead: np.ndarray | None = None) -> None:
-        """Redistribute the rows to global-id blocks, write this rank's file (with the next
-        layer's ``ahead`` rows), then rank 0 the virtual dataset. Collective over comm."""
-        comm, plan = self.comm, self.plan
-        g = plan.targets
-        if self._route is None:   # the same for every layer: once per run
-            dest = np.searchsorted(self.bounds, g, side="right") - 1
-            order = _grouped(dest, comm.size)
-            counts = np.bincount(dest, minlength=comm.size).astype(np.int64)
-            rc = comm.alltoall_counts(counts)
-            gg = comm.alltoallv(np.ascontiguousarray(g[order]), counts, recvcounts=rc,
-                                op_name="infer_gid")
-            # every vertex of this rank's block arrives once (its owner's row): the received
-            # rows in global-id order are one gather (np.take: 2-3x a scattering assignment)
-            at = gg - int(self.bounds[comm.rank])
-            back = np.empty(at.size, np.int64)
-            back[at] = np.arange(at.size)
-            self._route = (order, counts, rc, back)
-        order, counts, rc, back = self._route
-        rows = comm.alltoallv(np.take(emb, order, axis=0), counts, recvcounts=rc,
-                              op_name="infer_rows")
-        by_gid = np.take(rows, back, axis=0)
-        del rows
-        err = ""
-        # the last layer's files must be on disk before the results file that links them is
-        # committed: they are fsynced on a background thread meanwhile (synced() waits)
-        last = layer == self.last
-        path = es.rank_file(self.root, layer, comm.rank)
-        try:
-            # with rows mapped ahead, nothing reads this layer's /emb: not written (the
-            # virtual dataset reads /by_gid)
-            es.write_rank_file(path, emb if ahead is None else None, g, by_gid,
-                               self.want(layer), self.cfg.chunk_rows, self.cfg.compression,
-                               durable=False, ahead=ahead)
-        except OSError as exc:
-            err = f"{path}: cannot write ({exc})"
-        if last and not err:
-            self._background(path)
-        comm.agree(not err, err)
-        if comm.rank == 0:
-            vds = es.vds_file(self.root, layer)
-            try:
-                es.write_vds(vds, self.sources(layer), plan.n, emb.shape[1],
-                             {"layer": layer, "run_key": self.key}, durable=False)
-            except OSError as exc:
-                err = f"{vds}: cannot write ({exc})"
-            if last and not err:
-                self._background(vds)
-        comm.agree(not err, err)
-
-    def _background(self, path: Path) -> None:
-        """Queue the fsync of a written file and of its folder's entry."""
-        if self._sync is None:
-            self._sync = outputs.BackgroundSync()
-        self._sync.add(path)
-        self._sync.add_folder(path.parent)
-
-    def synced(self) -> None:
-        """Wait until the last layer's files are on disk. Collective over comm."""
-        err = ""
-        if self._sync is not None:
-            try:
-                self._sync.__exit__(None, None, None)
-            except ShardError as exc:
-                err = str(exc)
-            self._sync = None
-        self.comm.agree(not err, err)
-
-    def sources(self, layer: int) -> list[tuple[Path, int, int]]:
-        return [(es.rank_file(self.root, layer, r), int(self.bounds[r]),
-                 int(self.bounds[r + 1])) for r in range(self.comm.size)]
+    return es.run_key(lm.key, str(Path(cfg.store).resolve()), meta.get("num_nodes"),
+                      meta.get("num_edges"), meta.get("num_parts"), fanouts, cfg.order, cfg.seed,
+                      P, cfg.chunk_rows, lm.direction, cfg.samplewise, cfg.target_fraction)
 
 
 @dataclass
@@ -613,16 +498,16 @@ def _capacity(cfg: InferConfig, src: es.LayerSource) -> int:
     return cfg.cache_chunks if cfg.cache_chunks >= 0 else max(1, -(-src.num_chunks // 20))
 
 
-def _source(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int,
-            x: np.ndarray | es.NpyRows, dataset: str = "emb") -> es.LayerSource:
+def _source(cfg: InferConfig, layers: es.LayerFiles, layer: int, x: np.ndarray | es.NpyRows,
+            dataset: str = "emb") -> es.LayerSource:
+    """Chunked reads of layer ``layer``'s inputs: the features (0) or the layer files."""
     if layer == 0:
         return es.LayerSource(0, cfg.chunk_rows, features=x)
-    return es.LayerSource(layer, cfg.chunk_rows, root=cfg.layers_root(), owner=plan.owner,
-                          row=plan.row, ranks=comm.size, dataset=dataset)
+    return layers.source(layer, dataset)
 
 
 def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
-               sampler: GatherApplySampler | None, layers: _Layers,
+               sampler: GatherApplySampler | None, layers: es.LayerFiles,
                x: np.ndarray | es.NpyRows, fanouts: list[int], start: int,
                hist: dict[str, np.ndarray]) -> None:
     """Layers ``start`` .. L - 1, each written before the next starts (``sampler``: for the
@@ -644,7 +529,7 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
         floats = hood.npos.size * sum(_aggregated_width(lm, j) for j in range(i, L))
         hood.spmm = floats > SPMM_ABOVE
         st["sample_time"] = time.perf_counter() - t0
-        src = _source(comm, cfg, plan, i, x, "ahead" if sage_ahead_width(lm, i) else "emb")
+        src = _source(cfg, layers, i, x, "ahead" if sage_ahead_width(lm, i) else "emb")
         try:
             emb, ahead = _layer(comm, lm, cfg, plan, i, hood, src, _capacity(cfg, src), st)
         finally:
@@ -661,7 +546,7 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
 
 
 def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
-                sampler: GatherApplySampler, layers: _Layers, ds: Path, fanouts: list[int],
+                sampler: GatherApplySampler, layers: es.LayerFiles, ds: Path, fanouts: list[int],
                 hist: dict[str, np.ndarray]) -> None:
     """The baseline (``--samplewise target|batch``, :mod:`shardgnn.infer.samplewise`); only the
     last layer is written. Collective over comm."""
@@ -683,7 +568,7 @@ def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pl
         hist[k][lm.layers - 1] = st[k]
 
 
-def _score(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int, width: int,
+def _score(comm: Communicator, cfg: InferConfig, layers: es.LayerFiles, layer: int, width: int,
            edges: np.ndarray, x: np.ndarray | es.NpyRows) -> np.ndarray | None:
     """Dot-product scores of ``edges`` from the stored final embeddings (read through the
     dynamic cache, nothing recomputed); rank 0 gets them all in the file's order. Collective
@@ -692,7 +577,7 @@ def _score(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int, width:
     e = edges[b[comm.rank]:b[comm.rank + 1]]
     u = np.unique(e.reshape(-1))
     rows = np.empty((u.size, width), np.float32)
-    src = _source(comm, cfg, plan, layer, x)
+    src = _source(cfg, layers, layer, x)
     try:
         src.fill(u, rows, src.cache(_capacity(cfg, src), cfg.cache_policy), cfg.chunk_rows)
     finally:
@@ -700,14 +585,6 @@ def _score(comm: Communicator, cfg: InferConfig, plan: _Plan, layer: int, width:
     a = rows[np.searchsorted(u, e[:, 0])]
     c = rows[np.searchsorted(u, e[:, 1])]
     return comm.gatherv(np.einsum("ij,ij->i", a, c).astype(np.float32))
-
-
-def _resume_point(layers: _Layers, L: int, samplewise: str) -> int:
-    """Layers already finished by an earlier run of the same job (0 = none). Collective."""
-    for layer in ([L] if samplewise else range(L, 0, -1)):
-        if layers.complete(layer):
-            return layer
-    return 0
 
 
 def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, Any]:
@@ -729,12 +606,14 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
 
         sampler = GatherApplySampler(comm, store, direction=lm.direction, mode="uniform",
                                      seed=cfg.seed)
-    layers = _Layers(comm, cfg, plan, run_key(lm, cfg, store.meta, fanouts, comm.size),
-                     lm.layers, {i: w for i in range(1, lm.layers)
-                                 if (w := sage_ahead_width(lm, i)) and not cfg.samplewise})
+    key = run_key(lm, cfg, store.meta, fanouts, comm.size)
+    layers = es.LayerFiles(comm, cfg.layers_root(), key, plan.targets, plan.owner, plan.row,
+                           cfg.chunk_rows, cfg.compression, lm.layers,
+                           {i: w for i in range(1, lm.layers)
+                            if (w := sage_ahead_width(lm, i)) and not cfg.samplewise})
     L = lm.layers
     hist = {k: np.zeros(L) for k in STATS}
-    start = _resume_point(layers, L, cfg.samplewise) if cfg.resume else 0
+    start = layers.resume_point(only_last=bool(cfg.samplewise)) if cfg.resume else 0
     if start:
         log.get().info("infer: layers 1..%d already complete in %s; resuming at layer %d",
                        start, layers.root, start + 1)
@@ -745,15 +624,15 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
         else:
             _layerwise(comm, lm, cfg, plan, sampler, layers, x, fanouts, start, hist)
     t_score = time.perf_counter()
-    scores = _score(comm, cfg, plan, L, lm.out_channels, edges, x) if edges is not None else None
+    scores = _score(comm, cfg, layers, L, lm.out_channels, edges, x) if edges is not None else None
     t_score = time.perf_counter() - t_score
     total = comm.allreduce_scalar(time.perf_counter() - t_start, "max")
     return _write(comm, cfg, lm, plan, layers, hist, start, total, scores, t_score, command)
 
 
-def _write(comm: Communicator, cfg: InferConfig, lm: LoadedModel, plan: _Plan, layers: _Layers,
-           hist: dict[str, np.ndarray], start: int, total: float, scores: np.ndarray | None,
-           t_score: float, command: str) -> dict[str, Any]:
+def _write(comm: Communicator, cfg: InferConfig, lm: LoadedModel, plan: _Plan,
+           layers: es.LayerFiles, hist: dict[str, np.ndarray], start: int, total: float,
+           scores: np.ndarray | None, t_score: float, command: str) -> dict[str, Any]:
     """The results file: per-layer timings and cache statistics per rank, the final layer as
     the virtual dataset ``/embeddings/emb``, edge scores. Collective over comm."""
     L = lm.layers
@@ -788,11 +667,9 @@ def _write(comm: Communicator, cfg: InferConfig, lm: LoadedModel, plan: _Plan, l
         if scores is not None:
             rw.dataset("infer/scores", scores)
         if comm.rank == 0:
-            rw.virtual_dataset("embeddings/emb", es.vds_layout(
-                layers.sources(L), plan.n, lm.out_channels, Path(cfg.out).resolve().parent),
-                fillvalue=np.nan)
+            rw.virtual_dataset("embeddings/emb", layers.layout(
+                L, lm.out_channels, Path(cfg.out).resolve().parent), fillvalue=np.nan)
         rw.attrs("embeddings", {"layer": L, "width": lm.out_channels, "rows": plan.n,
-                                "order": "global id",
-                                "source": str(es.vds_file(layers.root, L).resolve())})
+                                "order": "global id", "source": str(layers.vds(L).resolve())})
         layers.synced()   # the layer files it links are on disk before it is committed
     return summary

@@ -11,9 +11,7 @@ engine) or the mean over the block's neighbours and itself (sampled engine, ``GC
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,13 +123,14 @@ def load_model(path: str) -> LoadedModel:
 
 
 def training_graph(cfg: dict[str, Any]) -> tuple[int, int] | None:
-    """(nodes, edges) of the store the checkpoint was trained on, when it can still be read."""
-    meta = Path(str(cfg.get("data", ""))) / "meta.json"
-    try:
-        m = json.loads(meta.read_text())
-        return int(m["num_nodes"]), int(m.get("num_edges", -1))
-    except (OSError, ValueError, KeyError, TypeError):
+    """(nodes, edges) of the store the checkpoint was trained on, when it can still be read
+    (edges -1 when the store does not say)."""
+    from shardgnn.registry import describe
+
+    got = describe(str(cfg.get("data", "")), ("edge-cut store", "vertex-cut store"))
+    if got is None or got.num_nodes is None:
         return None
+    return got.num_nodes, -1 if got.num_edges is None else got.num_edges
 
 
 def _adjacency(block: Block, vals: np.ndarray | None = None, self_loops: bool = False) -> Any:

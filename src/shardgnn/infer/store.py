@@ -1,6 +1,10 @@
-"""The per-layer embedding store of layerwise inference and the dynamic chunk cache. Rank-local.
+"""The per-layer embedding store of layerwise inference and the dynamic chunk cache.
 
-Layout of a layers directory (``docs/inference.md``)::
+:class:`LayerFiles` drives the files' lifecycle for the engine: names, the run key a finished
+file carries, resume checks, writing (collective over comm: rows go to their global-id block),
+reading back (:class:`LayerSource`), checksums; everything else here is rank-local.
+
+Layout of a layers directory (``docs/formats.md``)::
 
     DIR/layer-LL/rank-RRRRR.h5   one file per rank and layer (L >= 1; layer 0 = the features):
         /emb     (rows_r, d) float32, the rank's owned vertices in its inference order
@@ -15,16 +19,18 @@ Layout of a layers directory (``docs/inference.md``)::
                  width < d): the rows of /emb times that layer's two weight matrices,
                  [x W_l^T | x W_r^T], in /emb's order, stored as /emb; the next layer's
                  caches read these 2k floats per row instead of d
-        attrs    format, layer, rank, ranks, rows, width, chunk_rows, compression, run_key,
+        attrs    format, layer, rank, ranks, rows, chunk_rows, compression, run_key,
                  ahead_width (2k, or 0), crc32 (of those of /emb, /by_gid, /ahead
                  present, in that order), complete
     DIR/layer-LL.h5              /emb: virtual (N, d) dataset over every rank's /by_gid
 
 A file is written under a temporary name and renamed when complete, so a file under the final
-name with the run's ``run_key`` and a matching checksum is a finished layer (resume).
+name with the run's ``run_key`` and a matching checksum is a finished layer (resume). This
+module is the one reader and writer of the format.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import zlib
 from collections import OrderedDict
@@ -33,8 +39,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from shardgnn.comm import Communicator, block_bounds
+from shardgnn.errors import ShardError
 from shardgnn.io import outputs
 from shardgnn.io.readers import npy_header
+from shardgnn.sampling.blocks import grouped
 
 FORMAT = "shardgnn-embeddings"
 #: Compression filters ``--compression`` accepts (lz4, blosc and zstd only when hdf5plugin is
@@ -42,6 +51,18 @@ FORMAT = "shardgnn-embeddings"
 #: against the others in docs/inference.md#compression.
 COMPRESSIONS = ("none", "lzf", "gzip", "lz4", "blosc", "zstd")
 PLUGIN_COMPRESSIONS = ("lz4", "blosc", "zstd")
+
+
+def layers_root(out: str | os.PathLike, layers_dir: str | os.PathLike | None = None) -> Path:
+    """The layers directory of a run writing results ``out``: ``layers_dir``, else
+    ``OUT.layers``."""
+    return Path(layers_dir or f"{out}.layers")
+
+
+def run_key(*what: Any) -> str:
+    """The key a finished layer file carries: a hash of ``what`` it was computed from (resume
+    takes a file only with the same key)."""
+    return hashlib.sha256(repr(what).encode()).hexdigest()[:16]
 
 
 def layer_dir(root: str | os.PathLike, layer: int) -> Path:
@@ -186,6 +207,152 @@ def vds_key(path: Path) -> str:
             return str(f.attrs.get("run_key", "")) if "emb" in f else ""
     except OSError:
         return ""
+
+
+class LayerFiles:
+    """The per-layer files of one inference run, for the engine: it computes, this names, opens,
+    checks, writes and resumes them. Collective methods say so.
+
+    Parameters
+    ----------
+    root
+        The layers directory (:func:`layers_root`).
+    key
+        The run's :func:`run_key`.
+    targets
+        This rank's vertices (global ids) in the order of its rows.
+    owner, row
+        Every vertex's rank and its row in that rank's files (for reading back).
+    last
+        The last layer: its files are fsynced before :meth:`synced` returns.
+    ahead
+        Layer -> width of its files' ``/ahead`` (absent: none).
+    """
+
+    def __init__(self, comm: Communicator, root: Path, key: str, targets: np.ndarray,
+                 owner: np.ndarray, row: np.ndarray, chunk_rows: int, compression: str,
+                 last: int, ahead: dict[int, int] | None = None) -> None:
+        self.comm, self.root, self.key, self.last = comm, Path(root), key, last
+        self.targets, self.owner, self.row = targets, owner, row
+        self.chunk_rows, self.compression = int(chunk_rows), compression
+        self.ahead = ahead or {}
+        self.n = int(owner.shape[0])
+        self.bounds = block_bounds(self.n, comm.size)
+        self._route: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._sync: outputs.BackgroundSync | None = None
+
+    def want(self, layer: int) -> dict[str, Any]:
+        """The attributes this rank's file of ``layer`` carries in this run."""
+        return {"run_key": self.key, "layer": layer, "rank": self.comm.rank,
+                "ranks": self.comm.size, "rows": int(self.targets.size),
+                "ahead_width": self.ahead.get(layer, 0)}
+
+    def complete(self, layer: int) -> bool:
+        """Whether every rank's file of ``layer`` and its virtual dataset are finished files of
+        this run (checksums verified). Collective over comm."""
+        ok = check_rank_file(rank_file(self.root, layer, self.comm.rank), self.want(layer)) == ""
+        if self.comm.rank == 0:
+            ok = ok and vds_key(vds_file(self.root, layer)) == self.key
+        return bool(self.comm.allreduce_scalar(int(ok), "min"))
+
+    def resume_point(self, only_last: bool = False) -> int:
+        """The last layer an earlier run of the same job finished (0 = none; ``only_last``: a
+        run that writes only the last layer). Collective over comm."""
+        for layer in ([self.last] if only_last else range(self.last, 0, -1)):
+            if self.complete(layer):
+                return layer
+        return 0
+
+    def _routed(self, emb: np.ndarray) -> np.ndarray:
+        """This rank's block of global ids (``bounds``) of the rows ``emb`` (one per target),
+        in global-id order. Collective over comm."""
+        comm = self.comm
+        if self._route is None:   # the same for every layer: once per run
+            g = self.targets
+            dest = np.searchsorted(self.bounds, g, side="right") - 1
+            order = grouped(dest, comm.size)
+            counts = np.bincount(dest, minlength=comm.size).astype(np.int64)
+            rc = comm.alltoall_counts(counts)
+            gg = comm.alltoallv(np.ascontiguousarray(g[order]), counts, recvcounts=rc,
+                                op_name="infer_gid")
+            # every vertex of this rank's block arrives once (its owner's row): the received
+            # rows in global-id order are one gather (np.take: 2-3x a scattering assignment)
+            at = gg - int(self.bounds[comm.rank])
+            back = np.empty(at.size, np.int64)
+            back[at] = np.arange(at.size)
+            self._route = (order, counts, rc, back)
+        order, counts, rc, back = self._route
+        rows = comm.alltoallv(np.take(emb, order, axis=0), counts, recvcounts=rc,
+                              op_name="infer_rows")
+        return np.take(rows, back, axis=0)
+
+    def write(self, layer: int, emb: np.ndarray, ahead: np.ndarray | None = None) -> None:
+        """Redistribute the rows to global-id blocks, write this rank's file (with the next
+        layer's ``ahead`` rows), then rank 0 the virtual dataset. Collective over comm."""
+        comm = self.comm
+        by_gid = self._routed(emb)
+        err = ""
+        # the last layer's files must be on disk before the results file that links them is
+        # committed: they are fsynced on a background thread meanwhile (synced() waits)
+        last = layer == self.last
+        path = rank_file(self.root, layer, comm.rank)
+        try:
+            # with rows mapped ahead, nothing reads this layer's /emb: not written (the
+            # virtual dataset reads /by_gid)
+            write_rank_file(path, emb if ahead is None else None, self.targets, by_gid,
+                            self.want(layer), self.chunk_rows, self.compression,
+                            durable=False, ahead=ahead)
+        except OSError as exc:
+            err = f"{path}: cannot write ({exc})"
+        if last and not err:
+            self._background(path)
+        comm.agree(not err, err)
+        if comm.rank == 0:
+            vds = vds_file(self.root, layer)
+            try:
+                write_vds(vds, self.sources(layer), self.n, emb.shape[1],
+                          {"layer": layer, "run_key": self.key}, durable=False)
+            except OSError as exc:
+                err = f"{vds}: cannot write ({exc})"
+            if last and not err:
+                self._background(vds)
+        comm.agree(not err, err)
+
+    def _background(self, path: Path) -> None:
+        """Queue the fsync of a written file and of its folder's entry."""
+        if self._sync is None:
+            self._sync = outputs.BackgroundSync()
+        self._sync.add(path)
+        self._sync.add_folder(path.parent)
+
+    def synced(self) -> None:
+        """Wait until the last layer's files are on disk. Collective over comm."""
+        err = ""
+        if self._sync is not None:
+            try:
+                self._sync.__exit__(None, None, None)
+            except ShardError as exc:
+                err = str(exc)
+            self._sync = None
+        self.comm.agree(not err, err)
+
+    def sources(self, layer: int) -> list[tuple[Path, int, int]]:
+        """Every rank's file of ``layer`` with the global ids ``[lo, hi)`` of its ``/by_gid``."""
+        return [(rank_file(self.root, layer, r), int(self.bounds[r]), int(self.bounds[r + 1]))
+                for r in range(self.comm.size)]
+
+    def layout(self, layer: int, width: int, base: Path) -> Any:
+        """The (N, ``width``) virtual layout of ``layer`` for a file in folder ``base``."""
+        return vds_layout(self.sources(layer), self.n, width, base)
+
+    def vds(self, layer: int) -> Path:
+        """The virtual-dataset file of ``layer``."""
+        return vds_file(self.root, layer)
+
+    def source(self, layer: int, dataset: str = "emb") -> LayerSource:
+        """Chunked reads of ``layer``'s rows (>= 1; ``dataset="ahead"``: its ``/ahead``)."""
+        return LayerSource(layer, self.chunk_rows, root=self.root, owner=self.owner,
+                           row=self.row, ranks=self.comm.size, dataset=dataset)
 
 
 class NpyRows:

@@ -13,7 +13,9 @@ Layout of a dataset directory ``DIR`` (see ``docs/formats.md``)::
     DIR/id_map.npy        optional int64 original id of each node (position = new id)
 
 An undirected graph stores each edge once; readers emit both directions when asked.
-Reading is rank-local except :class:`EdgeStream`, whose constructor is collective.
+Reading is rank-local except :class:`EdgeStream`, whose constructor is collective. This module
+is the one reader (:func:`read_meta`, :func:`describe`) and writer (:func:`write_meta`) of
+``graph.json``.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import numpy as np
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import outputs
-from shardgnn.io.sidecar import read_sidecar
+from shardgnn.io.sidecar import Described, count, peek, read_sidecar
 
 FORMAT = "shardgnn-edges"
 VERSION = 1
@@ -104,6 +106,24 @@ def read_meta(directory: str | os.PathLike) -> GraphMeta:
         raise input_error(edges, f"expected {meta.num_edges} edges from {SIDECAR}, "
                           f"file holds {size // item}")
     return meta
+
+
+def write_meta(directory: str | os.PathLike, meta: GraphMeta) -> None:
+    """Write ``DIR/graph.json`` (the files it describes are already there). Rank-local."""
+    (Path(directory) / SIDECAR).write_text(meta.to_json())
+
+
+def describe(directory: str | os.PathLike) -> Described | None:
+    """What ``directory`` is when its ``graph.json`` names this format (None otherwise): a
+    dataset, with its counts and the edge files a complete one holds. Rank-local, no error."""
+    d = Path(directory)
+    raw = peek(d / SIDECAR, FORMAT)
+    if raw is None:
+        return None
+    files = [EDGES] + [f for f, key in ((EDGE_TYPES, "edge_types"),
+                                        (EDGE_WEIGHTS, "edge_weights")) if raw.get(key)]
+    return Described(d, "dataset", FORMAT, count(raw, "version") or 0, count(raw, "num_nodes"),
+                     count(raw, "num_edges"), tuple(d / f for f in files), raw)
 
 
 def edge_memmap(directory: str | os.PathLike, meta: GraphMeta | None = None) -> np.ndarray:
@@ -313,5 +333,5 @@ def write_dataset(directory: str | os.PathLike, edges: np.ndarray, num_nodes: in
         meta.num_classes = int(y.max()) + 1 if y.size else 0
     for k, v in (masks or {}).items():
         np.save(d / f"{k}.npy", np.asarray(v, dtype=bool))
-    (d / SIDECAR).write_text(meta.to_json())
+    write_meta(d, meta)
     return meta

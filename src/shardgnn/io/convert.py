@@ -219,7 +219,7 @@ def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
     with outputs.atomic_dir(out) as tmp:
         meta = _convert_into(src, tmp, opt, nodes or NodeData())
         meta.extra.setdefault("convert_seconds", round(time.perf_counter() - t0, 3))
-        (tmp / cn.SIDECAR).write_text(meta.to_json())
+        cn.write_meta(tmp, meta)
         outputs.check_replaceable(out, opt.force, inputs)   # an output that appeared while we ran
     return meta
 

@@ -21,7 +21,6 @@ and every rank gets the same verdict).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shutil
@@ -153,21 +152,13 @@ def scratch(path: str | os.PathLike) -> Iterator[Path]:
         forget_temp(p)
 
 
-#: Sidecar file -> format markers of the shardgnn outputs that ``--force`` may replace.
-OUTPUT_MARKERS = {"graph.json": ("shardgnn-edges",),
-                  "meta.json": ("shardgnn-partitions", "shardgnn-vertexcut-store")}
-
-
 def shardgnn_output_kind(d: str | os.PathLike) -> str | None:
-    """The format marker when folder ``d`` is a shardgnn output, else None."""
-    for side, formats in OUTPUT_MARKERS.items():
-        try:
-            raw = json.loads((Path(d) / side).read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(raw, dict) and raw.get("format") in formats:
-            return str(raw["format"])
-    return None
+    """The format name when folder ``d`` is a shardgnn output (a format of
+    :data:`shardgnn.registry.FORMATS`: its owner module recognises it), else None."""
+    from shardgnn.registry import describe
+
+    got = describe(d)
+    return None if got is None else got.format
 
 
 def check_replaceable(out: Path, force: bool, inputs: tuple[str | os.PathLike, ...] = ()) -> None:

@@ -7,7 +7,7 @@ Freebase triples) and ``NAME.link`` (item -> Freebase entity). ``ml-100k`` ships
 ``recbole`` wheel (``dataset_example/ml-100k``); its licence forbids redistribution, so it is
 read from the installed package (``pkg:recbole/...`` paths), never copied into the project.
 
-Graph (``docs/formats.md``, "MovieLens-100K with Freebase links"): node types user / movie /
+Graph (``docs/ingest.md``, "MovieLens-100K with Freebase links"): node types user / movie /
 entity (users first, then movies by item id, then the Freebase entities not linked to a movie,
 by id; a linked movie *is* its entity), edge types ``rating`` (user - movie, weight = the
 rating) and the KG relations (sorted names, weight 1). Movie labels and genre-free features

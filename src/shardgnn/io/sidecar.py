@@ -1,17 +1,19 @@
 """Read and validate a JSON or TOML sidecar (a small metadata file beside data). Rank-local.
 
 The one reader of every sidecar shardgnn owns: the canonical dataset's ``graph.json``, the
-partition stores' ``meta.json`` and the dataset descriptors (TOML). It checks the file exists,
-parses, names the expected format and version, and lists missing keys, always raising one
-:class:`~shardgnn.errors.ShardError` line that names the file.
+partition stores' ``meta.json`` and the dataset descriptors (TOML). :func:`read_sidecar` checks
+the file exists, parses, names the expected format and version, and lists missing keys, always
+raising one :class:`~shardgnn.errors.ShardError` line that names the file; :func:`peek` is its
+quiet form for the ``describe(dir)`` of each format's owner, which returns a :class:`Described`.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from shardgnn.errors import input_error
 
@@ -75,3 +77,45 @@ def read_sidecar(path: str | os.PathLike, fmt: str | None = None,
     if missing:
         raise input_error(p, f"expected keys {', '.join(need)}, missing {', '.join(missing)}")
     return raw
+
+
+@dataclass(frozen=True)
+class Described:
+    """What a folder holds, as the module owning its format reads it (its ``describe(dir)``).
+
+    ``kind``: the format's name in :data:`shardgnn.registry.FORMATS` (``"dataset"``,
+    ``"edge-cut store"``, ``"vertex-cut store"``); ``format`` / ``version``: the sidecar's;
+    ``files``: the files a complete output of this kind holds besides its sidecar; ``meta``:
+    the sidecar as read (unchecked beyond its format).
+    """
+
+    path: Path
+    kind: str
+    format: str
+    version: int
+    num_nodes: int | None = None
+    num_edges: int | None = None
+    files: tuple[Path, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def missing(self) -> list[Path]:
+        """The files of :attr:`files` that are not there."""
+        return [f for f in self.files if not f.exists()]
+
+
+def peek(path: str | os.PathLike, fmt: str) -> dict[str, Any] | None:
+    """The JSON sidecar at ``path`` when it exists, parses to an object and names format
+    ``fmt``; None otherwise (no error: a ``describe`` asks whether a folder is of its kind)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) and raw.get("format") == fmt else None
+
+
+def count(raw: dict[str, Any], key: str) -> int | None:
+    """``raw[key]`` as an int, None when absent or not a number."""
+    try:
+        return None if raw.get(key) is None else int(raw[key])
+    except (TypeError, ValueError):
+        return None

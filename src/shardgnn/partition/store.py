@@ -1,6 +1,6 @@
 """The partition store: ``OUT/meta.json`` plus one HDF5 file per partition; spill files and reader.
 
-Layout (``docs/partitioning.md``)::
+Layout (``docs/formats.md``)::
 
     OUT/meta.json         format, version, algorithm, parameters, parts, num_nodes, num_edges,
                           hops, dataset (absolute path), directed, num_features, num_classes,
@@ -18,8 +18,10 @@ Writing one partition is rank-local (:func:`shardgnn.partition.store_write.write
 from the :class:`SpillSink` files); the store directory is made atomic by the caller (temp
 directory, then rename). Reading is rank-local, accepts versions 1 to 3 and goes through the
 reader API: :func:`open_store` -> :class:`EdgeCutStore` (``meta``, ``partition(i)``,
-``owned(i)``, ``features(i)``), :func:`read_meta` and :func:`load_partition`. This module and
-``store_write`` are the only reader and writers of the ``shardgnn-partitions`` format.
+``owned(i)``, ``features(i)``), :func:`read_meta` and :func:`load_partition`;
+:func:`describe` says whether a folder is such a store. This module and ``store_write`` are the
+only reader and writers of the ``shardgnn-partitions`` format: ``meta.json`` is built by
+:func:`meta_record` and written by :func:`write_meta` only.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from numba import njit
 
 from shardgnn.errors import input_error
 from shardgnn.io import outputs
-from shardgnn.io.sidecar import read_sidecar
+from shardgnn.io.sidecar import Described, count, peek, read_sidecar
 
 META = "meta.json"
 FORMAT = "shardgnn-partitions"
@@ -278,6 +280,44 @@ def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
+def meta_record(*, algorithm: str, parts: int, num_nodes: int, num_edges: int, directed: bool,
+                hops: int, dataset: str | os.PathLike, num_features: int, num_classes: int,
+                index_dtypes: list[str], parameters: dict[str, Any] | None = None,
+                metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``meta.json`` of a store, keys in their written order (``parameters``: the run's
+    options, ``metrics``: its quality figures; left out when None). Pure."""
+    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "algorithm": algorithm}
+    if parameters is not None:
+        doc["parameters"] = parameters
+    doc.update(parts=int(parts), num_nodes=int(num_nodes), num_edges=int(num_edges),
+               directed=bool(directed), hops=int(hops), dataset=str(dataset),
+               num_features=int(num_features), num_classes=int(num_classes),
+               index_dtypes=list(index_dtypes))
+    if metrics is not None:
+        doc["metrics"] = metrics
+    return doc
+
+
+def write_meta(directory: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """Write ``DIR/meta.json`` (a :func:`meta_record`) atomically inside the store's folder,
+    which its writer already holds. Rank-local."""
+    with outputs.atomic_file(Path(directory) / META, lock=False) as tmp:
+        tmp.write_text(json.dumps(meta, indent=2))
+
+
+def describe(directory: str | os.PathLike) -> Described | None:
+    """What ``directory`` is when its ``meta.json`` names this format (None otherwise): an
+    edge-cut store, with its counts and the partition files a complete one holds. Rank-local,
+    no error."""
+    d = Path(directory)
+    raw = peek(d / META, FORMAT)
+    if raw is None:
+        return None
+    files = tuple(d / part_name(i) for i in range(count(raw, "parts") or 0))
+    return Described(d, "edge-cut store", FORMAT, count(raw, "version") or 1,
+                     count(raw, "num_nodes"), count(raw, "num_edges"), files, raw)
+
+
 class EdgeCutStore:
     """An opened edge-cut partition store: its checked ``meta`` and per-partition readers.
 
@@ -442,10 +482,9 @@ def write_owner_store(directory: str | os.PathLike, dataset: str | os.PathLike,
                 mask = arrays[m][gid].copy()
                 mask[len(own):] = False
                 f[m] = mask
-    info = {"format": FORMAT, "version": VERSION, "hops": max(int(hops), 1),
-            "algorithm": algorithm, "parts": int(parts), "num_nodes": int(n),
-            "num_edges": int(meta.num_edges), "dataset": str(Path(dataset).resolve()),
-            "num_features": int(meta.num_features), "num_classes": int(meta.num_classes)}
-    with outputs.atomic_file(out / META, lock=False) as tmp:
-        tmp.write_text(json.dumps(info, indent=2))
+    info = meta_record(algorithm=algorithm, parts=parts, num_nodes=n,
+                       num_edges=meta.num_edges, directed=meta.directed, hops=max(int(hops), 1),
+                       dataset=Path(dataset).resolve(), num_features=meta.num_features,
+                       num_classes=meta.num_classes, index_dtypes=["int64"] * int(parts))
+    write_meta(out, info)
     return info

@@ -103,3 +103,16 @@ def segment_index(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     shift = np.repeat(np.asarray(starts, np.int64) - (ends - counts), counts)
     shift += np.arange(total, dtype=np.int64)
     return shift
+
+
+def grouped(key: np.ndarray, bins: int) -> np.ndarray:
+    """The stable permutation sorting ``key`` (integers in [0, bins)): an LSD radix sort over
+    16-bit digits (NumPy sorts 16-bit integers stably by radix: ~3x faster than a 32-bit
+    argsort). Pure."""
+    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    shift = 16
+    while bins > 1 << shift:
+        digit = ((key[order] >> shift) & 0xFFFF).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+    return order

@@ -28,7 +28,7 @@ import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
-from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
+from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition, part_dir
 from shardgnn.sampling import kernels
 from shardgnn.sampling.directory import partition_directory
 from shardgnn.sampling.blocks import MiniBatch, relabel, segment_index
@@ -601,14 +601,14 @@ def store_weights(store: PartitionStore, dataset: Any = None) -> WeightSource:
     """
     from pathlib import Path
 
-    first = store.path / "part-00000" / "out_weight.npy"
+    from shardgnn.io.canonical import SIDECAR, read_meta
+
+    first = store.path / part_dir(0) / "out_weight.npy"
     if first.exists():
-        return lambda i, part: np.load(store.path / f"part-{i:05d}" / "out_weight.npy",
+        return lambda i, part: np.load(store.path / part_dir(i) / "out_weight.npy",
                                        mmap_mode="r")
     gm = None
-    if dataset is not None and (Path(dataset) / "graph.json").exists():
-        from shardgnn.io.canonical import read_meta
-
+    if dataset is not None and (Path(dataset) / SIDECAR).exists():
         gm = read_meta(dataset)
     if gm is None or not getattr(gm, "edge_weights", False):
         raise ShardError(f"{dataset or store.path}: weighted sampling requested but the dataset "

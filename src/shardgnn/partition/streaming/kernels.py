@@ -62,50 +62,64 @@ def new_vertex_state(deg: np.ndarray, dtype: Any = None) -> np.ndarray:
     return vs
 
 
+# _nrt is numba's switch for reference counting (a private option, absent from its stubs)
+@njit(cache=True, forceinline=True, _nrt=False)  # type: ignore[call-overload]
+def cluster_line(vs, vol, tau, k, u, v, both):
+    """Algorithm 1's step for one directed line (u, v); returns the next free cluster id
+    ``k``. ``vs`` is the per-vertex state of :func:`new_vertex_state` (kept in one row so a line
+    touches two vertex rows and two volumes), ``vol`` the cluster volumes with room for
+    ``n + 2`` ids. Line (u, v) updates v's richest neighbour, and u's too with ``both`` (a
+    stream that sees each line once, as :func:`cluster_chunk` does). Cluster sizes are not
+    needed while streaming (recomputed from the ids).
+
+    The one copy of the step, called per line by the three kernels below. Compiled without
+    numba's reference counting (``_nrt=False``: it allocates nothing): a call taking arrays
+    would otherwise count references to ``vs`` and ``vol`` per line, atomic operations that
+    serialise the cache misses the kernels' loops overlap (numba's ``inline="always"`` keeps
+    those counts). ``forceinline`` has LLVM inline it, so each kernel compiles to the machine
+    code it had with the step written out in its loop.
+    """
+    du = vs[u, 3]
+    dv = vs[v, 3]
+    cu = vs[u, 0]
+    if cu == 0:
+        cu = k
+        vs[u, 0] = k
+        vol[k] += du
+        k += 1
+    cv = vs[v, 0]
+    if cv == 0:
+        cv = k
+        vs[v, 0] = k
+        vol[k] += dv
+        k += 1
+    if vol[cu] <= tau and vol[cv] <= tau:
+        if vol[cu] <= vol[cv]:
+            vol[cu] -= du
+            vol[cv] += du
+            vs[u, 0] = cv
+        else:
+            vol[cu] += dv
+            vol[cv] -= dv
+            vs[v, 0] = cu
+    if both and (vs[u, 1] < 0 or vs[u, 2] < dv):
+        vs[u, 1] = v
+        vs[u, 2] = dv
+    if vs[v, 1] < 0 or vs[v, 2] < du:
+        vs[v, 1] = u
+        vs[v, 2] = du
+    return k
+
+
 @njit(cache=True)
 def cluster_chunk(edges, mode, vs, vol, tau, k):
-    """Algorithm 1 lines 2-21 over one chunk; returns the next free cluster id ``k``.
-
-    ``vs`` is the per-vertex state of :func:`new_vertex_state` (kept in one row so a line touches
-    two vertex rows and two volumes), ``vol`` the cluster volumes with room for ``n + 2`` ids.
-    The line body is written out in the loop: a helper taking arrays costs reference counting
-    per call. Cluster sizes are not needed while streaming (recomputed from the ids).
-    """
+    """Algorithm 1 lines 2-21 over one chunk of stored edges (:func:`cluster_line` per line of
+    ``mode``, both endpoints' richest neighbours); returns the next free cluster id ``k``."""
     first = 1 if mode == 1 else 0
     last = 0 if mode == 0 else 1
     for j in range(edges.shape[0]):
         for d in range(first, last + 1):
-            u = edges[j, d]
-            v = edges[j, 1 - d]
-            du = vs[u, 3]
-            dv = vs[v, 3]
-            cu = vs[u, 0]
-            if cu == 0:
-                cu = k
-                vs[u, 0] = k
-                vol[k] += du
-                k += 1
-            cv = vs[v, 0]
-            if cv == 0:
-                cv = k
-                vs[v, 0] = k
-                vol[k] += dv
-                k += 1
-            if vol[cu] <= tau and vol[cv] <= tau:
-                if vol[cu] <= vol[cv]:
-                    vol[cu] -= du
-                    vol[cv] += du
-                    vs[u, 0] = cv
-                else:
-                    vol[cu] += dv
-                    vol[cv] -= dv
-                    vs[v, 0] = cu
-            if vs[u, 1] < 0 or vs[u, 2] < dv:
-                vs[u, 1] = v
-                vs[u, 2] = dv
-            if vs[v, 1] < 0 or vs[v, 2] < du:
-                vs[v, 1] = u
-                vs[v, 2] = du
+            k = cluster_line(vs, vol, tau, k, edges[j, d], edges[j, 1 - d], True)
     return k
 
 
@@ -114,34 +128,7 @@ def cluster_lines(lines, vs, vol, tau, k):
     """:func:`cluster_chunk` over single directed lines (u, v) of a source-grouped stream
     (:mod:`.adjacency`): line (u, v) updates only v's richest neighbour, as Algorithm 1 reads."""
     for j in range(lines.shape[0]):
-        u = lines[j, 0]
-        v = lines[j, 1]
-        du = vs[u, 3]
-        dv = vs[v, 3]
-        cu = vs[u, 0]
-        if cu == 0:
-            cu = k
-            vs[u, 0] = k
-            vol[k] += du
-            k += 1
-        cv = vs[v, 0]
-        if cv == 0:
-            cv = k
-            vs[v, 0] = k
-            vol[k] += dv
-            k += 1
-        if vol[cu] <= tau and vol[cv] <= tau:
-            if vol[cu] <= vol[cv]:
-                vol[cu] -= du
-                vol[cv] += du
-                vs[u, 0] = cv
-            else:
-                vol[cu] += dv
-                vol[cv] -= dv
-                vs[v, 0] = cu
-        if vs[v, 1] < 0 or vs[v, 2] < du:
-            vs[v, 1] = u
-            vs[v, 2] = du
+        k = cluster_line(vs, vol, tau, k, lines[j, 0], lines[j, 1], False)
     return k
 
 
@@ -149,40 +136,12 @@ def cluster_lines(lines, vs, vol, tau, k):
 def cluster_rows(indptr, tgt, lo, s0, s1, vs, vol, tau, k):
     """:func:`cluster_lines` over the lines (lo + s, t) of rows s0..s1-1 of a source-grouped
     CSR (``indptr`` from row 0, ``tgt`` the targets from ``indptr[0]``), without building
-    the lines: the same state, line for line. The line body is written out again, as in
-    :func:`cluster_chunk`: one shared ``inline="always"`` helper for the three kernels measured
-    2x slower here (R-MAT 2^22 cluster step 3.3 -> 5.8 s)."""
+    the lines: the same state, line for line."""
     base = indptr[0]
     for s in range(s0, s1):
         u = lo + s
         for j in range(indptr[s] - base, indptr[s + 1] - base):
-            v = tgt[j]
-            du = vs[u, 3]
-            dv = vs[v, 3]
-            cu = vs[u, 0]
-            if cu == 0:
-                cu = k
-                vs[u, 0] = k
-                vol[k] += du
-                k += 1
-            cv = vs[v, 0]
-            if cv == 0:
-                cv = k
-                vs[v, 0] = k
-                vol[k] += dv
-                k += 1
-            if vol[cu] <= tau and vol[cv] <= tau:
-                if vol[cu] <= vol[cv]:
-                    vol[cu] -= du
-                    vol[cv] += du
-                    vs[u, 0] = cv
-                else:
-                    vol[cu] += dv
-                    vol[cv] -= dv
-                    vs[v, 0] = cu
-            if vs[v, 1] < 0 or vs[v, 2] < du:
-                vs[v, 1] = u
-                vs[v, 2] = du
+            k = cluster_line(vs, vol, tau, k, u, tgt[j], False)
     return k
 
 

@@ -5,7 +5,6 @@ algorithms. Collective over comm.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -451,13 +450,13 @@ def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, t
               "ranks": comm.size, "write_memory": m["write_memory_bytes"],
               "write_threads": m["write_threads"],
               "store_compression": cfg.compression, "write_from": cfg.write_from}
-    doc = {"format": store.FORMAT, "version": store.VERSION, "algorithm": cfg.algo,
-           "parameters": params, "parts": p, "num_nodes": meta.num_nodes,
-           "num_edges": meta.num_edges, "directed": bool(meta.directed), "hops": cfg.hops,
-           "dataset": str(Path(cfg.dataset).absolute()), "num_features": meta.num_features,
-           "num_classes": meta.num_classes, "index_dtypes": m["index_dtypes"], "metrics": m}
+    doc = store.meta_record(
+        algorithm=cfg.algo, parameters=params, parts=p, num_nodes=meta.num_nodes,
+        num_edges=meta.num_edges, directed=meta.directed, hops=cfg.hops,
+        dataset=Path(cfg.dataset).absolute(), num_features=meta.num_features,
+        num_classes=meta.num_classes, index_dtypes=m["index_dtypes"], metrics=m)
     if comm.rank == 0:
-        (tmp / store.META).write_text(json.dumps(doc, indent=2))
+        store.write_meta(tmp, doc)
     results = Path(cfg.results).absolute() if cfg.results else tmp / "results.h5"
     config = {"algorithm": cfg.algo, "parts": p, "dataset": doc["dataset"], **{
         k: v for k, v in params.items() if not isinstance(v, dict)}}

@@ -1,6 +1,6 @@
 """GLISP's read-only partition store (paper section III-C): writer (collective) and mmap loader.
 
-Layout of ``OUT`` (``docs/vertexcut.md``)::
+Layout of ``OUT`` (``docs/formats.md``)::
 
     OUT/meta.json                         counts, dtypes, parameters of the run
     OUT/part-00000/global_id.npy          int64 sorted global ids (local id = position)
@@ -34,7 +34,9 @@ position of each edge's reverse, on first use), and a graph without edge types h
 where they fit. R-MAT 2^20 at p = 2: 9 bytes per input edge instead of 52 (version 2).
 Versions 1 and 2 (every array written, int64) are read as before.
 The writer is collective over comm; loading and queries are rank-local. This module is the only
-reader and writer of the format; read it through :func:`open_store` / :class:`PartitionStore`.
+reader and writer of the format (``meta.json``: :func:`write_meta`, :func:`read_meta`); read it
+through :func:`open_store` / :class:`PartitionStore`; :func:`describe` says whether a folder is
+such a store.
 """
 from __future__ import annotations
 
@@ -50,13 +52,16 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import outputs
 from shardgnn.io.canonical import NODE_TYPES, load_node_array
-from shardgnn.io.sidecar import read_sidecar
+from shardgnn.io.sidecar import Described, count, peek, read_sidecar
 
 if TYPE_CHECKING:  # imported where used: it compiles numba kernels, which readers never need
     from shardgnn.io.edgeattrs import EdgeAttrs
 
 FORMAT = "shardgnn-vertexcut-store"
 VERSION = 3
+META = "meta.json"
+#: Keys every vertex-cut ``meta.json`` holds.
+REQUIRED_META = ("num_parts", "num_nodes")
 #: Versions the reader accepts (version 2 added optional weights and node types; version 3
 #: leaves out the arrays the reader derives and stores local ids as int32 where they fit).
 READABLE_VERSIONS = (1, 2, 3)
@@ -251,7 +256,7 @@ def check_out_dir(out: Path) -> str:
     """Why ``out`` cannot receive a store ('' when it can). Rank-local."""
     if out.exists() and not out.is_dir():
         return f"{out}: expected an output directory, got a file"
-    if out.exists() and any(out.iterdir()) and not (out / "meta.json").exists():
+    if out.exists() and any(out.iterdir()) and not (out / META).exists():
         return (f"{out}: expected an empty directory or a previous partition store to replace, "
                 f"got a non-empty directory without meta.json")
     return ""
@@ -345,12 +350,40 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
                     "partition_set_bytes": (p + 7) // 8,
                     "local_id_dtype": "int32 where a partition has < 2^31 vertices"}
             try:
-                (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True,
-                                                          default=str))
+                write_meta(tmp, meta)
             except OSError as exc:
                 err = str(outputs.write_error(out, exc))
         comm.agree(not err, err)
     return comm.bcast_obj(meta)
+
+
+def write_meta(directory: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """Write ``DIR/meta.json`` (keys sorted; values JSON cannot hold as their ``str``).
+    Rank-local."""
+    (Path(directory) / META).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+
+
+def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
+    """Read and check ``DIR/meta.json``: format, a readable version, the required keys.
+    Rank-local."""
+    return read_sidecar(Path(directory) / META, FORMAT, READABLE_VERSIONS, REQUIRED_META,
+                        "expected a vertex-cut store (--algo adadne, dne or hash2d)")
+
+
+def describe(directory: str | os.PathLike) -> Described | None:
+    """What ``directory`` is when its ``meta.json`` names this format (None otherwise): a
+    vertex-cut store, with its counts and the partition arrays its ``meta.json`` lists.
+    Rank-local, no error."""
+    d = Path(directory)
+    raw = peek(d / META, FORMAT)
+    if raw is None:
+        return None
+    parts, names = raw.get("parts"), raw.get("files")
+    files = tuple(d / str(q.get("dir", "")) / f"{name}.npy"
+                  for q in (parts if isinstance(parts, list) else []) if isinstance(q, dict)
+                  for name in (names if isinstance(names, list) else []))
+    return Described(d, "vertex-cut store", FORMAT, count(raw, "version") or 0,
+                     count(raw, "num_nodes"), count(raw, "num_edges"), files, raw)
 
 
 def _write_parts(comm: Communicator, tmp: Path, got: dict[str, np.ndarray], p: int, n: int,
@@ -536,9 +569,6 @@ class StorePartition:
         return src, dst, t
 
 
-#: Keys every vertex-cut ``meta.json`` holds.
-REQUIRED_META = ("num_parts", "num_nodes")
-
 
 class PartitionStore:
     """A vertex-cut partition store: its checked ``meta`` plus memory-mapped partitions.
@@ -555,16 +585,14 @@ class PartitionStore:
         if not self.path.is_dir():
             raise input_error(self.path, "expected a vertex-cut partition store (--algo adadne, "
                               "dne or hash2d), got " + ("a file" if self.path.exists() else "nothing"))
-        self.meta: dict[str, Any] = read_sidecar(
-            self.path / "meta.json", FORMAT, READABLE_VERSIONS, REQUIRED_META,
-            "expected a vertex-cut store (--algo adadne, dne or hash2d)")
+        self.meta: dict[str, Any] = read_meta(self.path)
         self.num_parts = int(self.meta["num_parts"])
         self.num_nodes = int(self.meta["num_nodes"])
         for i in range(self.num_parts):
             d = self.path / part_dir(i)
             if not d.is_dir():
                 raise input_error(d, f"missing partition folder ({self.num_parts} partitions in "
-                                  f"meta.json)")
+                                  f"{META})")
 
     def partition(self, i: int, mmap: bool = True) -> StorePartition:
         """Load partition ``i`` (memory-mapped by default)."""
@@ -587,11 +615,11 @@ class PartitionStore:
     def dataset(self, dataset: str | os.PathLike | None = None) -> Path:
         """The canonical dataset the store was cut from (``dataset`` or ``meta['dataset']``),
         checked to hold the same graph (node and edge counts)."""
-        from shardgnn.io.canonical import read_meta
+        from shardgnn.io.canonical import SIDECAR, read_meta
 
         name = str(dataset or self.meta.get("dataset") or "")
         ds = Path(name)
-        if not name or not (ds / "graph.json").exists():
+        if not name or not (ds / SIDECAR).exists():
             raise input_error(ds, "expected the dataset the store was cut from (graph.json), "
                               "found none; pass --dataset DIR")
         gm = read_meta(ds)
