@@ -96,7 +96,7 @@ def add_parser(sub: Any) -> None:
                    "per server), keyed (uniform via A-ES keys, the same sample on any "
                    "partitioning), weighted (A-ES on the dataset's edge weights)")
     g.add_argument("--eval", choices=("dist", "full", "local", "none"), default=None,
-                   help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always, "
+                   help="(rdm, cagnet1d, averaging, sampled) full: exact full-graph evaluation (rdm, cagnet1d: always, "
                    "the default; averaging: a forward on rank 0 over the source dataset named in "
                    "meta.json, for checking); dist (averaging, the default): exact, each rank "
                    "evaluates its partitions' owned vertices, replica rows exchanged between "
@@ -116,9 +116,9 @@ def add_parser(sub: Any) -> None:
                    "--checkpoint-every N epochs, or, without it, once after the last epoch "
                    "(default: OUT.ckpt.h5 with --checkpoint-every)")
     g.add_argument("--resume", default=None, type=input_path, metavar="FILE",
-                   help="(rdm, cagnet1d, averaging, sampled) continue from this checkpoint (same options, --epochs may "
-                   "be larger; rdm, cagnet1d: the same number of ranks too): the same "
-                   "loss/accuracy curve as without interruption")
+                   help="(rdm, cagnet1d, averaging, sampled) continue from this checkpoint "
+                   "(same options, --epochs may be larger; rdm, cagnet1d: the same number of "
+                   "ranks too): the same loss/accuracy curve as without interruption")
     g.add_argument("--saint-budget", type=int, default=d("saint_budget", SaintOptions), metavar="B",
                    help="(rdm --saint, averaging --sampler saint-*) GraphSAINT budget: nodes "
                    "drawn (node), edges drawn (edge) or walk roots (rw); default: N/10 nodes, N/20 "
