@@ -356,6 +356,7 @@ def _run_argv(job: Job, p: Planned, force: bool, upstream: str) -> tuple[list[st
         return p.argv, ""
     ck = job.products[p.name].get("checkpoint")
     if (not upstream and state.get("status") == "started" and ck is not None and Path(ck).is_file()
+            and Path(ck).stat().st_mtime >= float(state.get("started", 0))   # the killed run's
             and getattr(p.args, "resume", None) is None):
         return p.argv + ["--resume", str(ck)], f"resuming from its checkpoint {ck}"
     order = state.get("order")
