@@ -213,3 +213,20 @@ def test_templates_submit_themselves_with_the_resources(tmp_path):
         line = log.read_text().splitlines()[-1]
         assert line.startswith(f"{want} {ROOT / 'slurm' / name}"), line
     assert not (Path(env["SHIM_LOG"]) / "steps").exists()      # nothing ran on the login node
+
+
+#: The templates the tests above run (every one at 1 and 2 simulated nodes).
+TESTED = {"convert", "partition", "train-rdm", "train-averaging", "train-nau", "perfmodel",
+          "train-sampled", "infer", "pipeline"}
+
+
+def test_every_template_is_run_and_takes_the_resources():
+    """A new template must be added to the runs above; each takes NODES, TASKS_PER_NODE and
+    GPUS_PER_TASK through slurm/launch.sh and launches its steps with it."""
+    found = {p.stem for p in (ROOT / "slurm").glob("*.sbatch")}
+    assert found == TESTED, f"templates not run by the srun-shim tests: {found - TESTED}"
+    for name in found:
+        text = (ROOT / "slurm" / f"{name}.sbatch").read_text()
+        assert 'source "$here/launch.sh"' in text and "srun" not in text.replace(
+            "srun-shim", ""), name
+        assert "launch " in text or "launch_one " in text, name
