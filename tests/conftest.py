@@ -78,3 +78,22 @@ def datasets() -> Path:
     if not d.is_dir():
         pytest.fail(f"{DATASETS_ENV}={d}: not a directory")
     return d
+
+
+@pytest.fixture(scope="session")
+def cora_work(tmp_path_factory):
+    """Cora converted (``cora``), cut into an edge-cut (``ec``, SPRING) and a vertex-cut store
+    (``vc``, AdaDNE), both with 2 partitions, and a sampled-engine checkpoint of ``vc``
+    (``s.h5.ckpt.h5``), made in this process on one rank."""
+    from shardgnn.cli.main import main
+
+    root = tmp_path_factory.mktemp("cora-work")
+    for args in (["convert", INPUTS / "cora", "--out", root / "cora"],
+                 ["partition", root / "cora", "--algo", "spring", "--parts", 2, "--out",
+                  root / "ec"],
+                 ["partition", root / "cora", "--algo", "adadne", "--parts", 2, "--out",
+                  root / "vc"],
+                 ["train", "--engine", "sampled", root / "vc", "--epochs", 1, "--hidden", 8,
+                  "--fanouts", "5,5", "--checkpoint-every", 1, "--out", root / "s.h5"]):
+        assert main([str(a) for a in args]) == 0, args
+    return root

@@ -46,6 +46,11 @@ FAIL_TOGETHER_S = 2.0
 _FAILED_TAG = 32_101
 #: Seconds :func:`drain_stdio` waits at most for the launcher to take this rank's output.
 DRAIN_S = 2.0
+#: Tags of :class:`StopWatch`'s "stop" word and its acknowledgement, and how long a stopping
+#: rank waits for its peers' acknowledgements (each peer removes its temps and locks first).
+_STOP_TAG = 32_102
+_STOP_ACK_TAG = 32_103
+STOP_ACK_S = 2.0
 
 _T = TypeVar("_T")
 #: Send and receive displacements of a planned all-to-all (``Communicator.alltoallv``).
@@ -93,6 +98,84 @@ def world(max_count: int = MAX_COUNT) -> "Communicator":
 def self_comm(max_count: int = MAX_COUNT) -> "Communicator":
     """Return a Communicator over MPI_COMM_SELF (initialises MPI on first use)."""
     return Communicator(_mpi().COMM_SELF, max_count)
+
+
+class StopWatch:
+    """A job-wide stop: a rank stopped by a signal tells every peer, whose watcher thread then
+    runs ``on_stop(signum)`` (remove its temps and locks, exit), even while that peer's main
+    thread waits inside MPI.
+
+    Without it a signal to one rank ends that rank cleanly, but the launcher then kills the
+    others (SIGKILL), leaving rank 0's lock and temp files behind. Each rank polls one
+    ``Irecv`` (on a duplicate of the communicator, so no user message can match) every 0.1 s
+    from a daemon thread; :meth:`notify` sends the word to every peer and waits up to
+    :data:`STOP_ACK_S` for their acknowledgements, sent once they cleaned up, before the caller
+    exits. Needs ``MPI_THREAD_MULTIPLE`` (mpi4py's default); otherwise :meth:`start` returns
+    None and a signal stays rank-local. Construction is collective over comm (the duplicate).
+    """
+
+    POLL_S = 0.1
+
+    def __init__(self, comm: "Communicator", on_stop: Callable[[int], None]) -> None:
+        import threading
+
+        MPI = _mpi()
+        self._MPI = MPI
+        self._c = comm._c.Dup()
+        self.rank, self.size = comm.rank, comm.size
+        self._on_stop = on_stop
+        self._word = np.zeros(1, np.int32)
+        self._req = self._c.Irecv([self._word, 1, MPI.INT], source=MPI.ANY_SOURCE,
+                                  tag=_STOP_TAG)
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="shardgnn-stop-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, comm: "Communicator", on_stop: Callable[[int], None]) -> "StopWatch | None":
+        """A watch over ``comm``, or None (one rank, no MPI, or MPI not thread-multiple).
+        Collective over comm."""
+        if comm.size == 1 or comm.is_serial:
+            return None
+        MPI = _mpi()
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            return None
+        return cls(comm, on_stop)
+
+    def _watch(self) -> None:
+        status = self._MPI.Status()
+        while not self._closing.wait(self.POLL_S):
+            if self._req.Test(status):
+                signum = int(self._word[0])
+                self._on_stop(signum)
+                self._ack(status.Get_source())
+                os._exit(128 + signum)   # the launcher ends the job anyway: no finalize
+
+    def _ack(self, dest: int) -> None:
+        self._c.Send([np.zeros(1, np.int32), 1, self._MPI.INT], dest=dest, tag=_STOP_ACK_TAG)
+
+    def notify(self, signum: int) -> None:
+        """Tell every peer to stop (``on_stop(signum)`` there) and wait up to
+        :data:`STOP_ACK_S` until they say they cleaned up. Rank-local (point-to-point)."""
+        MPI = self._MPI
+        word = np.array([signum], np.int32)
+        sends = [self._c.Isend([word, 1, MPI.INT], dest=r, tag=_STOP_TAG)
+                 for r in range(self.size) if r != self.rank]
+        acks = [self._c.Irecv([np.zeros(1, np.int32), 1, MPI.INT], source=r, tag=_STOP_ACK_TAG)
+                for r in range(self.size) if r != self.rank]
+        deadline = time.monotonic() + STOP_ACK_S
+        while not MPI.Request.Testall(acks) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        del sends
+
+    def close(self) -> None:
+        """Stop watching (the command ended normally): cancel the pending receive."""
+        self._closing.set()
+        self._thread.join()
+        if not self._req.Test():
+            self._req.Cancel()
+            self._req.Wait()
 
 
 def serial(max_count: int = MAX_COUNT) -> "Communicator":

@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -271,7 +272,8 @@ def parse_stage(parser: argparse.ArgumentParser, argv: list[str], where: str) ->
     except SystemExit:
         lines = [ln for ln in err.getvalue().strip().splitlines() if ln]
         msg = lines[-1] if lines else "invalid options"
-        raise ShardError(f"{where}: {msg.split('error: ', 1)[-1]}") from None
+        msg = re.sub(r"^rank \d+: ", "", msg.split("error: ", 1)[-1])   # the CLI adds its own
+        raise ShardError(f"{where}: {msg}") from None
 
 
 @dataclass
@@ -450,9 +452,7 @@ def _check_dataset(out: Path) -> str:
     from shardgnn.io import canonical as cn
 
     try:
-        meta = cn.read_meta(out)
-        for name in cn.NODE_FILES:
-            cn.load_node_array(out, name, meta)
+        cn.check_node_files(out)
     except ShardError as exc:
         return str(exc)
     return ""

@@ -159,7 +159,8 @@ ENGINES.register("cagnet1d", "shardgnn.rdm.cli",
 ENGINES.register("averaging", "shardgnn.averaging.cli",
                  "partition-parallel training with model averaging (CATGNN), DATA = partitions")
 ENGINES.register("nau", "shardgnn.nau.cli",
-                 "FlexGraph NAU on one rank (--model gcn|pinsage|magnn|jknet|pgnn), DATA = dataset")
+                 "FlexGraph NAU models (--model gcn|pinsage|magnn|jknet|pgnn) on one or more ranks, "
+                 "DATA = dataset")
 ENGINES.register("sampled", "shardgnn.sampled.cli",
                  "mini-batches from GLISP's Gather-Apply service, data parallel, DATA = vertex-cut "
                  "store")
@@ -200,7 +201,9 @@ for _name, _target, _help in (
         ("edge-cut store", "shardgnn.partition.store:describe",
          "edge-cut partition store (meta.json + part-NNNNN.h5)"),
         ("vertex-cut store", "shardgnn.partition.vertexcut.store:describe",
-         "GLISP vertex-cut partition store (meta.json + part-NNNNN/)")):
+         "GLISP vertex-cut partition store (meta.json + part-NNNNN/)"),
+        ("embedding layers", "shardgnn.infer.store:describe",
+         "the layer files of `shardgnn infer` (LAYERS/layer-LL/rank-RRRRR.h5, no sidecar)")):
     FORMATS.register(_name, _target, _help)
 
 

@@ -105,7 +105,7 @@ def test_lock_blocks_a_second_job_and_stale_lock_is_taken_over(tmp_path, caplog)
     outputs.lock_path(t).write_text(f"pid={DEAD_PID} host={socket.gethostname()} started=x\n")
     with outputs.OutputLock(t) as lk:
         assert f"pid={os.getpid()}" in lk.path.read_text()
-    assert "took over the stale lock of pid" in caplog.text
+    assert f"pid {DEAD_PID} no longer running" in caplog.text
     outputs.lock_path(t).write_text("pid=1 host=some-other-node started=x\n")   # not provably dead
     with pytest.raises(ShardError, match="some-other-node"):
         outputs.OutputLock(t).acquire()

@@ -198,7 +198,7 @@ def test_store_roundtrip_solo(tmp_path):
     assert not list(tmp_path.glob("st.*"))
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "x").write_text("x")
-    with pytest.raises(ShardError, match="non-empty directory"):
+    with pytest.raises(ShardError, match="is not a shardgnn output"):
         write_store(SoloComm(), tmp_path / "junk", sh.src, sh.dst, sh.etype, res.rec_part,
                     res.member, info)
 

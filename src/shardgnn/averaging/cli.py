@@ -6,6 +6,7 @@ from typing import Any
 
 from shardgnn.averaging.engine import AveragingConfig
 from shardgnn.comm import Communicator
+from shardgnn.errors import ShardError
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 from shardgnn.train.config import default_of, from_args
 
@@ -18,10 +19,13 @@ SHARED_OPTIONS: tuple[str, ...] = ("model", "sampler", "eval", "eval_every", "ch
 
 
 def _fanouts(text: str) -> list[int]:
+    """--fanouts through the one parser `sample` and `infer` use (an empty item is an error)."""
+    from shardgnn.sampling.features import check_fanouts
+
     try:
-        return [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        return check_fanouts(text)
+    except ShardError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--fanouts: ")) from None
 
 
 def add_arguments(parser: Any) -> None:

@@ -329,6 +329,12 @@ class _EvalGraph:
             raise ShardError("meta.json: expected key 'dataset' (the source dataset) for --eval "
                              "full, got none; use --eval local")
         gm = read_meta(d)
+        got = {"num_nodes": gm.num_nodes, "num_edges": gm.num_edges,
+               "num_features": gm.num_features}
+        for k, v in got.items():
+            if k in meta and int(meta[k]) != int(v):
+                raise input_error(d, f"--eval full: expected the dataset the store was cut from "
+                                  f"(meta.json {k} = {meta[k]}), got a dataset with {k} = {v}")
         e = np.asarray(edge_memmap(d, gm), dtype=np.int64)
         if not gm.directed:
             e = np.concatenate([e, e[:, ::-1]])

@@ -16,6 +16,7 @@ from shardgnn.cli.parser import output_path
 from shardgnn.io.convert import run_on_root as on_root
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
+from shardgnn.io import outputs
 from shardgnn.graph import generators as gen
 
 RMAT_HELP = """\
@@ -74,8 +75,10 @@ def add_parser(sub: Any) -> None:
                    help="write a canonical dataset directory instead of a .npy edge array")
     r.add_argument("--directed", action="store_true",
                    help="with --canonical: keep edge directions (default: undirected)")
-    r.add_argument("--out", required=True, type=output_path, help="output .npy file (or directory with --canonical)")
-    r.add_argument("--force", action="store_true", help="replace an existing output")
+    r.add_argument("--out", required=True, type=output_path,
+                   help="output .npy file (or directory with --canonical)")
+    r.add_argument("--force", action="store_true", help="replace an existing output (an "
+                   "earlier shardgnn output only: a .npy this command wrote, or a dataset)")
     r.only_if("directed", lambda a: a.canonical, "with --canonical")
     r.set_defaults(func=run)
 
@@ -136,8 +139,6 @@ def _rmat(args: argparse.Namespace) -> dict[str, Any]:
         raise ShardError(f"--chunk: expected >= 1 edges per step, got {args.chunk}")
     m = args.edges if args.edges is not None else args.edge_factor * (1 << args.scale)
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise ShardError(f"{out}: output exists (use --force to replace it)")
     if args.canonical:
         from shardgnn.io.convert import ConvertOptions, convert_source
         from shardgnn.io.readers import RMATSource
@@ -146,10 +147,9 @@ def _rmat(args: argparse.Namespace) -> dict[str, Any]:
                          args.chunk)
         meta = convert_source(src, out, ConvertOptions(directed=args.directed, force=args.force))
         return {"out": str(out), "num_nodes": meta.num_nodes, "num_edges": meta.num_edges}
-    if out.exists() and out.is_dir():
-        raise ShardError(f"{out}: expected a .npy file path, got a directory")
-    gen.write_rmat_npy(out, args.scale, m, args.seed, args.chunk, tuple(args.abc),
-                       not args.no_permute)
+    with outputs.claim_local([(out, "file")], args.force):
+        gen.write_rmat_npy(out, args.scale, m, args.seed, args.chunk, tuple(args.abc),
+                           not args.no_permute)
     return {"out": str(out), "num_nodes": 1 << args.scale, "num_edges": m}
 
 

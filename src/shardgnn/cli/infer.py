@@ -7,16 +7,18 @@ from typing import Any
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
+from shardgnn.io import outputs
 
 HELP = """\
 Compute the embedding (the model's last-layer output) of every vertex with a model trained by
 `train --engine sampled` or `--engine averaging` (GraphSAGE, GCN, GAT), over a vertex-cut
 partition store (`partition --algo adadne|dne|hash2d`). The model runs as L one-layer passes
 over all vertices (GLISP layerwise inference): each rank computes the vertices it owns (one
-of the partitions holding a vertex, picked by a hash of its id, owns it; partitions r, r+P,
-... are rank r's), after filling a static cache with the previous layer's rows of its
-vertices and of their neighbours, read chunk by chunk from the embedding store through a
-dynamic FIFO chunk cache. --samplewise runs a sample-wise baseline instead.
+of the partitions holding a vertex, picked by a hash of its id and then balanced over the
+partitions, owns it; partitions r, r+P, ... are rank r's), after filling a static cache with
+the previous layer's rows of its vertices and of their neighbours, read chunk by chunk from the
+embedding store through a dynamic chunk cache (FIFO unless --cache-policy lru).
+--samplewise runs a sample-wise baseline instead.
 
 Each layer is written to LAYERS/layer-LL/rank-RRRRR.h5 (one file per rank, read back in
 --chunk-rows chunks, compressed with --compression if set) plus LAYERS/layer-LL.h5, a virtual N x d dataset in global-id order. OUT holds the
@@ -30,9 +32,14 @@ def add_parser(sub: Any) -> None:
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", type=input_path, metavar="CHECKPOINT",
                    help="checkpoint of `train --engine sampled|averaging` (--checkpoint-every)")
-    p.add_argument("store", type=input_path, metavar="VPARTS", help="vertex-cut partition store directory")
+    p.add_argument("store", type=input_path, metavar="VPARTS",
+                   help="vertex-cut partition store directory")
     p.add_argument("--out", required=True, type=output_path,
-                   help="results file (HDF5, written atomically): /embeddings/emb, /infer")
+                   help="results file (HDF5, written atomically): /embeddings/emb, /infer; an "
+                   "existing file only with --force, and only an earlier shardgnn output")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out that shardgnn wrote earlier (the layers "
+                   "directory is this command's own working folder: reused without it)")
     p.add_argument("--fanouts", default=None,
                    help="neighbours per vertex and hop, first hop first (as in training), -1 = "
                    "all; one per layer (default: -1 at every hop: full neighbourhoods)")
@@ -106,7 +113,11 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                       batch_size=args.batch_size, target_fraction=args.target_fraction,
                       score_edges=args.score_edges,
                       dataset=args.dataset, seed=args.seed, resume=args.resume)
-    s = main(comm, cfg)
+    layers = cfg.layers_root()
+    # both outputs checked and locked for the whole run: a second job on either fails at once
+    with outputs.claim(comm, [(cfg.out, "file"), (layers, "dir")], args.force,
+                       inputs=(args.checkpoint, args.store), keep=(layers,)):
+        s = main(comm, cfg)
     if comm.rank == 0:
         print(f"infer: {s['vertices']} vertices x {s['width']} ({s['model']}, {s['layers']} "
               f"layers, {s['mode']}) on {s['ranks']} ranks in {s['total_time']:.2f}s "

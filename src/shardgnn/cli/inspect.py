@@ -10,6 +10,7 @@ import numpy as np
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
+from shardgnn.io import outputs
 from shardgnn.io.results import read_tree
 
 
@@ -25,6 +26,8 @@ def add_parser(sub: Any) -> None:
                    help="datasets up to this many elements are printed in full (default: 1000)")
     p.add_argument("--plot", metavar="PNG", default=None, type=output_path,
                    help="write a PNG of /train accuracy and loss per epoch (needs matplotlib)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --plot PNG that shardgnn drew earlier")
     p.set_defaults(func=run)
 
 
@@ -66,6 +69,7 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
     if args.plot:
         from shardgnn.io.plots import plot_training
 
-        plot_training(args.file, args.plot)
+        with outputs.claim_local([(args.plot, "file")], args.force):
+            plot_training(args.file, args.plot)
         print(f"wrote {args.plot}")
     return 0

@@ -20,7 +20,7 @@ from shardgnn.cli.parser import Parser
 from shardgnn.errors import ShardError
 
 if TYPE_CHECKING:
-    from shardgnn.comm import Communicator
+    from shardgnn.comm import Communicator, StopWatch
 
 
 DESCRIPTION = """\
@@ -87,6 +87,7 @@ def _main(argv: Sequence[str] | None) -> int:
         outputs.install_signal_cleanup()
 
     comm = world()
+    watch = stop_together(comm) if argv is None else None
     gc.freeze()
     gc.enable()
     try:
@@ -110,10 +111,34 @@ def _main(argv: Sequence[str] | None) -> int:
         _line(f"shardgnn: internal error on rank {comm.rank}")
         return _fail(comm, 1, False)
     finally:
+        if watch is not None:
+            unwatch(watch)
         # the interpreter's exit collections then skip the job's long-lived objects (numba's
         # type system above all: 0.2 s of every exit otherwise)
         gc.freeze()
     return code
+
+
+def stop_together(comm: Communicator) -> StopWatch | None:
+    """After SIGTERM/SIGINT on one rank (it removes its temps and locks), every other rank
+    removes its own and exits too, instead of being killed by the launcher with its lock left
+    behind (:class:`shardgnn.comm.StopWatch`). Collective over comm; undo with
+    :func:`unwatch`."""
+    from shardgnn.comm import StopWatch
+    from shardgnn.io import outputs
+
+    watch = StopWatch.start(comm, outputs.stopped_by_peer)
+    if watch is not None:
+        outputs.ON_SIGNAL.append(watch.notify)
+    return watch
+
+
+def unwatch(watch: StopWatch) -> None:
+    """End :func:`stop_together` (the command finished). Rank-local."""
+    from shardgnn.io import outputs
+
+    outputs.ON_SIGNAL.remove(watch.notify)
+    watch.close()
 
 
 def _line(text: str) -> None:

@@ -6,6 +6,8 @@
   alone reads ``-1,-1`` as an unknown option, since only ``-1`` and ``-1.5`` look like numbers);
 - records which options the command line gave (``args.given_options``, even when a value equals
   the default; positionals included), so a command can refuse an option it would ignore;
+- reports a parse error as one line, ``PROG: error: [rank R: ]MESSAGE (see PROG --help)``, exit
+  2 -- not the whole usage on every rank of a job (it is one --help away);
 - refuses, at parse time, an option given where it has no effect: :meth:`Parser.only_if`
   declares when an option applies (``--batch-size`` of infer only with ``--samplewise``), and
   the error names the option and the condition, exit 2 like any parse error.
@@ -17,12 +19,28 @@ job's working folder (outputs), so a new path option only needs the right ``type
 from __future__ import annotations
 
 import argparse
+import os
 import re
-from typing import Any, Callable, Iterable, Sequence
+import sys
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 #: A command-line word that is a value, not an option, although it starts with '-': a number or
 #: a comma/colon-separated list starting with one ("-1", "-0.5", "-1,-1", "-1,10", "-1:-1").
 NEGATIVE_VALUE = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?([,:][-+.\deE]*)*$")
+
+
+def launch_rank() -> int | None:
+    """This process's rank from the launcher's environment (MPICH/Hydra, Open MPI, PMIx,
+    Slurm) before MPI starts, or None outside a multi-rank launch."""
+    size = next((os.environ[k] for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+                 if os.environ.get(k)), "1")
+    if not size.isdigit() or int(size) <= 1:
+        return None
+    for key in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        v = os.environ.get(key, "")
+        if v.isdigit():
+            return int(v)
+    return None
 
 
 class Unset:
@@ -68,6 +86,14 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = NEGATIVE_VALUE
         self.rules: list[Rule] = []
+
+    def error(self, message: str) -> NoReturn:
+        rank = launch_rank()
+        prefix = f"rank {rank}: " if rank is not None else ""
+        # one write, so ranks' lines never interleave
+        sys.stderr.write(f"{self.prog}: error: {prefix}{message} (see {self.prog} --help)\n")
+        sys.stderr.flush()
+        sys.exit(2)
 
     def only_if(self, dests: str | Iterable[str], applies: Callable[[argparse.Namespace], bool],
                 when: str) -> None:
@@ -129,4 +155,4 @@ def path_options(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 
 __all__ = ["Parser", "Unset", "Rule", "input_path", "output_path", "PATH_TYPES", "path_options",
-           "NEGATIVE_VALUE"]
+           "NEGATIVE_VALUE", "launch_rank"]

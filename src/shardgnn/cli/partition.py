@@ -7,6 +7,7 @@ from typing import Any
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
+from shardgnn.io import outputs
 from shardgnn.partition.streaming import cli as streaming_cli
 from shardgnn.partition.vertexcut import cli as vertexcut_cli
 from shardgnn.registry import PARTITIONERS
@@ -16,7 +17,8 @@ Partition a converted dataset with every rank streaming its shard of the edge fi
 
 Streaming edge-cut with full-neighbourhood replicas (CATGNN): %(streaming)s.
 Distributed vertex-cut (GLISP): %(vertexcut)s.
-A user partitioner class can be named as --algo package.module:ClassName (see docs/partitioning.md).
+A user partitioner class can be named as --algo package.module:ClassName (see docs/partitioning.md):
+that imports and runs the named module's code, as any Python import does (trusted code only).
 The number of partitions (--parts) is independent of the number of ranks for streaming algorithms.
 """
 
@@ -29,11 +31,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("dataset", type=input_path, help="dataset directory written by `shardgnn convert`")
     p.add_argument("--algo", default="spring",
                    help="algorithm name, or package.module:Class for a user streaming partitioner "
-                   "(default: spring)")
+                   "(imports and runs that module: trusted code only) (default: spring)")
     p.add_argument("--parts", default="4",
                    help="number of partitions p >= 1, or 'auto' (streaming only; needs --devices "
                    "and --device-mem) (default: 4)")
-    p.add_argument("--out", required=True, type=output_path, help="output directory of the partition store")
+    p.add_argument("--out", required=True, type=output_path,
+                   help="output directory of the partition store (new, empty, or with --force "
+                   "an earlier partition store holding only its own files)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out / --results that is an earlier shardgnn "
+                   "output (never a folder or file shardgnn did not write)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--results", default=None, type=output_path,
                    help="results HDF5 file for the run's metrics (default: OUT/results.h5)")
@@ -98,4 +105,7 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the partitioner family registered for ``args.algo`` (a ``package.module:Class``
     user partitioner runs in the streaming family). Collective over comm."""
     family = streaming_cli if ":" in args.algo else PARTITIONERS.get(args.algo)
-    return int(family.run(comm, args) or 0)
+    # every output checked and locked before the first pass (docs/architecture.md, outputs)
+    with outputs.claim(comm, [(args.out, "dir"), (args.results, "file")], args.force,
+                       inputs=(args.dataset,)):
+        return int(family.run(comm, args) or 0)

@@ -1,4 +1,5 @@
-"""`shardgnn run JOB.toml`: run a job's stages (convert -> partition -> train) in one launch.
+"""`shardgnn run JOB.toml`: run a job's stages (convert or generate -> partition -> train ->
+infer) in one launch.
 
 Collective: every rank runs every stage together (see :mod:`shardgnn.job`); rank 0 writes the
 job's results file, one group per stage.
@@ -14,6 +15,7 @@ from shardgnn.cli.commands import SUMMARY
 from shardgnn import __version__, log
 from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
+from shardgnn.errors import ShardError
 from shardgnn.io import outputs, provenance
 from shardgnn.job import STAGES, Job, read_job, run_job
 
@@ -43,7 +45,8 @@ relative to the working folder. Each stage's output is validated before the next
 stage that completed earlier with the same options and whose output is still complete is
 skipped; a train stage killed part-way resumes from its checkpoint; an --order auto choice is
 reused; --force reruns everything. One results file (default DIR/results.h5) holds a group per
-stage. Stages available: %s.
+stage with its status (ran/skipped), seconds, command line and the stage's own results.
+Stages available: %s.
 """
 
 
@@ -64,9 +67,9 @@ def add_parser(sub: Any) -> None:
 def write_job_results(job: Job, records: list[dict[str, Any]], path: Path) -> None:
     """One HDF5 file, a group per stage (status, seconds, argv, out + the stage's own results
     copied under it; a dataset's graph.json counts for convert). Rank-local, atomic."""
-    import h5py
+    from shardgnn.io.results import hdf5_output
 
-    with outputs.atomic_file(path) as tmp, h5py.File(tmp, "w") as f:
+    with outputs.atomic_file(path) as tmp, hdf5_output(tmp) as f:
         prov = provenance.provenance()
         f.attrs.update({"shardgnn_version": __version__, "git_commit": prov["git_commit"],
                         "command": prov["command"], "argv": json.dumps(provenance.command_argv()),
@@ -78,6 +81,20 @@ def write_job_results(job: Job, records: list[dict[str, Any]], path: Path) -> No
                             "index": rec["index"], "out": rec["out"],
                             "argv": json.dumps(rec["argv"])})
             _copy_stage_results(g, rec)
+
+
+def _own_results(job: Job, path: Path) -> Path | None:
+    """``path`` when it holds the results of this same job (an earlier run of it), else None.
+    Rank-local."""
+    import h5py
+
+    if outputs.shardgnn_file_kind(path) != "results":
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            return path if f.attrs.get("job") == job.name else None
+    except OSError:
+        return None
 
 
 def _copy_stage_results(g: Any, rec: dict[str, Any]) -> None:
@@ -104,15 +121,21 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the job's stages on every rank, then write the job results. Collective over comm."""
     job = comm.run_agreed(read_job, args.job, args.dir)
     results = Path(args.results) if args.results else job.results
-    records = run_job(comm, job, force=args.force)
-    err = ""
-    if comm.rank == 0:
-        try:
-            results.parent.mkdir(parents=True, exist_ok=True)
-            write_job_results(job, records, results)
-        except OSError as exc:
-            err = f"{results}: cannot write the job results ({exc.strerror or exc})"
-    comm.agree(not err, err)
+    mine = comm.run_agreed(_own_results, job, results)
+    # the job's results checked and locked before its first stage; its own earlier results
+    # (same job name) are rewritten, anything else only with --force if shardgnn wrote it
+    with outputs.claim(comm, [(results, "file")], args.force, keep=(mine,)):
+        records = run_job(comm, job, force=args.force)
+        err = ""
+        if comm.rank == 0:
+            try:
+                results.parent.mkdir(parents=True, exist_ok=True)
+                write_job_results(job, records, results)
+            except ShardError as exc:
+                err = str(exc)
+            except OSError as exc:
+                err = f"{results}: cannot write the job results ({exc.strerror or exc})"
+        comm.agree(not err, err)
     if comm.rank == 0:
         ran = [r["stage"] for r in records if r["status"] == "ran"]
         skipped = [r["stage"] for r in records if r["status"] == "skipped"]

@@ -7,13 +7,14 @@ from typing import Any
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
+from shardgnn.io import outputs
 
 HELP = """\
 Sample the k-hop neighbourhood blocks of given seeds over a vertex-cut partition store (written
 by `shardgnn partition --algo adadne|dne|hash2d`) with GLISP's Gather-Apply service, and write
 them to an HDF5 file (layout in docs/sampling.md). Every rank serves its partitions (r, r+P,
 ...) and samples batches b = r, r+P, ... of the seeds; each hop is one lock-step round of
-Alltoallv collectives (requests, per-request counts, neighbour ids) that every rank joins.
+Alltoallv collectives (counts, requests, answers) that every rank joins.
 
 The sample of a vertex at step s (= batch index) and hop h is a function of (--seed, s, h, vertex)
 alone (weighted: and of the partition): the same seed gives the same file at any number of
@@ -58,7 +59,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dataset", default=None, type=input_path, metavar="DIR",
                    help="the converted dataset the store was cut from (default: the path in the "
                    "store's meta.json); checked to have the store's node and edge counts")
-    p.add_argument("--out", required=True, type=output_path, help="output HDF5 file (written atomically)")
+    p.add_argument("--out", required=True, type=output_path,
+                   help="output HDF5 file (written atomically; an existing file only with "
+                   "--force, and only an earlier shardgnn output)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out that shardgnn wrote earlier")
     p.only_if("replace", lambda a: a.mode in ("uniform", "weighted"),
               "with --mode uniform or weighted")
     p.set_defaults(func=run)
@@ -74,7 +79,8 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                        direction=args.direction, type_fanouts=args.type_fanouts,
                        repeats=args.repeats,
                        direction_given="direction" in getattr(args, "given_options", ()))
-    s = main(comm, cfg)
+    with outputs.claim(comm, [(cfg.out, "file")], args.force):   # before the first step
+        s = main(comm, cfg)
     if comm.rank == 0:
         print(f"sample: {s['seeds']} seeds in {s['batches']} batches x {s['repeats']}, "
               f"{s['edges']} edges in {s['seconds']:.3f}s; wrote {cfg.out}")

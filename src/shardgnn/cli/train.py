@@ -11,6 +11,7 @@ from shardgnn.averaging.subgraphs import SAMPLERS
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
+from shardgnn.io import outputs
 from shardgnn.registry import ENGINES, MODELS, NAU_MODELS
 from shardgnn.sampled.cli import SAMPLERS as SAMPLED_SAMPLERS
 from shardgnn.train import guards
@@ -59,11 +60,13 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help=SUMMARY["train"],
                        description=HELP % {"engines": engines},
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", type=input_path, help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
+    p.add_argument("data", type=input_path, help="dataset directory (rdm, cagnet1d, nau), "
+                   "edge-cut partition directory (averaging) or vertex-cut store (sampled)")
     p.add_argument("--engine", default="rdm",
                    help=f"one of {ENGINES.expected()} (default: rdm)")
     p.add_argument("--epochs", type=int, default=d("epochs"),
-                   help=f"training epochs (default: {d('epochs')})")
+                   help=f"training epochs, >= 1 (with --resume: the total, at least the "
+                   f"checkpoint's epoch) (default: {d('epochs')})")
     p.add_argument("--hidden", type=int, default=d("hidden"),
                    help=f"hidden width (default: {d('hidden')})")
     p.add_argument("--layers", type=int, default=d("layers"),
@@ -76,7 +79,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--weight-decay", type=guards.nonnegative_float, default=d("weight_decay"),
                    help=f"Adam weight decay, finite and >= 0 (default: {d('weight_decay')})")
     p.add_argument("--seed", type=int, default=d("seed"), help=f"random seed (default: {d('seed')})")
-    p.add_argument("--out", required=True, type=output_path, help="results HDF5 file (written atomically)")
+    p.add_argument("--out", required=True, type=output_path,
+                   help="results HDF5 file (written atomically; an existing file only with "
+                   "--force, and only an earlier shardgnn output)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out / checkpoint that shardgnn wrote earlier "
+                   "(never a file it did not write; --resume FILE may rewrite FILE without it)")
     p.add_argument("--allow-nan-loss", action="store_true",
                    help="keep training when the loss becomes NaN or inf (default: stop at that "
                    "epoch with exit 2, the results written so far; either way the results record "
@@ -96,14 +104,16 @@ def add_parser(sub: Any) -> None:
                    "per server), keyed (uniform via A-ES keys, the same sample on any "
                    "partitioning), weighted (A-ES on the dataset's edge weights)")
     g.add_argument("--eval", choices=("dist", "full", "local", "none"), default=None,
-                   help="(rdm, cagnet1d, averaging, sampled) full: exact full-graph evaluation (rdm, cagnet1d: always, "
-                   "the default; averaging: a forward on rank 0 over the source dataset named in "
-                   "meta.json, for checking); dist (averaging, the default): exact, each rank "
-                   "evaluates its partitions' owned vertices, replica rows exchanged between "
-                   "layers when the model is deeper than the store's hops (user models need "
-                   "--layers <= hops), no rank holds the whole graph; local (averaging): owned "
-                   "vertices on each partition's own subgraph (approximate beyond the stored "
-                   "hops); none: no evaluation")
+                   help="(rdm, cagnet1d, averaging, sampled) full: rdm, cagnet1d: exact full-graph "
+                   "evaluation (always, the default); averaging: a forward on rank 0 over the "
+                   "source dataset named in meta.json, for checking; sampled (the default): "
+                   "val/test accuracy on the sampled path with the training fanouts; dist "
+                   "(averaging, the default): exact, each rank evaluates its partitions' owned "
+                   "vertices, replica rows exchanged between layers when the model is deeper "
+                   "than the store's hops (user models need --layers <= hops), no rank holds "
+                   "the whole graph; local (averaging): owned vertices on each partition's own "
+                   "subgraph (approximate beyond the stored hops); none: no evaluation. nau "
+                   "takes no --eval: it evaluates every --eval-every epochs")
     g.add_argument("--eval-every", type=int, default=d("eval_every"),
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
                    f"epochs only) (default: {d('eval_every')})")
@@ -160,12 +170,13 @@ def _model_help(default: str) -> str:
         return ", ".join(f"{e.name} ({e.help})" for e in reg.entries())
 
     return ("(averaging, nau, sampled) averaging: " + listed(MODELS) + ", or "
-            "package.module:Name for a user torch.nn.Module with forward(x, edge_index), built as "
+            "package.module:Name for a user torch.nn.Module (imports and runs that module's "
+            "code: trusted code only) with forward(x, edge_index), built as "
             "Name(in_channels=, hidden_channels=, out_channels=, num_layers=, dropout=) or, "
             "failing that, Name(in_channels, out_channels), what else it runs declared by "
             "supports_* constants (docs/training.md); nau: " + listed(NAU_MODELS) + ", or "
             "package.module:Class (a user NAUModel built as Class(in_dim, hidden, out_dim, "
-            "**options), see docs/nau.md); sampled: " + ", ".join(models.registered_with("blocks"))
+            "**options); imports that module: trusted code only; see docs/nau.md); sampled: " + ", ".join(models.registered_with("blocks"))
             + f", or a user model declaring supports_blocks (default: {default})")
 
 
@@ -196,4 +207,15 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 
     comm.run_agreed(check)  # the same verdict on every rank: exit 2 without an abort
     args.given_options = given
-    return int(family_of(engine).run(comm, args) or 0)
+    # every output checked and locked before the first step (docs/architecture.md, outputs)
+    with outputs.claim(comm, [(args.out, "file"), (checkpoint_file(args, engine), "file")],
+                       args.force, inputs=(args.data,), keep=(args.resume,)):
+        return int(family_of(engine).run(comm, args) or 0)
+
+
+def checkpoint_file(args: argparse.Namespace, engine: str) -> str | None:
+    """The checkpoint ``engine`` will write (``--checkpoint`` or ``OUT.ckpt.h5``), or None when
+    it writes none (no ``--checkpoint-every``, or an engine without checkpoints)."""
+    if "checkpoint_every" not in accepted_options(engine) or not args.checkpoint_every:
+        return None
+    return str(args.checkpoint or f"{args.out}.ckpt.h5")

@@ -114,11 +114,22 @@ def write_rmat_npy(path: str | os.PathLike, scale: int, num_edges: int, seed: in
     header = {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False,
               "shape": (int(num_edges), 2)}
     with outputs.atomic_file(p, suffix=".npy") as tmp, open(tmp, "wb") as fh:
-        np.lib.format.write_array_header_1_0(fh, header)
+        _write_marked_header(fh, header)
         for lo in range(0, int(num_edges), int(chunk)):
             hi = min(int(num_edges), lo + int(chunk))
             rmat_edges(scale, num_edges, seed, lo, hi, abc, perm, permute).astype(dt).tofile(fh)
     return p
+
+
+def _write_marked_header(fh: Any, header: dict[str, Any]) -> None:
+    """An .npy version 1.0 header with :data:`shardgnn.io.outputs.NPY_MARKER` after the dict (a
+    comment NumPy's reader skips): ``--force`` then knows the file as shardgnn's own."""
+    import struct
+
+    text = repr(header) + " " + outputs.NPY_MARKER + " generate rmat"
+    total = 6 + 2 + 2 + len(text) + 1          # magic, version, length, header, newline
+    text += " " * ((-total) % 64) + "\n"
+    fh.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode("latin1"))
 
 
 def _check_free_space(p: Path, need: int) -> None:
@@ -320,14 +331,11 @@ def write_synthetic(out: str | os.PathLike, g: SyntheticGraph, name: str = "",
                     force: bool = False) -> Path:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io.canonical import write_dataset, write_meta
-    from shardgnn.io.outputs import check_replaceable
 
     d = Path(out)
-    check_replaceable(d, force)
-    with outputs.atomic_dir(d) as tmp:
+    with outputs.claim_local([(d, "dir")], force), outputs.atomic_dir(d) as tmp:
         meta = write_dataset(tmp, g.edges, g.num_nodes, directed=False, x=g.x, y=g.y,
                              masks=g.masks, name=name, source=g.params.get("generator", ""))
         meta.extra = {"generator": g.params}
         write_meta(tmp, meta)
-        check_replaceable(d, force)    # an output that appeared while we ran
     return d

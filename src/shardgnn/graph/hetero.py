@@ -140,11 +140,9 @@ def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
     """Write ``g`` as a canonical dataset directory ``out`` (temp name + rename)."""
     from shardgnn.io import outputs
     from shardgnn.io.canonical import write_dataset, write_meta
-    from shardgnn.io.outputs import check_replaceable
 
     d = Path(out)
-    check_replaceable(d, force)
-    with outputs.atomic_dir(d) as tmp:
+    with outputs.claim_local([(d, "dir")], force), outputs.atomic_dir(d) as tmp:
         meta = write_dataset(tmp, g.edges, g.num_nodes, x=g.x, y=g.y, masks=g.masks,
                              edge_types=g.edge_type, name="hetero-metapath",
                              source="shardgnn generate hetero", node_types=g.node_type,
@@ -153,4 +151,3 @@ def _write(g: HeteroSynthetic, out: str | os.PathLike, force: bool) -> None:
         meta.extra.update(generator=g.params, metapath_homophily={
             EDGE_TYPES[t]: round(g.metapath_homophily(t), 4) for t in (0, 1)})
         write_meta(tmp, meta)
-        check_replaceable(d, force)    # an output that appeared while we ran

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
@@ -42,6 +41,7 @@ import numpy as np
 from shardgnn.comm import Communicator, block_bounds
 from shardgnn.errors import ShardError
 from shardgnn.io import outputs
+from shardgnn.io.outputs import checksum
 from shardgnn.io.readers import npy_header
 from shardgnn.sampling.blocks import grouped
 
@@ -57,6 +57,32 @@ def layers_root(out: str | os.PathLike, layers_dir: str | os.PathLike | None = N
     """The layers directory of a run writing results ``out``: ``layers_dir``, else
     ``OUT.layers``."""
     return Path(layers_dir or f"{out}.layers")
+
+
+#: Every path a layers directory holds (:attr:`shardgnn.io.sidecar.Described.writes`): the
+#: per-rank and virtual-dataset files of each layer, and the temps of a killed run (a resumed
+#: run rewrites that layer).
+LAYER_FILES = r"layer-\d{2}(\.h5|/rank-\d{5}\.h5)?(\.tmp-\d+[-\w.]*)?"
+
+
+def describe(directory: str | os.PathLike) -> Any:
+    """A :class:`shardgnn.io.sidecar.Described` when ``directory`` is a layers directory (it
+    has no sidecar: a non-empty folder holding layer files only), else None. Rank-local, no
+    error."""
+    import re
+
+    from shardgnn.io.sidecar import Described
+
+    d = Path(directory)
+    pattern = re.compile(LAYER_FILES)
+    try:
+        names = [(Path(r).relative_to(d) / f).as_posix()
+                 for r, dirs, files in os.walk(d) for f in files + dirs]
+    except OSError:
+        return None
+    if not names or not all(pattern.fullmatch(n) for n in names):
+        return None
+    return Described(d, "embedding layers", FORMAT, 1, writes=LAYER_FILES)
 
 
 def run_key(*what: Any) -> str:
@@ -98,14 +124,6 @@ def filter_kwargs(compression: str) -> dict[str, Any]:
                                          shuffle=hdf5plugin.Blosc.SHUFFLE))
         return dict(hdf5plugin.Blosc(cname="zstd", clevel=1, shuffle=hdf5plugin.Blosc.SHUFFLE))
     return {}
-
-
-def checksum(*arrays: np.ndarray) -> int:
-    """CRC-32 over the bytes of ``arrays`` in order (zlib; 1.5x faster than its adler32 here)."""
-    c = 0
-    for a in arrays:
-        c = zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data, c)  # no copy
-    return int(c)
 
 
 def _chunked(f: Any, name: str, data: np.ndarray, chunk_rows: int, compression: str) -> None:

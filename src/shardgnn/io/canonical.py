@@ -41,6 +41,9 @@ EDGE_WEIGHTS = "edge_weight.bin"
 NODE_TYPES = "node_type"
 #: Per-node arrays ``NAME.npy`` that travel with the nodes into the partition stores.
 NODE_FILES = ("x", "y", "train_mask", "val_mask", "test_mask", "node_type")
+#: Every path a dataset folder holds (:attr:`shardgnn.io.sidecar.Described.writes`).
+WRITES = (r"(graph\.json|edges\.bin|edge_type\.bin|edge_weight\.bin|id_map\.npy|"
+          r"(x|y|train_mask|val_mask|test_mask|node_type)\.npy)")
 
 
 def edge_dtype(num_nodes: int) -> np.dtype:
@@ -123,7 +126,7 @@ def describe(directory: str | os.PathLike) -> Described | None:
     files = [EDGES] + [f for f, key in ((EDGE_TYPES, "edge_types"),
                                         (EDGE_WEIGHTS, "edge_weights")) if raw.get(key)]
     return Described(d, "dataset", FORMAT, count(raw, "version") or 0, count(raw, "num_nodes"),
-                     count(raw, "num_edges"), tuple(d / f for f in files), raw)
+                     count(raw, "num_edges"), tuple(d / f for f in files), raw, WRITES)
 
 
 def edge_memmap(directory: str | os.PathLike, meta: GraphMeta | None = None) -> np.ndarray:
@@ -165,12 +168,22 @@ def load_node_array(directory: str | os.PathLike, name: str, meta: GraphMeta,
     if not p.exists():
         return None
     try:
-        arr = np.load(p, mmap_mode="r" if mmap else None)
-    except ValueError as exc:
+        arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
         raise input_error(p, f"not a readable .npy file ({exc})") from None
-    if arr.shape[0] != meta.num_nodes:
-        raise input_error(p, f"expected {meta.num_nodes} rows (one per node), got {arr.shape[0]}")
+    if arr.ndim == 0 or arr.shape[0] != meta.num_nodes:
+        got = arr.shape[0] if arr.ndim else "a scalar"
+        raise input_error(p, f"expected {meta.num_nodes} rows (one per node), got {got}")
     return arr
+
+
+def check_node_files(directory: str | os.PathLike) -> None:
+    """Check that every node array of the dataset (:data:`NODE_FILES` present) opens and has
+    one row per node, without reading it (memory maps). Rank-local; ShardError naming the file.
+    """
+    meta = read_meta(directory)
+    for name in NODE_FILES:
+        load_node_array(directory, name, meta)
 
 
 class EdgeStream:

@@ -214,13 +214,11 @@ def convert_source(src: EdgeSource, out: str | os.PathLike, opt: ConvertOptions,
     out = Path(out)
     extra_inputs = (nodes.features_path, nodes.labels_path) if nodes else ()
     inputs = (Path(src.path),) + tuple(Path(p) for p in extra_inputs if p is not None)
-    outputs.check_replaceable(out, opt.force, inputs)
     t0 = time.perf_counter()
-    with outputs.atomic_dir(out) as tmp:
+    with outputs.claim_local([(out, "dir")], opt.force, inputs), outputs.atomic_dir(out) as tmp:
         meta = _convert_into(src, tmp, opt, nodes or NodeData())
         meta.extra.setdefault("convert_seconds", round(time.perf_counter() - t0, 3))
         cn.write_meta(tmp, meta)
-        outputs.check_replaceable(out, opt.force, inputs)   # an output that appeared while we ran
     return meta
 
 
@@ -333,6 +331,11 @@ def _write_node_data(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
     if y is not None:
         y = np.asarray(y, dtype=np.int64)
         _check_rows(y, n, nodes.labels_path or Path("<labels>"))
+        if y.size and int(y.min()) < -1:   # every engine refuses them: say so now
+            i = int(np.argmax(y < -1))
+            where = f"node {int(ids[i]) if ids is not None else i}"
+            raise input_error(nodes.labels_path or Path("<labels>"), f"expected labels >= 0 "
+                              f"(or -1 = unlabelled), got {int(y[i])}", where)
         np.save(tmp / "y.npy", y)
         meta.num_classes = int(y.max()) + 1 if y.size else 0
     masks = dict(nodes.masks)

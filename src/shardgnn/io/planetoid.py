@@ -10,6 +10,7 @@ import pickle
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,13 +48,56 @@ def planetoid_prefix(src: Path) -> tuple[Path, str]:
     raise input_error(src, "expected a Planetoid folder or a prefix DIR/ind.NAME")
 
 
-def _load_pickle(path: Path):
+#: (module, name) of every class a Planetoid pickle may name: NumPy arrays and their dtypes,
+#: SciPy CSR matrices (old and new module paths), the adjacency ``defaultdict(list)``. Anything
+#: else (a ``__reduce__`` naming ``os.system``, ``open``, ...) is refused before it runs.
+SAFE_GLOBALS = frozenset({
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("scipy.sparse.csr", "csr_matrix"), ("scipy.sparse._csr", "csr_matrix"),
+    ("scipy.sparse", "csr_matrix"),
+    ("collections", "defaultdict"),
+    *((m, n) for m in ("builtins", "__builtin__") for n in ("list", "dict", "int", "set", "tuple"))})
+
+
+class _PlanetoidUnpickler(pickle.Unpickler):
+    """An unpickler that builds only the classes in :data:`SAFE_GLOBALS` (data, no code)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in SAFE_GLOBALS:
+            raise pickle.UnpicklingError(f"refused to load {module}.{name} (a Planetoid part "
+                                         "holds only NumPy/SciPy arrays and lists)")
+        return super().find_class(module, name)
+
+
+def load_pickle(path: Path) -> Any:
+    """Unpickle one Planetoid part, allowing only the classes the format holds; ShardError
+    naming the file for anything else (nothing in the file runs). Rank-local."""
     try:
         with open(path, "rb") as fh, warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # old scipy.sparse.csr pickles
-            return pickle.load(fh, encoding="latin1")
+            return _PlanetoidUnpickler(fh, encoding="latin1").load()
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
         raise input_error(path, f"not a readable Planetoid pickle ({type(exc).__name__}: {exc})") from None
+
+
+def _dense(path: Path, obj: Any, what: str) -> np.ndarray:
+    """``obj`` as a 2-D numeric array, or a ShardError naming ``path``."""
+    a = np.asarray(obj) if isinstance(obj, np.ndarray) else None
+    if a is None or a.ndim != 2 or a.dtype.kind not in "biuf":
+        got = f"{a.ndim}-D {a.dtype}" if a is not None else type(obj).__name__
+        raise input_error(path, f"expected {what} as a 2-D numeric array, got {got}")
+    return a
+
+
+def _matrix(path: Path, obj: Any) -> Any:
+    """``obj`` (a SciPy sparse matrix or 2-D numeric array) as CSR, or a ShardError."""
+    import scipy.sparse as sp
+
+    if sp.issparse(obj) and obj.ndim == 2 and obj.dtype.kind in "biuf":
+        return sp.csr_matrix(obj)
+    return sp.csr_matrix(_dense(path, obj, "features"))
 
 
 def load_planetoid(src: Path, structure_only: bool = False) -> PlanetoidData:
@@ -71,9 +115,16 @@ def load_planetoid(src: Path, structure_only: bool = False) -> PlanetoidData:
             raise input_error(f, "empty file (expected a Planetoid part)", "byte 0")
     p = {part: folder / f"ind.{name}.{part}" for part in need}
     test_idx = _read_index(p["test.index"])
-    y, ty, ally = (np.asarray(_load_pickle(p[k])) for k in ("y", "ty", "ally"))
+    y, ty, ally = (_dense(p[k], load_pickle(p[k]), "one-hot labels") for k in ("y", "ty", "ally"))
     test_sorted = np.sort(test_idx)
     lo, hi = int(test_sorted[0]), int(test_sorted[-1])
+    for k, a in (("ty", ty), ("y", y)):
+        if a.shape[1] != ally.shape[1]:
+            raise input_error(p[k], f"expected {ally.shape[1]} label columns (as ally), got "
+                              f"{a.shape[1]}")
+    if y.shape[0] > ally.shape[0]:
+        raise input_error(p["y"], f"expected at most {ally.shape[0]} rows (as ally), got "
+                          f"{y.shape[0]}")
     if ty.shape[0] != test_idx.shape[0]:
         raise input_error(p["ty"], f"expected {test_idx.shape[0]} rows (one per test.index "
                           f"line), got {ty.shape[0]}")
@@ -89,8 +140,8 @@ def load_planetoid(src: Path, structure_only: bool = False) -> PlanetoidData:
     x = None
     if not structure_only:
         x = _features(p, folder, name, test_idx, test_sorted, lo, span, n)
-    graph = _load_pickle(p["graph"])
-    if not hasattr(graph, "items"):
+    graph = load_pickle(p["graph"])
+    if not isinstance(graph, dict):
         raise input_error(p["graph"], f"expected a dict of adjacency lists, got {type(graph).__name__}")
     edges = _adjacency_edges(graph, p["graph"])
     ny = y.shape[0]
@@ -123,11 +174,13 @@ def _features(p: dict[str, Path], folder: Path, name: str, test_idx: np.ndarray,
               test_sorted: np.ndarray, lo: int, span: int, n: int) -> np.ndarray:
     import scipy.sparse as sp
 
-    allx, tx = _load_pickle(p["allx"]), _load_pickle(p["tx"])
-    tx = sp.csr_matrix(tx)
+    allx, tx = _matrix(p["allx"], load_pickle(p["allx"])), _matrix(p["tx"], load_pickle(p["tx"]))
     tx_ext = sp.lil_matrix((span, tx.shape[1]), dtype=np.float32)
     tx_ext[test_sorted - lo, :] = tx
-    feats = sp.vstack([sp.csr_matrix(allx), tx_ext.tocsr()]).tocsr()
+    if tx.shape[1] != allx.shape[1]:
+        raise input_error(p["tx"], f"expected {allx.shape[1]} feature columns (as allx), got "
+                          f"{tx.shape[1]}")
+    feats = sp.vstack([allx, tx_ext.tocsr()]).tocsr()
     if feats.shape[0] != n:
         raise input_error(p["allx"], f"expected {n} feature rows (allx + tx), got {feats.shape[0]}")
     x = np.asarray(feats.todense(), dtype=np.float32)
@@ -138,7 +191,12 @@ def _features(p: dict[str, Path], folder: Path, name: str, test_idx: np.ndarray,
 def _adjacency_edges(graph, path: Path) -> np.ndarray:
     src, dst = [], []
     for u, nbrs in graph.items():
-        nb = np.asarray(list(nbrs), dtype=np.int64)
+        try:
+            nb = np.asarray(list(nbrs), dtype=np.int64).reshape(-1)
+            u = int(u)
+        except (TypeError, ValueError):
+            raise input_error(path, f"expected integer node ids and lists of them, got "
+                              f"{type(u).__name__} -> {type(nbrs).__name__}") from None
         src.append(np.full(nb.shape[0], int(u), dtype=np.int64))
         dst.append(nb)
     if not src:
@@ -149,4 +207,4 @@ def _adjacency_edges(graph, path: Path) -> np.ndarray:
     return e
 
 
-__all__ = ["PlanetoidData", "load_planetoid", "planetoid_prefix"]
+__all__ = ["PlanetoidData", "load_pickle", "load_planetoid", "planetoid_prefix"]

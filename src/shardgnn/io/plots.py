@@ -39,6 +39,7 @@ def plot_training(results: str | os.PathLike, png: str | os.PathLike) -> None:
     fig.tight_layout()
     try:
         with outputs.atomic_file(png, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=100)
+            # the marker that tells a later --force this PNG is shardgnn's own
+            fig.savefig(tmp, dpi=100, metadata={"Software": "shardgnn"})
     finally:
         plt.close(fig)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import subprocess
 import sys
@@ -48,9 +49,11 @@ def git_commit() -> str:
                               text=True, timeout=10)
         if head.returncode != 0:
             return "unknown"
+        # no optional locks: `git status` otherwise refreshes the index under index.lock,
+        # which a git killed by the timeout (or with this job) leaves in the user's repository
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
                                 "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=10)
+                               timeout=10, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     commit = head.stdout.strip()

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -54,6 +55,52 @@ def check_output_path(path: str | os.PathLike) -> Path:
     return p
 
 
+def memory_hdf5() -> Any:
+    """A new, empty HDF5 file held in memory (HDF5's core driver, nothing on disk): build it,
+    then :func:`save_hdf5` writes it out. Rank-local.
+
+    The HDF5 library fails badly on a full disk (each object's release retries the write and
+    reports it, and the process may end with SIGSEGV), so the files shardgnn builds whole —
+    results, checkpoints, job records — are assembled in memory and written by one plain
+    write, whose ``OSError`` becomes one line (:func:`shardgnn.io.outputs.write_error`). Their
+    contents are in memory on that rank already (gathered there), so this at most doubles it
+    while the file is written.
+    """
+    import h5py
+
+    import uuid
+
+    # the name only keys HDF5's table of open files: unique, never created on disk
+    return h5py.File(f"shardgnn-memory-{uuid.uuid4().hex}.h5", "w", driver="core",
+                     backing_store=False)
+
+
+def save_hdf5(f: Any, path: str | os.PathLike) -> None:
+    """Write the in-memory file ``f`` of :func:`memory_hdf5` to ``path`` and close it (also when
+    the write fails). Rank-local; raises OSError."""
+    try:
+        f.flush()
+        image = f.id.get_file_image()
+    finally:
+        f.close()
+    with open(path, "wb") as fh:
+        fh.write(image)
+
+
+@contextmanager
+def hdf5_output(path: str | os.PathLike) -> Iterator[Any]:
+    """A new HDF5 file built in memory and written to ``path`` when the block ends without an
+    exception (see :func:`memory_hdf5`); use inside :func:`shardgnn.io.outputs.atomic_file`,
+    whose temp name ``path`` is. Rank-local."""
+    f = memory_hdf5()
+    try:
+        yield f
+    except BaseException:
+        f.close()
+        raise
+    save_hdf5(f, path)
+
+
 class ResultWriter:
     """Write one run's HDF5 results. Collective over comm for construction and ``close``.
 
@@ -75,6 +122,7 @@ class ResultWriter:
             if self.rank == 0:
                 self.lock.acquire()
                 outputs.remove_stale_temps(self.path)
+                outputs.guard(self.path, "file")   # replace only what the job's claim allows
                 outputs.register_temp(self.tmp)
                 self._open(comm, config, command)
         except ShardError as exc:
@@ -86,9 +134,7 @@ class ResultWriter:
         comm.agree(not err, err)
 
     def _open(self, comm: Communicator, config: Mapping[str, Any] | None, command: str) -> None:
-        import h5py
-
-        self.h5 = h5py.File(self.tmp, "w")
+        self.h5 = memory_hdf5()   # written to self.tmp by close(): a full disk is one line
         prov = provenance.provenance()
         self.h5.attrs["shardgnn_version"] = __version__
         self.h5.attrs["git_commit"] = prov["git_commit"]
@@ -183,9 +229,13 @@ class ResultWriter:
         if self.rank == 0:
             try:
                 if ok and self.h5 is not None:
-                    self.h5.close()
-                    self.h5 = None
+                    h5, self.h5 = self.h5, None
+                    save_hdf5(h5, self.tmp)
+                    outputs.guard(self.path, "file")
                     outputs.commit_file(self.tmp, self.path)
+                    outputs.written(self.path)
+            except ShardError as exc:
+                err = str(exc)
             except OSError as exc:
                 err = str(outputs.write_error(self.path, exc))
             finally:

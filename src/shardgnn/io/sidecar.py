@@ -86,7 +86,10 @@ class Described:
     ``kind``: the format's name in :data:`shardgnn.registry.FORMATS` (``"dataset"``,
     ``"edge-cut store"``, ``"vertex-cut store"``); ``format`` / ``version``: the sidecar's;
     ``files``: the files a complete output of this kind holds besides its sidecar; ``meta``:
-    the sidecar as read (unchecked beyond its format).
+    the sidecar as read (unchecked beyond its format); ``writes``: a regular expression that
+    every path the format writes in the folder matches in full (relative, '/'-separated, the
+    sidecar included): ``--force`` replaces the folder only when nothing else is in it
+    (:func:`shardgnn.io.outputs.foreign_files`).
     """
 
     path: Path
@@ -97,6 +100,7 @@ class Described:
     num_edges: int | None = None
     files: tuple[Path, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    writes: str = ""
 
     def missing(self) -> list[Path]:
         """The files of :attr:`files` that are not there."""

@@ -7,7 +7,7 @@ An :class:`Executor` runs the operations a model's aggregation UDFs are written 
   (the backward: the same kernel over the transposed CSC; on one thread a push through the
   forward CSC instead, the same sums in the same order without the transpose), so no per-edge
   ``E × d`` message tensor exists. Chosen over torch's CSR sparse × dense product (``kernel="csr"``, kept) by
-  measurement, forward + backward (``run/bench/nau.py`` section ``fused``,
+  measurement, forward + backward (``run/bench/nau/one_rank.py`` section ``fused``,
   ``run/bench/results/nau_fused.json``: 0.458 vs 0.711 s on 2.0 M entries, d = 64).
 * intermediate level (instances → slots): :meth:`Executor.seg_sum`, :meth:`Executor.seg_softmax`.
   Hybrid: sparse ops driven by the offsets ``slot_ptr`` alone (the omitted Dst).
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ShardError
+from shardgnn.jit import kernel_threads
 from shardgnn.nau.hdg import HDG
 from shardgnn.prefetch import DISTANCE, prefetch, prefetch_write
 from shardgnn.train.models import SparseMM
@@ -36,7 +37,7 @@ MODES = ("hybrid", "scatter")
 #: Fused bottom-level kernels: ``"numba"`` (compiled segment reduction over the HDG's CSC, rows
 #: in parallel) and ``"csr"`` (torch sparse CSR x dense product).
 KERNELS = ("numba", "csr")
-#: The kernel hybrid mode uses, chosen by measurement (``run/bench/nau.py`` section ``fused``,
+#: The kernel hybrid mode uses, chosen by measurement (``run/bench/nau/one_rank.py`` section ``fused``,
 #: forward + backward; ``docs/nau.md``).
 FUSED_KERNEL = "numba"
 
@@ -165,19 +166,6 @@ def _transpose(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray, num_cols: int,
                 tw[q] = w[j]
             fill[idx[j]] = q + 1
     return tp, ti, tw
-
-
-def kernel_threads() -> int:
-    """Threads of the compiled kernels: torch's (``torch.get_num_threads()``), capped by
-    numba's; sets numba's. The first call starts numba's OpenMP layer, which resets the
-    process's OpenMP thread count (torch's) to numba's default: torch's is restored."""
-    want = torch.get_num_threads()
-    cap = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    n = max(1, min(want, cap))
-    numba.set_num_threads(n)
-    if torch.get_num_threads() != want:
-        torch.set_num_threads(want)
-    return n
 
 
 def segment_reduce(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray | None,

@@ -315,7 +315,8 @@ def describe(directory: str | os.PathLike) -> Described | None:
         return None
     files = tuple(d / part_name(i) for i in range(count(raw, "parts") or 0))
     return Described(d, "edge-cut store", FORMAT, count(raw, "version") or 1,
-                     count(raw, "num_nodes"), count(raw, "num_edges"), files, raw)
+                     count(raw, "num_nodes"), count(raw, "num_edges"), files, raw,
+                     r"(meta\.json|results\.h5|part-\d{5}\.h5)")
 
 
 class EdgeCutStore:
@@ -382,12 +383,17 @@ class EdgeCutStore:
             if missing:
                 raise input_error(path, f"expected datasets gid, indptr, indices, missing "
                                   f"{', '.join(missing)}")
-            data = {k: f[k][()] for k in NODE_DATA if k in f and (features or k != "x")}
-            gid = np.asarray(f["gid"][()], dtype=np.int64)
-            part = Partition(index=int(i), parts=self.parts, gid=gid,
-                             num_owned=int(f.attrs.get("num_owned", gid.shape[0])),
-                             indptr=f["indptr"][()], indices=f["indices"][()],
-                             attrs=dict(f.attrs), **data)
+            try:
+                data = {k: f[k][()] for k in NODE_DATA if k in f and (features or k != "x")}
+                gid = np.asarray(f["gid"][()], dtype=np.int64)
+                part = Partition(index=int(i), parts=self.parts, gid=gid,
+                                 num_owned=int(f.attrs.get("num_owned", gid.shape[0])),
+                                 indptr=f["indptr"][()], indices=f["indices"][()],
+                                 attrs=dict(f.attrs), **data)
+            except (OSError, KeyError, ValueError) as exc:
+                raise input_error(path, f"unreadable partition data ({exc}); expected the file "
+                                  "the partitioner wrote (truncated or damaged? partition "
+                                  "again)") from None
         _check_partition(path, part, self.num_features)
         return part
 

@@ -29,12 +29,19 @@ class Renumbering:
     part_sizes: np.ndarray
 
 
-def read_partition(directory: str | Path, num_nodes: int) -> Renumbering:
+def read_partition(directory: str | Path, num_nodes: int,
+                   num_edges: int | None = None) -> Renumbering:
     """Read an edge-cut partition store (through :mod:`shardgnn.partition.store`, which checks
-    its format and version) into a renumbering. Rank-local. Vertices no partition owns are put
-    at the end (in id order) and counted in the last partition."""
+    its format and version) into a renumbering; a store cut from another graph (its
+    ``meta.json`` vertex or edge count differs) is a ShardError. Rank-local. Vertices no
+    partition owns are put at the end (in id order) and counted in the last partition."""
     st = open_store(directory)
     d = st.path
+    for key, want in (("num_nodes", num_nodes), ("num_edges", num_edges)):
+        got = st.meta.get(key)
+        if want is not None and got is not None and int(got) != int(want):
+            raise input_error(d / "meta.json", f"partition store of another graph: expected "
+                              f"{key} {want} (the dataset's), got {got}")
     owned: list[np.ndarray] = [st.owned(i) for i in range(st.parts)]
     order = np.concatenate(owned) if owned else np.zeros(0, np.int64)
     if order.size and (order.min() < 0 or order.max() >= num_nodes):

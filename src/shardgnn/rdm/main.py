@@ -111,7 +111,8 @@ def build(comm: Communicator, cfg: RDMConfig) -> Built:
     renum: Renumbering | None = None
     bounds: tuple[int, ...] = ()
     if cfg.partition:
-        renum = comm.run_agreed(read_partition, cfg.partition, meta.num_nodes)
+        renum = comm.run_agreed(read_partition, cfg.partition, meta.num_nodes,
+                                meta.num_edges)
         bounds = comm.run_agreed(panels_from_parts, renum.part_sizes, P // R)
         nd = NodeData(cfg.data, meta, renum, cfg.feature_norm)
     grid = Grid(meta.num_nodes, P, R, bounds)

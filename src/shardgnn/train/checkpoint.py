@@ -13,6 +13,11 @@ Layout::
     /history/<series>                             per-epoch metrics so far; attrs best_*
     /history/best_model/<state-dict key>          the best-validation model so far
 
+Every dataset carries attribute ``crc32`` (CRC-32 of its bytes, :func:`shardgnn.io.outputs.
+checksum`) and the root ``checksums = 1``; readers verify each dataset and refuse a mismatch
+with one line naming the file and the dataset. A checkpoint written before checksums (no root
+``checksums``) is read unverified, with one warning.
+
 Engines whose state is not per partition (rdm, cagnet1d) use :func:`write_state` /
 :func:`read_state`: the same root attributes plus ``engine``, and their state as nested groups of
 arrays under ``/state``.
@@ -28,12 +33,16 @@ import numpy as np
 
 from shardgnn.errors import input_error
 from shardgnn.io import outputs
-from shardgnn.io.results import open_hdf5
+from shardgnn.io.results import hdf5_output, open_hdf5
 
 if TYPE_CHECKING:  # torch is imported where it is used: reading a checkpoint needs none
     import torch
 
 FORMAT = "shardgnn-checkpoint"
+#: Dataset attribute holding the CRC-32 of its bytes, and the root attribute saying the file
+#: has them (1) — absent in checkpoints written before checksums.
+CRC_ATTR = "crc32"
+CHECKSUMS_ATTR = "checksums"
 
 
 def _tensor_dict(sd: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
@@ -69,28 +78,62 @@ def restore_partition(state: dict[str, Any], model: torch.nn.Module,
     return torch.from_numpy(np.array(state["torch_rng"], dtype=np.uint8)), rng
 
 
+def _dataset(g: Any, name: str, value: Any) -> None:
+    """Dataset ``name`` of ``g`` holding ``value``, with the CRC-32 of its bytes as attribute
+    ``crc32`` (verified by :func:`_value`)."""
+    arr = np.asarray(value)
+    ds = g.create_dataset(name, data=arr)
+    ds.attrs[CRC_ATTR] = outputs.checksum(arr)
+
+
+def _value(ds: Any, path: Path, verify: bool) -> Any:
+    """The value of dataset ``ds``, its checksum verified (``verify``); ShardError naming the
+    file and the dataset on a mismatch."""
+    v = ds[()]
+    if verify:
+        want = ds.attrs.get(CRC_ATTR)
+        got = outputs.checksum(np.asarray(v))
+        if want is None or int(want) != got:
+            raise input_error(path, f"dataset {ds.name}: expected CRC-32 "
+                              f"{'(none stored)' if want is None else int(want)}, got {got}: "
+                              "the checkpoint is corrupt (restore it from a copy or train again)")
+    return v
+
+
 def _write_dict(g: Any, d: dict[str, Any]) -> None:
     for k, v in d.items():
         if isinstance(v, dict):
             _write_dict(g.require_group(k), v)
         else:
-            g.create_dataset(k, data=np.asarray(v))
+            _dataset(g, k, v)
 
 
-def _read_dict(g: Any) -> dict[str, Any]:
+def _read_dict(g: Any, path: Path, verify: bool) -> dict[str, Any]:
     import h5py
 
-    return {k: (_read_dict(v) if isinstance(v, h5py.Group) else v[()]) for k, v in g.items()}
+    return {k: (_read_dict(v, path, verify) if isinstance(v, h5py.Group)
+                else _value(v, path, verify)) for k, v in g.items()}
+
+
+def _verified(f: Any, p: Path) -> bool:
+    """Whether ``f`` carries checksums (written since they were added); an older checkpoint is
+    read unverified with one warning."""
+    if int(f.attrs.get(CHECKSUMS_ATTR, 0)) >= 1:
+        return True
+    from shardgnn import log
+
+    log.get().warning("%s: checkpoint written before checksums were added: its arrays cannot "
+                      "be verified (write a new one to have them checked)", p)
+    return False
 
 
 def write_checkpoint(path: str | os.PathLike, epoch: int, config: dict[str, Any],
                      parts: dict[int, dict[str, Any]], history: dict[str, Any]) -> None:
     """Write a checkpoint atomically (temp name, then rename). Rank-local (rank 0 calls it)."""
-    import h5py
-
     p = Path(path)
-    with outputs.atomic_file(p) as tmp, h5py.File(tmp, "w") as f:
+    with outputs.atomic_file(p) as tmp, hdf5_output(tmp) as f:
         f.attrs["format"] = FORMAT
+        f.attrs[CHECKSUMS_ATTR] = 1
         f.attrs["epoch"] = int(epoch)
         f.attrs["parts"] = len(parts)
         f.attrs["config"] = json.dumps(config, sort_keys=True, default=str)
@@ -101,14 +144,14 @@ def write_checkpoint(path: str | os.PathLike, epoch: int, config: dict[str, Any]
             _write_dict(og, st["optim"])
             og.attrs["param_groups"] = st["param_groups"]
             rg = g.create_group("rng")
-            rg.create_dataset("torch", data=st["torch_rng"])
+            _dataset(rg, "torch", st["torch_rng"])
             rg.attrs["numpy"] = st["numpy_rng"]
         h = f.create_group("history")
         for k, v in history.items():
             if k == "best_model":
                 _write_dict(h.create_group("best_model"), v or {})
             elif isinstance(v, (list, np.ndarray)):
-                h.create_dataset(k, data=np.asarray(v, dtype=np.float64))
+                _dataset(h, k, np.asarray(v, dtype=np.float64))
             else:
                 h.attrs[k] = v
 
@@ -140,6 +183,7 @@ def read_checkpoint(path: str | os.PathLike, parts: list[int]) -> dict[str, Any]
     """Read the epoch, config, history and the states of partitions ``parts``. Rank-local."""
     p = Path(path)
     with _open(p) as f:
+        ok = _verified(f, p)
         out: dict[str, Any] = {"epoch": int(f.attrs["epoch"]),
                                "config": json.loads(f.attrs["config"]),
                                "num_parts": int(f.attrs["parts"]), "parts": {}}
@@ -148,15 +192,16 @@ def read_checkpoint(path: str | os.PathLike, parts: list[int]) -> dict[str, Any]
             if name not in f:
                 raise input_error(p, f"expected a state for partition {i}, got none")
             g = f[name]
-            out["parts"][i] = {"model": _read_dict(g["model"]), "optim": _read_dict(g["optim"]),
+            out["parts"][i] = {"model": _read_dict(g["model"], p, ok),
+                               "optim": _read_dict(g["optim"], p, ok),
                                "param_groups": g["optim"].attrs["param_groups"],
-                               "torch_rng": g["rng"]["torch"][()],
+                               "torch_rng": _value(g["rng"]["torch"], p, ok),
                                "numpy_rng": g["rng"].attrs["numpy"]}
         h = f["history"]
-        hist: dict[str, Any] = {k: np.asarray(v[()]).tolist() for k, v in h.items()
+        hist: dict[str, Any] = {k: np.asarray(_value(v, p, ok)).tolist() for k, v in h.items()
                                 if k != "best_model"}
         hist.update({k: (v.item() if isinstance(v, np.generic) else v) for k, v in h.attrs.items()})
-        hist["best_model"] = _read_dict(h["best_model"]) if "best_model" in h else {}
+        hist["best_model"] = _read_dict(h["best_model"], p, ok) if "best_model" in h else {}
         out["history"] = hist
     return out
 
@@ -169,10 +214,9 @@ def write_state(path: str | os.PathLike, engine: str, epoch: int, config: dict[s
     Root attributes as in :func:`write_checkpoint` plus ``engine``; the averaging engine's
     per-partition layout is :func:`write_checkpoint`.
     """
-    import h5py
-
-    with outputs.atomic_file(path) as tmp, h5py.File(tmp, "w") as f:
+    with outputs.atomic_file(path) as tmp, hdf5_output(tmp) as f:
         f.attrs["format"] = FORMAT
+        f.attrs[CHECKSUMS_ATTR] = 1
         f.attrs["engine"] = engine
         f.attrs["epoch"] = int(epoch)
         f.attrs["config"] = json.dumps(config, sort_keys=True, default=str)
@@ -188,4 +232,4 @@ def read_state(path: str | os.PathLike, engine: str) -> dict[str, Any]:
         if got != engine or "state" not in f:
             raise input_error(p, f"expected a checkpoint of --engine {engine}, got one of {got}")
         return {"epoch": int(f.attrs["epoch"]), "config": json.loads(f.attrs["config"]),
-                "state": _read_dict(f["state"])}
+                "state": _read_dict(f["state"], p, _verified(f, p))}

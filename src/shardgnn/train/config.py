@@ -39,7 +39,7 @@ class TrainConfig:
         """Checks of the common options (``--eval-every`` at least ``min_eval_every``)."""
         finite = self.lr == self.lr and abs(self.lr) != float("inf")
         wd_finite = self.weight_decay == self.weight_decay and abs(self.weight_decay) != float("inf")
-        return [(self.epochs >= 0, "--epochs", ">= 0", self.epochs),
+        return [(self.epochs >= 1, "--epochs", ">= 1", self.epochs),
                 (self.hidden >= 1, "--hidden", ">= 1", self.hidden),
                 (self.layers >= 1, "--layers", ">= 1", self.layers),
                 (0.0 <= self.dropout < 1.0, "--dropout", "in [0, 1)", self.dropout),

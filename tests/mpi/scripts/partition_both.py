@@ -1,17 +1,11 @@
 """Run several shardgnn command lines in one launch (argv: command lines separated by '--')."""
 import sys
 
+from rank_report import commands
+
 from shardgnn.cli.main import main
 
-cmds, cur = [], []
-for a in sys.argv[1:]:
-    if a == "--":
-        cmds.append(cur)
-        cur = []
-    else:
-        cur.append(a)
-cmds.append(cur)
-for c in cmds:
+for c in commands(sys.argv[1:]):
     code = main(c)
     if code:
         sys.exit(code)

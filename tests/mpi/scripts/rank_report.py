@@ -26,3 +26,14 @@ class RankReport:
             (self.out / f"rank-{self.rank}.fail").write_text(
                 "".join(traceback.format_exception(et, ev, tb)))
         return False
+
+
+def commands(argv: list[str]) -> list[list[str]]:
+    """Command lines given as one argv, separated by '--'."""
+    cmds: list[list[str]] = [[]]
+    for a in argv:
+        if a == "--":
+            cmds.append([])
+        else:
+            cmds[-1].append(a)
+    return cmds

@@ -281,7 +281,8 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
         for e in passes.native(stream):
             K.count_degrees(e, local, False)
         sizes = np.diff(bounds)
-        got = comm.alltoallv(local, sizes).reshape(P, hi - lo) if hi > lo else np.zeros((P, 0), np.int64)
+        got = comm.alltoallv(local, sizes).reshape(P, hi - lo)   # every rank joins, an empty
+        # range included (a rank skipping it left the others waiting)
         del local
         before = np.cumsum(got, axis=0) - got
         cursor = [indptr[:-1] + before[q] for q in range(P)]

@@ -161,10 +161,6 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
         raise ShardError(f"--parts: expected p >= 1, got {p}")
     if p > meta.num_nodes:
         raise input_error(cfg.dataset, f"--parts: expected p <= |V| = {meta.num_nodes}, got {p}")
-    out = Path(cfg.out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / store.META).exists())):
-        raise input_error(out, "expected a new directory or an earlier partition store, got "
-                          "an existing file or non-empty directory")
     if cfg.algo not in ALGORITHMS:
         load_user_class(cfg.algo)
     return meta, p

@@ -18,6 +18,7 @@ import numpy as np
 from shardgnn import log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, raise_first
+from shardgnn.io.canonical import check_node_files
 from shardgnn.io.results import ResultWriter
 from shardgnn.partition.vertexcut.adaptive import RESPONSES
 from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
@@ -46,7 +47,7 @@ def add_arguments(parser: Any) -> None:
                    "(DNE's constant; AdaDNE's base value) (default: %(default)s)")
     g.add_argument("--dne-balance", type=float, default=_D.balance,
                    help="DNE hard edge cap factor alpha: |E_i| <= alpha*|E|/p (default: %(default)s; "
-                   "AdaDNE has no cap)")
+                   "AdaDNE takes its cap from --ada-cap instead)")
     g.add_argument("--ada-wv", type=float, default=_D.w_v,
                    help="AdaDNE weight w_V of the vertex score (w_V + w_E = 1) (default: %(default)s)")
     g.add_argument("--ada-we", type=float, default=_D.w_e,
@@ -158,14 +159,17 @@ def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
     """Load -> expand -> quality -> store -> results; returns the summary. Collective."""
     t_start = time.perf_counter()
     ex = cfg.expansion
+    # the store points readers at the dataset's node arrays: a wrong row count is refused now,
+    # not in the job that samples or trains on the store
+    comm.run_agreed(check_node_files, cfg.dataset)
     shard = load_shard(cfg.dataset, comm, chunk=cfg.chunk)
     t_load = time.perf_counter() - t_start
     _mem("after load")
     if ex.parts > shard.num_nodes or (ex.parts > shard.num_edges and ex.parts != comm.size):
         raise ShardError(f"{cfg.dataset}: --parts {ex.parts}: expected p <= |V| = "
                          f"{shard.num_nodes} and p <= |E| = {shard.num_edges} (every partition "
-                         f"needs a vertex and an edge; p = {comm.size}, one per rank, is always "
-                         "allowed)")
+                         f"needs a vertex and an edge; p = {comm.size}, one per rank, needs only "
+                         "the vertex)")
     if shard.num_nodes >= 2**62 // max(ex.parts, 1):
         raise ShardError(f"{cfg.dataset}: expected fewer than 2**62/p vertices, got {shard.num_nodes}")
     log.get().info("%s: %d edges, %d vertices, %d partitions on %d ranks", ex.algo,

@@ -252,16 +252,6 @@ def _save(path: Path, arr: np.ndarray) -> None:
         np.save(fh, np.ascontiguousarray(arr))
 
 
-def check_out_dir(out: Path) -> str:
-    """Why ``out`` cannot receive a store ('' when it can). Rank-local."""
-    if out.exists() and not out.is_dir():
-        return f"{out}: expected an output directory, got a file"
-    if out.exists() and any(out.iterdir()) and not (out / META).exists():
-        return (f"{out}: expected an empty directory or a previous partition store to replace, "
-                f"got a non-empty directory without meta.json")
-    return ""
-
-
 def _dataset_attrs(info: dict[str, Any]) -> tuple[EdgeAttrs | None, np.ndarray | None]:
     """(edge-weight lookup or None when unweighted, node types or None) of ``info["dataset"]``."""
     if not info.get("dataset"):
@@ -308,8 +298,6 @@ def write_store_columns(comm: Communicator, out: str | os.PathLike, cols: dict[s
     frees the edge shard while the store is built (peak memory ~ |E|/P plus one partition).
     """
     out = Path(out)
-    err = check_out_dir(out)
-    comm.agree(not err, err)
     p, n, P = int(info["num_parts"]), int(info["num_nodes"]), comm.size
     directed = bool(info["directed"])
     odeg = np.bincount(cols["src"], minlength=n).astype(np.int64)
@@ -383,7 +371,8 @@ def describe(directory: str | os.PathLike) -> Described | None:
                   for q in (parts if isinstance(parts, list) else []) if isinstance(q, dict)
                   for name in (names if isinstance(names, list) else []))
     return Described(d, "vertex-cut store", FORMAT, count(raw, "version") or 0,
-                     count(raw, "num_nodes"), count(raw, "num_edges"), files, raw)
+                     count(raw, "num_nodes"), count(raw, "num_edges"), files, raw,
+                     r"(meta\.json|results\.h5|part-\d{5}(/[a-z_]+\.npy)?)")
 
 
 def _write_parts(comm: Communicator, tmp: Path, got: dict[str, np.ndarray], p: int, n: int,
@@ -450,6 +439,47 @@ class _Arrays(dict):
 
     def items(self) -> Any:
         return [(k, self[k]) for k in self]
+
+
+def _load_array(f: Path, mmap: bool) -> np.ndarray:
+    """One partition array (memory-mapped with ``mmap``); a truncated or unreadable file is
+    one ShardError naming it."""
+    try:
+        return np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise input_error(f, f"not a readable .npy partition array ({exc}); expected the "
+                          "file the partitioner wrote (truncated or damaged? partition again)") from None
+
+
+def check_shapes(d: Path, arrays: dict[str, Any], part: dict[str, Any]) -> None:
+    """ShardError naming the first array of partition folder ``d`` whose length disagrees with
+    the others or with the partition's entry ``part`` of ``meta.json`` (a file cut short or
+    from another store). Reads one element per CSR. Rank-local."""
+    def fail(name: str, want: int, got: int) -> None:
+        raise input_error(d / f"{name}.npy", f"expected {want} rows (as the rest of the "
+                          f"partition), got {got}: the store is damaged (partition again)")
+
+    nv = int(arrays["global_id"].shape[0])
+    if "num_vertices" in part and int(part["num_vertices"]) != nv:
+        fail("global_id", int(part["num_vertices"]), nv)
+    for name in ("out_degree", "in_degree", "partition_set", "node_type"):
+        if name in arrays and arrays[name].shape[:1] != (nv,):
+            fail(name, nv, int(arrays[name].shape[0]))
+    for side in ("out", "in"):
+        ptr, idx = arrays.get(f"{side}_indptr"), arrays.get(f"{side}_indices")
+        if ptr is None or idx is None:
+            continue
+        if ptr.shape != (nv + 1,):
+            fail(f"{side}_indptr", nv + 1, int(ptr.shape[0]))
+        ne = int(ptr[-1])
+        if idx.shape != (ne,):
+            fail(f"{side}_indices", ne, int(idx.shape[0]))
+        for extra in (f"{side}_weight", f"{side}_eids"):
+            if extra in arrays and arrays[extra].shape[:1] != (ne,):
+                fail(extra, ne, int(arrays[extra].shape[0]))
+    if "num_out_edges" in part and "out_indices" in arrays and \
+            int(part["num_out_edges"]) != int(arrays["out_indices"].shape[0]):
+        fail("out_indices", int(part["num_out_edges"]), int(arrays["out_indices"].shape[0]))
 
 
 def derive_arrays(arrays: dict[str, Any], directed: bool) -> None:
@@ -606,9 +636,12 @@ class PartitionStore:
         for name in PART_FILES + OPTIONAL_FILES:
             f = d / f"{name}.npy"
             if f.exists():
-                arrays[name] = np.load(f, mmap_mode="r" if mmap else None)
+                arrays[name] = _load_array(f, mmap)
             elif name in PART_FILES and name not in derivable:
                 raise input_error(f, "missing partition array")
+        parts = self.meta.get("parts")
+        check_shapes(d, arrays, parts[i] if isinstance(parts, list) and i < len(parts)
+                     and isinstance(parts[i], dict) else {})
         derive_arrays(arrays, directed)
         return StorePartition(i, arrays)
 
