@@ -415,8 +415,10 @@ def run_job(comm: Communicator, job: Job, force: bool = False) -> list[dict[str,
         args = p.args if argv == p.argv else parse_stage(p.parser, argv, where)
         logger.info("stage %d/%d %s: running (%s%s): %s", k + 1, len(plan), p.name, why,
                     f"; {how}" if how else "", " ".join(argv))
-        if hasattr(args, "force") and p.out.exists() and _state_path(job, p.name).exists():
-            args.force = True   # this job's own earlier output: replace it
+        if hasattr(args, "force") and _state_path(job, p.name).exists():
+            # this job ran the stage before: what exists under its output names (results,
+            # checkpoint) is this job's own earlier output; replace it (only shardgnn's files)
+            args.force = True
         if comm.rank == 0:
             _write_state(job, p.name, {"argv": p.argv, "out": str(p.out), "status": "started",
                                        "started": time.time()})

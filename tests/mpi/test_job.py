@@ -42,7 +42,8 @@ def test_job_runs_validates_and_resumes(tmp_path):
     ok = run_cli(2, ["run", job], timeout=300)
     log = ok.stdout + ok.stderr
     assert "stage 1/3 convert: complete output" in log and "skipped (resuming)" in log
-    assert "stage 2/3 partition: running (not run before)" in log
+    # the failed run had started it with --parts 3000
+    assert "stage 2/3 partition: running (options changed since the earlier run)" in log
     assert "stage 3/3 train: running (the earlier stage partition ran again)" in log
     with h5py.File(tmp_path / "w" / "results.h5", "r") as f:
         assert list(f) == ["convert", "partition", "train"]

@@ -296,6 +296,18 @@ def _force(ctx: Ctx, base: Result, r: Result) -> None:
     assert code == 0, text[-2000:]
 
 
+def _force_plot(ctx: Ctx, base: Result, r: Result) -> None:
+    """inspect --force: an earlier --plot PNG is replaced only with it."""
+    assert r.code == 0, r.text[-3000:]
+    png = ctx.w / "runs" / "force.png"
+    words = ["inspect", ctx.w / "rdm-dssd.h5", "--plot", png]
+    assert run(words)[0] == 0 and png.exists()
+    code, text = run(words)
+    assert code == 2 and str(png) in text, text[-2000:]
+    code, text = run(words + ["--force"])
+    assert code == 0, text[-2000:]
+
+
 def _out(ctx: Ctx, base: Result, r: Result) -> None:
     assert r.code == 0 and r.out is not None and r.out.exists(), r.text[-2000:]
 
@@ -439,13 +451,15 @@ audit("partition", "spring",
       dne_seed_samples=[C(["--dne-seed-samples", 1], ctx="dne"),
                         C(["--dne-seed-samples", 2], X, ctx="hash2d")],
       max_iterations=[C(["--max-iterations", 1], _fails_naming("--max-iterations"), ctx="dne"),
-                      C(["--max-iterations", 5], X, ctx="hash2d")])
+                      C(["--max-iterations", 5], X, ctx="hash2d")],
+      force=[C(["--force"], _force), C(["--force"], _force, ctx="adadne")])
 
 COMMON = dict(  # every engine: the common options
     out=C([], _out), epochs=C(["--epochs", 3]), hidden=C(["--hidden", 5]),
     layers=C(["--layers", 1]), dropout=C(["--dropout", 0.1]), lr=C(["--lr", 0.05]),
     weight_decay=C(["--weight-decay", 0.1]), seed=C(["--seed", 9]),
-    allow_nan_loss=C(["--allow-nan-loss"], R, key="allow_nan_loss", value=True, same=True))
+    allow_nan_loss=C(["--allow-nan-loss"], R, key="allow_nan_loss", value=True, same=True),
+    force=C(["--force"], _force))
 
 
 def ckpt(longer: str) -> dict[str, Any]:
@@ -576,10 +590,11 @@ audit("sample", "sample",
       direction=[C(["--direction", "in"], ctx="sample-directed"), C(["--direction", "in"], X)],
       batch_size=C(["--batch-size", 5]), repeats=C(["--repeats", 2]), seed=C(["--seed", 4]),
       dataset=[C(["--dataset", "@W/csbm"], R, key="dataset", value="@W/csbm", same=True),
-               C(["--dataset", "@W/het"], _fails_naming("het"))])
+               C(["--dataset", "@W/het"], _fails_naming("het"))],
+      force=C(["--force"], _force))
 
 audit("infer", "infer",
-      out=C([], _out), fanouts=[C(["--fanouts", "2,2"]),
+      out=C([], _out), force=C(["--force"], _force), fanouts=[C(["--fanouts", "2,2"]),
                                 C(["--fanouts", "-1,-1"], R, key="fanouts", value="-1,-1",
                                   same=True)],
       layers_dir=C(["--layers-dir", "{OUT}.mine"], _file("{OUT}.mine/layer-01.h5")),
@@ -605,7 +620,8 @@ audit("infer", "infer",
 
 audit("info", "info", json=C(["--json"]), chunk=C(["--chunk", 13], _knob(0)))
 audit("inspect", "inspect", json=C(["--json"]), max_elems=C(["--max-elems", 1]),
-      plot=C(["--plot", "@W/runs/curve.png"], _file("@W/runs/curve.png")))
+      plot=C(["--plot", "@W/runs/curve.png"], _file("@W/runs/curve.png")),
+      force=[C([], _force_plot), C(["--force"], X)])
 audit("run", "run", dir=C(["--dir", "@W/runs/jobdir"], _file("@W/runs/jobdir/data/graph.json")),
       results=C(["--results", "@W/runs/job.h5"], _file("@W/runs/job.h5")),
       force=C(["--force"], _text("ran generate")))

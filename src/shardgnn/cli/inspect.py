@@ -28,6 +28,7 @@ def add_parser(sub: Any) -> None:
                    help="write a PNG of /train accuracy and loss per epoch (needs matplotlib)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --plot PNG that shardgnn drew earlier")
+    p.only_if("force", lambda a: a.plot, "with --plot")
     p.set_defaults(func=run)
 
 

@@ -214,8 +214,11 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 
 
 def checkpoint_file(args: argparse.Namespace, engine: str) -> str | None:
-    """The checkpoint ``engine`` will write (``--checkpoint`` or ``OUT.ckpt.h5``), or None when
-    it writes none (no ``--checkpoint-every``, or an engine without checkpoints)."""
-    if "checkpoint_every" not in accepted_options(engine) or not args.checkpoint_every:
+    """The checkpoint ``engine`` will write (``--checkpoint``, else ``OUT.ckpt.h5`` with
+    ``--checkpoint-every``), or None when it writes none (neither option, or an engine without
+    checkpoints)."""
+    if "checkpoint_every" not in accepted_options(engine):
         return None
-    return str(args.checkpoint or f"{args.out}.ckpt.h5")
+    if args.checkpoint:
+        return str(args.checkpoint)     # without --checkpoint-every: once after the last epoch
+    return f"{args.out}.ckpt.h5" if args.checkpoint_every else None
