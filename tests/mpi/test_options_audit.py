@@ -308,6 +308,27 @@ def _force_plot(ctx: Ctx, base: Result, r: Result) -> None:
     assert code == 0, text[-2000:]
 
 
+def _export_to(ctx: Ctx, base: Result, r: Result) -> None:
+    """export --to pyg: the model file and its description; another format is refused."""
+    assert r.code == 0, r.text[-3000:]
+    pt = ctx.w / "runs" / "exp-to.pt"
+    code, text = run(["export", ctx.w / "ck.h5", "--to", "pyg", pt])
+    assert code == 0 and pt.exists() and Path(f"{pt}.json").exists(), text[-2000:]
+    code, text = run(["export", ctx.w / "ck.h5", "--to", "dgl", ctx.w / "runs" / "x.pt"])
+    assert code == 2 and "--to" in text, text[-2000:]
+
+
+def _export_force(ctx: Ctx, base: Result, r: Result) -> None:
+    """export --force: an earlier export is replaced only with it."""
+    assert r.code == 0, r.text[-3000:]
+    pt = ctx.w / "runs" / "exp-force.pt"
+    words = ["export", ctx.w / "ck.h5", "--to", "pyg", pt]
+    assert run(words)[0] == 0
+    code, text = run(words)
+    assert code == 2 and str(pt) in text, text[-2000:]
+    assert run(words + ["--force"])[0] == 0
+
+
 def _out(ctx: Ctx, base: Result, r: Result) -> None:
     assert r.code == 0 and r.out is not None and r.out.exists(), r.text[-2000:]
 
@@ -360,7 +381,13 @@ audit("convert", "convert",
       name=C(["--name", "other"]), chunk_edges=C(["--chunk-edges", 7], _knob(0)),
       merge_memory=C(["--merge-memory", 5], _knob(0)),
       tmp_dir=C(["--tmp-dir", "@W/x2.npy/sub"], _fails_naming("x2.npy")),
-      force=C(["--force"], _force))
+      force=C(["--force"], _force),
+      pyg=[C([], _file("{OUT}/graph.json"), ctx="convert-pyg"),
+           C(["--pyg", "nosuch_audit_mod:X"], _fails_naming("nosuch_audit_mod"), ctx="convert-pyg")],
+      root=[C(["--root", "@W/pygroot2"], _file("@W/pygroot2/made"), ctx="convert-pyg"),
+            C(["--root", "@W"], X)],
+      pyg_arg=[C(["--pyg-arg", "n=41"], ctx="convert-pyg"), C(["--pyg-arg", "n=4"], X)],
+      pyg_split=[C(["--pyg-split", 1], ctx="convert-pyg"), C(["--pyg-split", 1], X)])
 for gen, base_ctx in (("rmat", "rmat"), ("csbm", "csbm"), ("hetero", "hetero")):
     common = dict(out=C([], _out), force=C(["--force"], _force), seed=C(["--seed", 5]))
     if gen == "rmat":
@@ -481,8 +508,20 @@ for eng in ("rdm", "cagnet1d"):
           bias=C(["--no-bias"]), dtype=C(["--dtype", "float64"]),
           backend=C(["--backend", "scipy"], R, key="spmm_kernel", value="scipy"),
           partition=C(["--partition", "@W/parts"], R, key="partition", value="@W/parts"),
-          feature_norm=C(["--feature-norm", "none"]),
+          feature_norm=C(["--feature-norm", "row"]),
           chunk=C(["--chunk", 17], _knob(0)))
+for eng in ("rdm", "cagnet1d"):
+    audit(f"train {eng}", eng,
+          device=[C(["--device", "cpu"], R, key="device", value="cpu", same=True),
+                  C(["--device", "cpu", "--device-id", 1], X, msg="--device-id 1")],
+          device_id=[C(["--device-id", "local-rank"], R, key="device", value="cpu", same=True),
+                     C(["--device-id", 1], X, msg="--device-id 1")],
+          spmm=C(["--spmm", "scipy"], R, key="spmm_kernel", value="scipy"),
+          mpi_path=[C(["--mpi-path", "host"], R, key="mpi_path", value="host", same=True),
+                    C(["--mpi-path", "direct"], X, msg="--mpi-path direct")],
+          memory_budget=C(["--memory-budget", "1G"], X, msg="--memory-budget"))
+AUDIT["train rdm"]["--memory-budget"].append(
+    C(["--replicas", "auto", "--memory-budget", "1G"], R, key="memory_budget", value=1 << 30))
 AUDIT["train rdm"]["--replicas"] = [C(["--replicas", 1], R, key="replicas", value=1)]
 AUDIT["train cagnet1d"]["--replicas"] = [C(["--replicas", 1], X)]
 audit("train rdm", "rdm",
@@ -496,6 +535,7 @@ audit("train rdm", "rdm",
       saint_walk_length=[C(["--saint", "rw", "--saint-walk-length", 4], ctx="rdm-saint-rw"),
                          C(["--saint", "node", "--saint-walk-length", 4], X)])
 audit("train averaging", "avg", **COMMON, **ckpt("avg-4"),
+      feature_norm=C(["--feature-norm", "row"]),
       resume=C(["--epochs", 4, "--resume", "@W/avg-ck.h5"], _resumed("", None), ctx="avg-4"),
       eval=C(["--eval", "local"]), model=C(["--model", "sage"]),
       heads=[C(["--model", "gat", "--heads", 2], ctx="avg-gat"), C(["--heads", 2], X)],
@@ -529,6 +569,7 @@ audit("train averaging", "avg", **COMMON, **ckpt("avg-4"),
                            ctx="avg-saint-rw"),
                          C(["--sampler", "saint-node", "--saint-walk-length", 4], X)])
 audit("train sampled", "sampled", **COMMON, **ckpt("sampled-2"),
+      feature_norm=C(["--feature-norm", "row"]),
       resume=C(["--epochs", 2, "--resume", "@W/sampled-ck.h5"], _resumed("", None),
                ctx="sampled-2"),
       eval=C(["--eval", "none"]), model=C(["--model", "sage"]),
@@ -547,9 +588,12 @@ NAU_MODELS = {"pinsage": ("walks", "walk_length", "topk"), "jknet": ("rings", "j
 nau_cases: dict[str, Any] = dict(
     **COMMON,
     eval_every=C(["--eval-every", 2]), model=C(["--model", "pinsage"]),
+    feature_norm=C(["--feature-norm", "row"]),
+    checkpoint_every=C(["--checkpoint-every", 1], _file("{OUT}.ckpt.h5")),
+    checkpoint=C(["--checkpoint", "{OUT}.mine.h5"], _file("{OUT}.mine.h5")),
+    resume=C(["--epochs", 4, "--resume", "@W/nau-ck.h5"], _resumed("", None), ctx="nau-4"),
     aggregation=C(["--aggregation", "scatter"], R, key="aggregation", value="scatter"),
     exclude_edge_types=C(["--exclude-edge-types", "0"], ctx="nau-het"),
-    normalize_features=C(["--normalize-features"]),
     partition=C(["--partition", "@W/parts1"], R, key="partition", value="@W/parts1"),
     pipeline=[C(["--partition", "@W/parts1", "--no-pipeline"], R, key="pipeline", value=False),
               C(["--no-pipeline"], X)],
@@ -619,6 +663,7 @@ audit("infer", "infer",
       no_resume=C(["--no-resume"], R, key="resume", value=False, same=True))
 
 audit("info", "info", json=C(["--json"]), chunk=C(["--chunk", 13], _knob(0)))
+audit("export", "export", to=C([], _export_to), force=C([], _export_force))
 audit("inspect", "inspect", json=C(["--json"]), max_elems=C(["--max-elems", 1]),
       plot=C(["--plot", "@W/runs/curve.png"], _file("@W/runs/curve.png")),
       force=[C([], _force_plot), C(["--force"], X)])
@@ -640,6 +685,29 @@ for _eng in ("rdm", "cagnet1d", "averaging", "sampled", "nau"):
 
 
 # ---------------------------------------------------------------------------- inputs and bases
+#: a PyG dataset function for convert --pyg (--root: it marks the folder; n: vertices; masks
+#: with two split columns that differ)
+PYG_MODULE = """
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Data
+
+
+def make(root, n=30):
+    Path(root).mkdir(parents=True, exist_ok=True)
+    (Path(root) / "made").write_text("1")
+    n = int(n)
+    src = torch.arange(n)
+    ei = torch.stack([torch.cat([src, (src + 1) % n]), torch.cat([(src + 1) % n, src])])
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 3, generator=g)
+    y = torch.arange(n) % 2
+    train = torch.stack([src % 3 == 0, src % 3 == 1], dim=1)
+    return Data(edge_index=ei, x=x, y=y, train_mask=train, val_mask=~train,
+                test_mask=torch.zeros(n, 2, dtype=torch.bool))
+"""
+
 def _ok(argv: list[Any]) -> None:
     code, text = run(argv)
     assert code == 0, text[-3000:]
@@ -698,6 +766,11 @@ def _inputs(w: Path) -> Ctx:
          w / "rdm-dssd.h5"])
     _ok(["train", "--engine", "averaging", w / "parts", "--epochs", 2, "--checkpoint",
          w / "avg-ck.h5", "--out", w / "avg-ck-run.h5"])
+    _ok(["train", "--engine", "nau", w / "csbm", "--epochs", 2, "--checkpoint", w / "nau-ck.h5",
+         "--out", w / "nau-ck-run.h5"])
+    (w / "pygmod_audit.py").write_text(PYG_MODULE)
+    import sys
+    sys.path.insert(0, str(w))
     (w / "job.toml").write_text("[job]\ndir = 'jobw'\n[generate]\ngenerator = 'csbm'\n"
                                 "nodes = 50\nfeatures = 3\n")
     B = c.bases
@@ -706,6 +779,7 @@ def _inputs(w: Path) -> Ctx:
     B["convert-nosplit"] = ["convert", "@W/raw.txt"]
     B["convert-typed"] = ["convert", "@W/rawt.txt"]
     B["convert-planetoid"] = ["convert", ROOT / "inputs" / "cora"]
+    B["convert-pyg"] = ["convert", "--pyg", "pygmod_audit:make", "--root", "@W/pygroot"]
     B["rmat"] = ["generate", "rmat", "--scale", 6, "--edges", 400]
     B["rmat-ef"] = ["generate", "rmat", "--scale", 6]
     B["rmat-canonical"] = ["generate", "rmat", "--scale", 6, "--edges", 400, "--canonical"]
@@ -733,6 +807,8 @@ def _inputs(w: Path) -> Ctx:
                              "--batch-size", 32]
     B["nau"] = ["train", "--engine", "nau", "@W/csbm", "--epochs", 2]
     B["nau-het"] = ["train", "--engine", "nau", "@W/het", "--epochs", 2]
+    B["nau-4"] = B["nau"] + ["--epochs", 4]
+    B["export"] = ["export", "@W/ck.h5", "--to", "pyg", "{OUT}"]
     B["sample"] = ["sample", "@W/vparts", "--mask", "train", "--fanouts", "3,3"]
     B["sample-seeds"] = ["sample", "@W/vparts", "--seeds", "@W/seeds.txt", "--fanouts", "3,3"]
     B["sample-het"] = ["sample", "@W/hvparts", "--mask", "train", "--fanouts", "2,2"]
@@ -742,9 +818,10 @@ def _inputs(w: Path) -> Ctx:
     B["info"] = ["info", "@W/csbm"]
     B["inspect"] = ["inspect", "@W/rdm-dssd.h5"]
     B["run"] = ["run", "@W/job.toml"]
-    c.noout = {"info", "inspect", "run"}
+    c.noout = {"info", "inspect", "run", "export"}
     for k in B:
-        c.outs[k] = Path("data" if k.startswith(("convert", "csbm", "hetero", "rmat-canonical"))
+        c.outs[k] = Path("model.pt" if k == "export" else
+                         "data" if k.startswith(("convert", "csbm", "hetero", "rmat-canonical"))
                          else "g.npy" if k.startswith("rmat") else
                          "parts" if k in ("spring", "hdrf", "2ps-l", "adadne", "dne", "hash2d")
                          else "out.h5")

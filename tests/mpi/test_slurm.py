@@ -140,11 +140,19 @@ def test_every_template_on_simulated_nodes(cluster):
     with h5py.File(tmp / "rdm.h5") as f:          # each rank loaded its own row panel
         rows = f["train/panel_rows"][()]
         assert rows.shape == (P,) and rows.min() > 0 and rows.sum() == 2708
+    # the GPU template on the CPU (no GPU here): the same steps with --device cpu, no GPUs asked
+    _, steps = _sbatch("train-rdm-gpu.sbatch", env, {"RESULT": str(tmp / "rdm-gpu.h5"),
+                                                     "DEVICE": "cpu", "GPUS_PER_TASK": "0",
+                                                     "ORDER": "DSDS", "EPOCHS": "2"})
+    _ranks_ran(env, steps, P)
+    with h5py.File(tmp / "rdm-gpu.h5") as f:
+        assert f["train/panel_rows"][()].shape == (P,)
     _, steps = _sbatch("train-averaging.sbatch", env, {"RESULT": str(tmp / "avg.h5")})
     _ranks_ran(env, steps, P)
     with h5py.File(tmp / "avg.h5") as f:          # each rank trained its partition
         assert json.loads(f["train"].attrs["assignment"]) == [[0], [1]]
     _, steps = _sbatch("train-nau.sbatch", env, {"RESULT": str(tmp / "nau.h5"),
+                                                 "PARTS_DIR": str(tmp / "parts"),
                                                  "TRAIN_ARGS": "--hidden 8"})
     _ranks_ran(env, steps, P)
     with h5py.File(tmp / "nau.h5") as f:
@@ -216,8 +224,8 @@ def test_templates_submit_themselves_with_the_resources(tmp_path):
 
 
 #: The templates the tests above run (every one at 1 and 2 simulated nodes).
-TESTED = {"convert", "partition", "train-rdm", "train-averaging", "train-nau", "perfmodel",
-          "train-sampled", "infer", "pipeline"}
+TESTED = {"convert", "partition", "train-rdm", "train-rdm-gpu", "train-averaging", "train-nau",
+          "perfmodel", "train-sampled", "infer", "pipeline"}
 
 
 def test_every_template_is_run_and_takes_the_resources():

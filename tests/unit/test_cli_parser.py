@@ -64,7 +64,7 @@ def test_path_options_are_marked():
     job resolves it) or listed here with what it is instead: a new option must be classified."""
     not_paths = {
         ("convert", "format"), ("convert", "edge_type_names"), ("convert", "node_type_names"),
-        ("convert", "name"),
+        ("convert", "name"), ("convert", "pyg"), ("convert", "pyg_arg"), ("train", "device_id"),
         ("partition", "algo"), ("partition", "parts"),
         ("train", "engine"), ("train", "model"), ("train", "order"), ("train", "metapaths"),
         ("train", "target_type"), ("train", "exclude_edge_types"),
@@ -86,3 +86,17 @@ def test_path_options_are_marked():
     assert path_options(cmds["train"])["checkpoint"] == "out"
     assert path_options(cmds["train"])["resume"] == "in"
     assert path_options(cmds["infer"])["score_edges"] == "in"
+
+
+def test_append_options_keep_their_default_and_count_as_given():
+    """An append option (convert --pyg-arg) starts from its own default list, which a parse
+    never changes, and counts as given only when it was given."""
+    from shardgnn.cli.parser import Parser
+
+    p = Parser(prog="t")
+    p.add_argument("--kv", action="append", default=[])
+    a = p.parse_args(["--kv", "a=1", "--kv", "b=2"])
+    assert a.kv == ["a=1", "b=2"] and "kv" in a.given_options
+    b = p.parse_args([])
+    assert b.kv == [] and "kv" not in b.given_options
+    assert p.parse_args([]).kv == []          # the default list was not appended to

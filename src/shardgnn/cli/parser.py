@@ -43,6 +43,11 @@ def launch_rank() -> int | None:
     return None
 
 
+#: argparse actions that add to their default instead of replacing it
+ACCUMULATING = (argparse._AppendAction, argparse._ExtendAction, argparse._CountAction,
+                argparse._AppendConstAction)
+
+
 class Unset:
     """An option's default, marking it as not given on the command line. ``str()`` gives the
     default, so ``%(default)s`` in help works."""
@@ -114,11 +119,16 @@ class Parser(argparse.ArgumentParser):
                          ) -> tuple[argparse.Namespace, list[str]]:
         own = [a for a in self._actions if a.option_strings and a.dest not in
                (argparse.SUPPRESS, "help") and not isinstance(a, argparse._VersionAction)]
+        # options that add to their default (append, extend, count) keep it: argparse copies or
+        # increments it, so "given" is a value that is no longer the default object
+        adding = [a for a in own if isinstance(a, ACCUMULATING)]
         for a in own:
-            if not isinstance(a.default, Unset):
+            if a not in adding and not isinstance(a.default, Unset):
                 a.default = Unset(a.default)
         ns, extra = super().parse_known_args(args, namespace)
         given = set(getattr(ns, "given_options", ()))
+        given.update(a.dest for a in adding if getattr(ns, a.dest, a.default) is not a.default)
+        own = [a for a in own if a not in adding]
         done: set[str] = set()
         for a in own:
             if a.dest in done:          # several options of one dest (--memo/--no-memo)

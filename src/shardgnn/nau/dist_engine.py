@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from shardgnn import log as _log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.io import labels
+from shardgnn.nau import resume
 from shardgnn.nau.aggregation import Executor
 from shardgnn.nau.dist import (Layout, build_layout, exchange, localize, set_vertex_state,
                                vertex_state)
@@ -34,8 +35,10 @@ from shardgnn.nau.hdg import HDG
 from shardgnn.nau.layer import DropKey, HDGSet
 from shardgnn.nau.pipeline import (DistExecutor, PartialHDGSet, build_partial, choose_layers,
                                    supports_partial)
-from shardgnn.nau.setup import build_model, check_inputs, input_rows, split_masks
+from shardgnn.nau.setup import (build_model, check_inputs, decide_features, input_rows,
+                                split_masks)
 from shardgnn.train import sync
+from shardgnn.train.metrics import Task
 
 
 class DistTrainer:
@@ -61,6 +64,7 @@ class DistTrainer:
         masks = split_masks(graph, self.all_roots, cfg.seed)
         self.masks_all = masks
         self.y_all = np.asarray(graph.y)[self.all_roots]
+        self.task = Task.of(self.y_all, labels.num_classes(np.asarray(graph.y)))
         self.n_train = int(masks["train"].sum())
         if self.n_train == 0:
             raise ShardError(f"{cfg.data}: expected labelled training vertices among the "
@@ -81,7 +85,8 @@ class DistTrainer:
         self.owner = np.asarray(owner, np.int32)
         self.my_roots = self.all_roots[self.owner[self.all_roots] == self.comm.rank]
         pos = np.searchsorted(self.all_roots, self.my_roots)
-        self.y = torch.from_numpy(self.y_all[pos])
+        self.y_np = self.y_all[pos]
+        self.y = self.task.targets(self.y_np)
         self.masks = {k: torch.from_numpy(v[pos]) for k, v in self.masks_all.items()}
         self.hdg = self.select(epoch) if hdg is None else hdg
         self.rebuild()
@@ -190,7 +195,7 @@ class DistTrainer:
         self.opt.zero_grad()
         out = self.forward("fwd", stats, epoch)
         m = self.masks["train"]
-        loss = F.cross_entropy(out[m], self.y[m], reduction="sum") / self.n_train
+        loss = self.task.loss(out[m], self.y[m], reduction="sum") / self.n_train
         t0 = time.perf_counter()
         loss.backward()
         stats["backward"] = stats.get("backward", 0.0) + time.perf_counter() - t0
@@ -202,15 +207,15 @@ class DistTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Accuracies over all roots (counts summed over ranks). Collective over comm."""
+        """Scores (accuracy or micro-F1) over all roots (counts summed over ranks). Collective
+        over comm."""
         self.model.eval()
-        pred = self.forward("eval").argmax(1)
+        z = self.forward("eval").numpy()
         keys = ("train", "val", "test")
-        c = np.array([[float((pred[self.masks[k]] == self.y[self.masks[k]]).sum()),
-                       float(self.masks[k].sum())] for k in keys])
+        c = np.array([self.task.counts(z[self.masks[k].numpy()], self.y_np[self.masks[k].numpy()])
+                      for k in keys])
         self.comm.allreduce(c)
-        return {f"{k}_acc": float(c[i, 0] / c[i, 1]) if c[i, 1] else float("nan")
-                for i, k in enumerate(keys)}
+        return {f"{k}_acc": self.task.score(c[i]) for i, k in enumerate(keys)}
 
     def wait_seconds(self) -> dict[str, float]:
         """Seconds blocked waiting for pipelined messages, per collective name."""
@@ -238,6 +243,7 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
 
     t_start = time.perf_counter()
     check_inputs(cfg, graph)
+    decide_features(comm, cfg, graph, np.flatnonzero(np.asarray(owner) == comm.rank))
     comm.reset_counters()
     tr = comm.run_agreed(DistTrainer, comm, cfg, graph, owner)
     build_bytes = dict(comm.bytes)  # the first HDG set's plans and rows, kept apart
@@ -251,7 +257,11 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
     rank_compute: list[float] = []
     adb: dict[str, Any] = {}
     nan_epoch = 0
-    for ep in range(cfg.epochs):
+    start = 0
+    if cfg.resume:
+        start, hist, best, last, nan_epoch = resume.load(comm, cfg, tr.model, tr.opt,
+                                                         tuple(hist))
+    for ep in range(start, cfg.epochs):
         if cfg.balance and ep == cfg.balance_after and comm.size > 1:
             adb = balance.run(tr, rank_compute)
         te = time.perf_counter()
@@ -275,6 +285,9 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
         if comm.rank == 0 and (ep % 10 == 0 or ep == cfg.epochs - 1):
             _log.get().info(f"nau {cfg.model} P={comm.size} epoch {ep}: loss {loss:.4f} "
                             f"val {last['val_acc']:.4f} ({dt_max * 1e3:.1f} ms)")
+        if cfg.checkpoint_due(ep + 1, cfg.epochs):
+            resume.save(comm, cfg, tr.model, tr.opt, ep + 1, hist,
+                        resume.scalars(best, last, nan_epoch))
     layers = len(tr.layers)
     series = layer_series(comm, stats, layers, tr.wait_seconds())
     mine = {"bytes": dict(comm.bytes), "calls": dict(comm.calls), "seconds": dict(comm.seconds),
@@ -297,7 +310,8 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
         "first_selection_time": float(comm.allreduce_scalar(tr.t_select, "max")),
         "hdg_bytes": int(comm.allreduce_scalar(tr.hdg.nbytes(), "sum")),
         "num_instances": int(comm.allreduce_scalar(tr.hdg.num_instances, "sum")),
-        "num_leaf_entries": int(comm.allreduce_scalar(int(tr.hdg.leaf.size), "sum"))}
+        "num_leaf_entries": int(comm.allreduce_scalar(int(tr.hdg.leaf.size), "sum")),
+        "feature_norm": cfg.feature_norm_used, **tr.task.attrs(), "resumed_after_epoch": start}
     summary["graph_bytes"] = graph.nbytes()
     summary["hdg_vs_graph"] = summary["hdg_bytes"] / max(1, graph.nbytes())
     summary["num_roots"] = int(tr.all_roots.size)
