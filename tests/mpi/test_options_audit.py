@@ -479,7 +479,8 @@ audit("partition", "spring",
                         C(["--dne-seed-samples", 2], X, ctx="hash2d")],
       max_iterations=[C(["--max-iterations", 1], _fails_naming("--max-iterations"), ctx="dne"),
                       C(["--max-iterations", 5], X, ctx="hash2d")],
-      force=[C(["--force"], _force), C(["--force"], _force, ctx="adadne")])
+      force=[C(["--force"], _force), C(["--force"], _force, ctx="adadne")],
+      memory=[C(["--memory", "4G"], _knob("1K")), C(["--memory", "4G"], _knob("1K"), ctx="adadne")])
 
 COMMON = dict(  # every engine: the common options
     out=C([], _out), epochs=C(["--epochs", 3]), hidden=C(["--hidden", 5]),
