@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# GPU check in one call: MPI from a carried wheel, the GPU tests at P = 1 and P = 2, and
-# run/bench/rdm/gpu.py (RDM on one GPU vs PyG and the CPU); JSON and logs under OUTDIR.
+# GPU check in one call: MPI from a carried wheel, the GPU tests at P = 1 and P = 2 (RDM, and
+# the averaging, sampled and inference engines), run/bench/rdm/gpu.py (RDM on one GPU vs PyG and
+# the CPU) and run/bench/train/gpu_engines.py (the other engines); JSON and logs under OUTDIR.
 #
-# usage: bash run/gpu_check.sh [OUTDIR] [--small] [--tests-timeout S] [--bench-timeout S]
+# usage: bash run/gpu_check.sh [OUTDIR] [--small] [--only rdm|engines] [--tests-timeout S]
+#          [--bench-timeout S]
 #   OUTDIR: default $OUT (the device tool's output folder), else run/gpu-check-out
-#   --small: run/bench/rdm/gpu.py --small (50 k nodes) instead of CSBM 2 M nodes
+#   --small: both benchmarks' --small (tens of thousands of nodes) instead of millions
+#   --only: the steps of RDM (tests/mpi/test_gpu.py, run/bench/rdm/gpu.py) or of the other
+#           engines (tests/mpi/test_engine_devices.py, run/bench/train/gpu_engines.py) only
 #
 # MPI: when no mpiexec is on PATH, the script installs the MPICH wheel found in .whl/ (git-ignored)
 # into /tmp/mp. Fetch it once on a machine with network access, for the GPU machine's Python:
@@ -21,13 +25,14 @@ set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-OUTDIR="" SMALL="" TESTS_TIMEOUT=210 BENCH_TIMEOUT=330
+OUTDIR="" SMALL="" ONLY="" TESTS_TIMEOUT=210 BENCH_TIMEOUT=330
 while [ $# -gt 0 ]; do
   case "$1" in
     --small) SMALL=--small ;;
+    --only) ONLY=$2; shift ;;
     --tests-timeout) TESTS_TIMEOUT=$2; shift ;;
     --bench-timeout) BENCH_TIMEOUT=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) OUTDIR=$1 ;;
   esac
   shift
@@ -104,15 +109,23 @@ CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2> /dev/nu
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider)
 
 if [ "$CUDA" = "1" ]; then
-  step gpu-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu --junitxml="$OUTDIR/gpu-tests.xml" \
-    tests/unit/test_device.py tests/unit/test_rdm_kernels.py tests/mpi/test_gpu.py
-  step gpu-bench "$BENCH_TIMEOUT" "$PY" run/bench/rdm/gpu.py "$OUTDIR/gpu_bench.json" $SMALL \
-    --work /tmp/shardgnn-gpu-bench --timeout 150
+  if [ "$ONLY" != engines ]; then
+    step gpu-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu --junitxml="$OUTDIR/gpu-tests.xml" \
+      tests/unit/test_device.py tests/unit/test_rdm_kernels.py tests/mpi/test_gpu.py
+    step gpu-bench "$BENCH_TIMEOUT" "$PY" run/bench/rdm/gpu.py "$OUTDIR/gpu_bench.json" $SMALL \
+      --work /tmp/shardgnn-gpu-bench --timeout 150
+  fi
+  if [ "$ONLY" != rdm ]; then
+    step engines-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu \
+      --junitxml="$OUTDIR/engines-tests.xml" tests/mpi/test_engine_devices.py
+    step engines-bench "$BENCH_TIMEOUT" "$PY" run/bench/train/gpu_engines.py \
+      "$OUTDIR/gpu_engines.json" $SMALL --work /tmp/shardgnn-gpu-engines --timeout 200
+  fi
 else
   note "no CUDA, GPU steps skipped"
   step staging-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" --junitxml="$OUTDIR/staging-tests.xml" \
     tests/unit/test_device.py tests/mpi/test_comm.py -k "staging or device" \
-    tests/mpi/test_device_engine.py
+    tests/mpi/test_device_engine.py tests/mpi/test_engine_devices.py
 fi
 
 "$PY" - "$OUTDIR" "$CUDA" "$status" <<'EOF'

@@ -671,6 +671,18 @@ audit("inspect", "inspect", json=C(["--json"]), max_elems=C(["--max-elems", 1]),
 audit("run", "run", dir=C(["--dir", "@W/runs/jobdir"], _file("@W/runs/jobdir/data/graph.json")),
       results=C(["--results", "@W/runs/job.h5"], _file("@W/runs/job.h5")),
       force=C(["--force"], _text("ran generate")))
+#: the device options every engine and infer share (train/config.DeviceOptions): on this CPU
+#: machine --device cpu and --mpi-path host give the base run's output, an unknown value is
+#: refused naming the option, and the GPU-only values are refused on --device cpu
+DEVICE = dict(device=C(["--device", "cpu"], _knob("tpu")),
+              device_id=C(["--device-id", 1], X, msg="--device-id 1"),
+              mpi_path=[C(["--mpi-path", "host"], _knob("nccl")),
+                        C(["--mpi-path", "direct"], X, msg="--mpi-path direct")])
+for _cmd, _ctx in (("train averaging", "avg"), ("train sampled", "sampled"), ("train nau", "nau"),
+                   ("infer", "infer")):
+    audit(_cmd, _ctx, **DEVICE)
+
+
 def _engine_ran(eng: str) -> Callable[[Ctx, Result, Result], None]:
     """Dedicated for --engine: the results file is the named engine's (its command line and
     its /train)."""

@@ -232,3 +232,47 @@ def test_fill_with_destinations(monkeypatch, permute_bytes):
     want = np.zeros_like(out)
     want[dest] = x[gids]
     assert np.array_equal(out, want)
+
+
+@pytest.mark.parametrize("name,norm", [("sage", "layer"), ("gcn", "sym"), ("gcn", "layer")])
+def test_device_layers_equal_the_host_kernels(name, norm):
+    """Layerwise inference's device path (torch products over the host-built adjacency; here on
+    the CPU device) gives the host kernels' rows: every layer, SAGE narrowing and mapped ahead,
+    GCN with global degrees and with the sampled mean."""
+    from shardgnn.device import CPU, numpy_of
+    from shardgnn.infer.model import (DeviceLayers, LoadedModel, apply_layer, sage_ahead,
+                                      sage_ahead_width)
+    from shardgnn.sampling.blocks import Block
+
+    rng = np.random.default_rng(5)
+    dims = [12, 16, 4]
+    state = {}
+    for i in range(2):
+        n, o = dims[i], dims[i + 1]
+        if name == "sage":
+            state[f"convs.{i}.lin_l.weight"] = rng.normal(size=(o, n)).astype(np.float32)
+            state[f"convs.{i}.lin_r.weight"] = rng.normal(size=(o, n)).astype(np.float32)
+            state[f"convs.{i}.lin_l.bias"] = rng.normal(size=o).astype(np.float32)
+        else:
+            state[f"convs.{i}.lin.weight"] = rng.normal(size=(o, n)).astype(np.float32)
+            state[f"convs.{i}.bias"] = rng.normal(size=o).astype(np.float32)
+    lm = LoadedModel(state, name, "sampled", 2, 12, 4, [16, 4], "out", norm, "k", {})
+    dl = DeviceLayers(lm, CPU)
+    cache = 300
+    ip = np.concatenate([[0], np.cumsum(rng.integers(0, 6, 50))])   # 50 targets, 0..5 nbrs
+    blk = Block(num_src=cache, num_dst=50, indptr=ip, indices=rng.integers(0, cache, ip[-1]))
+    dst = rng.choice(cache, 50, replace=False)
+    deg = rng.integers(1, 20, cache)
+    for i in range(2):
+        x = rng.normal(size=(cache, dims[i])).astype(np.float32)
+        want = apply_layer(lm, i, x, blk, deg, dst=dst)
+        got = numpy_of(dl.rows(i, x, blk, deg, dst))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        if sage_ahead_width(lm, i):
+            got = numpy_of(dl.rows(i, sage_ahead(lm, i, x), blk, deg, dst, mapped=True))
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if name == "sage":
+        assert sage_ahead_width(lm, 1) == 8
+        h = rng.normal(size=(7, 16)).astype(np.float32)
+        np.testing.assert_allclose(numpy_of(dl.ahead(1, dl.dev.upload(h))), sage_ahead(lm, 1, h),
+                                   rtol=1e-5, atol=1e-5)

@@ -15,7 +15,7 @@ ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of `shardgnn train`'s shared group this engine takes (see cli/train.py).
 SHARED_OPTIONS: tuple[str, ...] = ("model", "sampler", "eval", "eval_every", "checkpoint_every",
                                    "checkpoint", "resume", "saint_budget", "saint_walk_length",
-                                   "saint_steps", "saint_presample")
+                                   "saint_steps", "saint_presample", "device", "device_id", "mpi_path")
 
 
 def _fanouts(text: str) -> list[int]:

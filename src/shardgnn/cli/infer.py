@@ -8,6 +8,7 @@ from shardgnn.cli.commands import SUMMARY
 from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.io import outputs
+from shardgnn.train.config import add_device_arguments
 
 HELP = """\
 Compute the embedding (the model's last-layer output) of every vertex with a model trained by
@@ -90,6 +91,7 @@ def add_parser(sub: Any) -> None:
                    "path in the store's meta.json)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the neighbour sampling when --fanouts samples (default: 0)")
+    add_device_arguments(p.add_argument_group("device (layerwise inference; docs/devices.md)"))
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="recompute every layer even when complete layer files of the same job "
                    "are in the layers directory")
@@ -114,7 +116,8 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                       compression=args.compression, samplewise=args.samplewise,
                       batch_size=args.batch_size, target_fraction=args.target_fraction,
                       score_edges=args.score_edges,
-                      dataset=args.dataset, seed=args.seed, resume=args.resume)
+                      dataset=args.dataset, seed=args.seed, resume=args.resume,
+                      device=args.device, device_id=args.device_id, mpi_path=args.mpi_path)
     layers = cfg.layers_root()
     # both outputs checked and locked for the whole run: a second job on either fails at once
     with outputs.claim(comm, [(cfg.out, "file"), (layers, "dir")], args.force,

@@ -15,7 +15,8 @@ from shardgnn.io import outputs
 from shardgnn.registry import ENGINES, MODELS, NAU_MODELS
 from shardgnn.sampled.cli import SAMPLERS as SAMPLED_SAMPLERS
 from shardgnn.train import guards
-from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, default_of
+from shardgnn.train.config import (CheckpointOptions, SaintOptions, TrainConfig,
+                                   add_device_arguments, default_of)
 
 
 def families() -> tuple[ModuleType, ...]:
@@ -151,6 +152,7 @@ def add_parser(sub: Any) -> None:
                    "GraphSAINT's normalisation from counts; 0 (default): the node and edge "
                    "samplers' exact inclusion probabilities, and for rw draws until every vertex "
                    "is expected in 50 of them (GraphSAINT's sample coverage, at most 20000)")
+    add_device_arguments(g, "(all engines) ")
     _COMMON.update(a.dest for a in p._actions[:n0])
     _SHARED.update(a.dest for a in p._actions[n0:])
     for fam in families():

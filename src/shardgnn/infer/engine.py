@@ -25,7 +25,10 @@ from shardgnn.comm import Communicator, block_bounds, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
 from shardgnn.infer import samplewise as sw
 from shardgnn.infer import store as es
-from shardgnn.infer.model import (Gathers, LoadedModel, apply_layer, gathered_sum, load_model,
+from shardgnn.device import setup as device_setup
+from shardgnn.device import numpy_of
+from shardgnn.infer.model import (DeviceLayers, Gathers, LoadedModel, apply_layer, gathered_sum,
+                                  load_model,
                                   mean_adjacency, sage_ahead, sage_ahead_width, sage_input,
                                   sage_output, training_graph)
 from shardgnn.io.results import ResultWriter, check_output_path
@@ -36,6 +39,7 @@ from shardgnn.sampling.blocks import Block, grouped, segment_index
 from shardgnn.sampling.features import check_fanouts, load_vertex_data, open_store
 from shardgnn.sampling.directory import partition_directory
 from shardgnn.train import features
+from shardgnn.train.config import DeviceOptions
 
 if TYPE_CHECKING:  # the sampler (numba kernels) is imported only by the runs that sample
     from shardgnn.sampling.service import GatherApplySampler
@@ -50,8 +54,9 @@ STATS = ("fill_time", "model_time", "sample_time", "write_time", "requests", "hi
 
 
 @dataclass
-class InferConfig:
-    """Resolved configuration of one ``shardgnn infer`` run (``docs/inference.md``)."""
+class InferConfig(DeviceOptions):
+    """Resolved configuration of one ``shardgnn infer`` run (``docs/inference.md``); the device
+    options as `train`'s (:class:`shardgnn.train.config.DeviceOptions`)."""
 
     checkpoint: str
     store: str
@@ -92,6 +97,10 @@ class InferConfig:
         for ok, opt, want, got in checks:
             if not ok:
                 raise ShardError(f"{opt}: expected {want}, got {got}")
+        self.device_checks()
+        if self.samplewise and self.device != "cpu":
+            raise ShardError(f"--samplewise {self.samplewise}: the sample-wise baseline runs on "
+                             f"the CPU; expected --device cpu, got --device {self.device}")
         if self.compression in es.PLUGIN_COMPRESSIONS:
             try:
                 import hdf5plugin  # noqa: F401
@@ -364,8 +373,8 @@ class _Hood:
 
 
 def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i: int,
-           hood: _Hood, src: es.LayerSource, capacity: int, st: dict[str, float]
-           ) -> tuple[np.ndarray, np.ndarray | None]:
+           hood: _Hood, src: es.LayerSource, capacity: int, st: dict[str, float],
+           dl: DeviceLayers | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Model layer ``i`` for this rank's targets: static-cache fill, then batches; and, when
     layer ``i + 1`` narrows, the rows mapped ahead for it (:func:`sage_ahead`). Rank-local
     (the neighbour lists were sampled beforehand)."""
@@ -398,6 +407,22 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
     # GraphSAGE: one SpMM per block of targets over the whole static cache (narrowing layers
     # first map every cached row, then average out-wide rows); other models: apply_layer
     k = mapped // 2
+    if dl is not None:   # on the device, block by block; rows come back to the host caches
+        ahead_w = sage_ahead_width(lm, i + 1)
+        ahead_dev = np.empty((t.size, ahead_w), np.float32) if ahead_w else None
+        for lo in range(0, t.size, B):
+            hi = min(lo + B, t.size)
+            blk = Block(num_src=need.size, num_dst=hi - lo,
+                        indptr=indptr[lo:hi + 1] - indptr[lo],
+                        indices=hood.npos[indptr[lo]:indptr[hi]])
+            rows = dl.rows(i, static, blk, deg, hood.tpos[lo:hi], mapped=bool(mapped))
+            out[lo:hi] = numpy_of(rows)
+            if ahead_dev is not None:
+                ahead_dev[lo:hi] = numpy_of(dl.ahead(i + 1, rows))
+            prog.update(hi - lo)
+        prog.close()
+        st["model_time"] += time.perf_counter() - t1
+        return out, ahead_dev
     if mapped:
         agg = np.ascontiguousarray(static[:, :k])
     else:
@@ -514,7 +539,7 @@ def _source(cfg: InferConfig, layers: es.LayerFiles, layer: int, x: np.ndarray |
 def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
                sampler: GatherApplySampler | None, layers: es.LayerFiles,
                x: np.ndarray | es.NpyRows, fanouts: list[int], start: int,
-               hist: dict[str, np.ndarray]) -> None:
+               hist: dict[str, np.ndarray], dl: DeviceLayers | None = None) -> None:
     """Layers ``start`` .. L - 1, each written before the next starts (``sampler``: for the
     sampled hops only). Collective over comm."""
     L = lm.layers
@@ -536,7 +561,7 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
         st["sample_time"] = time.perf_counter() - t0
         src = _source(cfg, layers, i, x, "ahead" if sage_ahead_width(lm, i) else "emb")
         try:
-            emb, ahead = _layer(comm, lm, cfg, plan, i, hood, src, _capacity(cfg, src), st)
+            emb, ahead = _layer(comm, lm, cfg, plan, i, hood, src, _capacity(cfg, src), st, dl)
         finally:
             src.close()
         t1 = time.perf_counter()
@@ -597,6 +622,7 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
     """Infer every vertex's embedding; write the layer files and ``cfg.out``. Collective."""
     cfg.ranks = comm.size
     comm.run_agreed(cfg.validate)
+    dev = device_setup(comm, cfg.device, cfg.device_id, cfg.mpi_path)
     lm = comm.run_agreed(load_model, cfg.checkpoint)
     store, ds = comm.run_agreed(open_store, cfg.store, cfg.dataset)
     fanouts = comm.run_agreed(_fanouts, cfg, lm.layers)
@@ -628,7 +654,8 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
             assert sampler is not None
             _samplewise(comm, lm, cfg, plan, sampler, layers, ds, fanouts, hist)
         else:
-            _layerwise(comm, lm, cfg, plan, sampler, layers, x, fanouts, start, hist)
+            _layerwise(comm, lm, cfg, plan, sampler, layers, x, fanouts, start, hist,
+                       DeviceLayers(lm, dev) if dev.is_cuda else None)
     t_score = time.perf_counter()
     scores = _score(comm, cfg, layers, L, lm.out_channels, edges, x) if edges is not None else None
     t_score = time.perf_counter() - t_score

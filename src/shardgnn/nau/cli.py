@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of the shared group of `shardgnn train` this engine takes.
 SHARED_OPTIONS: tuple[str, ...] = ("model", "eval_every", "checkpoint_every", "checkpoint",
-                                   "resume")
+                                   "resume", "device", "device_id", "mpi_path")
 #: Options of another family's group this engine takes (``--partition``, from rdm's group).
 BORROWED_OPTIONS: tuple[str, ...] = ("partition",)
 

@@ -15,13 +15,18 @@ from shardgnn.nau.layer import NAUModel
 from shardgnn.registry import NAU_MODELS
 from shardgnn.io import labels
 from shardgnn.train import features, guards
-from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
+from shardgnn.train.config import CheckpointOptions, DeviceOptions, TrainConfig, raise_first
+
+#: NAU models that run with ``--device cuda``: none yet. Every NAU model's bottom level
+#: aggregates through the HDG executor's compiled CPU kernels (numba segment sums, means,
+#: softmax and leaf reductions, :mod:`shardgnn.nau.aggregation`), which have no GPU form.
+GPU_MODELS: tuple[str, ...] = ()
 
 
 @dataclass(kw_only=True)
-class NAUConfig(TrainConfig, CheckpointOptions):
-    """Resolved configuration of one NAU run (see ``docs/nau.md``); the common and checkpoint
-    options and their defaults come from :mod:`shardgnn.train.config`."""
+class NAUConfig(TrainConfig, CheckpointOptions, DeviceOptions):
+    """Resolved configuration of one NAU run (see ``docs/nau.md``); the common, checkpoint and
+    device options and their defaults come from :mod:`shardgnn.train.config`."""
 
     out: str
     model: str = "gcn"
@@ -70,6 +75,12 @@ class NAUConfig(TrainConfig, CheckpointOptions):
             (self.balance_plans >= 1, "--balance-plans", ">= 1", self.balance_plans),
             (self.balance_chunks >= 1, "--balance-chunks", ">= 1", self.balance_chunks)]
             + self.checkpoint_checks())
+        self.device_checks()
+        if self.device != "cpu" and self.model not in GPU_MODELS:
+            raise ShardError(f"--device {self.device}: --engine nau --model {self.model} "
+                             "aggregates with compiled CPU kernels (numba segment reductions) "
+                             "that have no GPU form yet; expected --device cpu (nothing falls "
+                             "back to the CPU silently)")
         if self.resume and self.balance:
             raise ShardError("--resume: expected no --balance (the owner map ADB balancing "
                              "makes is not checkpointed), got --balance")

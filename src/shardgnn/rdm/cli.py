@@ -5,8 +5,7 @@ import argparse
 from typing import Any
 
 from shardgnn.cli.parser import input_path
-from shardgnn.comm import MPI_PATHS, Communicator
-from shardgnn.device import DEVICE_KINDS
+from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 from shardgnn.train.config import default_of
 from shardgnn.train.guards import parse_size
@@ -16,7 +15,7 @@ ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of `shardgnn train`'s shared group these engines take (see cli/train.py).
 SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every", "checkpoint_every", "checkpoint", "resume",
                                    "saint_budget", "saint_walk_length", "saint_steps",
-                                   "saint_presample")
+                                   "saint_presample", "device", "device_id", "mpi_path")
 #: Options of the group below that cagnet1d does not take (GraphSAINT runs on rdm only).
 NOT_OPTIONS: dict[str, tuple[str, ...]] = {
     "cagnet1d": ("saint", "saint_budget", "saint_walk_length", "saint_steps", "saint_presample")}
@@ -74,22 +73,11 @@ def add_arguments(parser: Any) -> None:
                    help="learnable bias in every GCN layer (default: on)")
     g.add_argument("--dtype", choices=("float32", "float64"), default=d("dtype"),
                    help=f"floating-point type of features, weights and A (default: {d('dtype')})")
-    g.add_argument("--device", choices=DEVICE_KINDS, default=d("device"),
-                   help="where this rank's tensors live: cpu (default) or cuda (a GPU per rank, "
-                   "see --device-id; docs/devices.md)")
-    g.add_argument("--device-id", default=d("device_id"), metavar="local-rank|N",
-                   help="--device cuda: local-rank (default: the rank's number on its node, "
-                   "from the launcher, modulo the GPUs it sees; one GPU per rank under srun "
-                   "--gpus-per-task=1) or GPU number N")
     g.add_argument("--spmm", choices=SPMM_KERNELS, default=d("spmm"),
                    help="SpMM library: torch (default; CPU or GPU, cuSPARSE on a GPU), scipy "
                    "(CPU), cupy (GPU; cuSPARSE through CuPy, whose public spmm writes a "
                    "column-major product that costs a transposing copy per call: slower than "
                    "torch, kept to compare libraries)")
-    g.add_argument("--mpi-path", choices=MPI_PATHS, default=d("mpi_path"),
-                   help="how GPU buffers cross MPI: host (default; staged through pinned host "
-                   "memory, works with any MPI) or direct (device pointers; needs a CUDA-aware "
-                   "MPI: docs/devices.md says how to tell)")
     g.add_argument("--backend", choices=tuple(LEGACY_BACKENDS), default=None,
                    help="deprecated: torch = --device cpu --spmm torch, scipy = --device cpu "
                    "--spmm scipy, cuda = --device cuda --spmm torch, cupy = --device cuda "

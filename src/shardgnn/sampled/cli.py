@@ -12,7 +12,7 @@ from shardgnn.train.config import default_of, from_args
 ENGINES: tuple[str, ...] = ("sampled",)
 #: Options of the shared group this engine takes.
 SHARED_OPTIONS: tuple[str, ...] = ("model", "sampler", "eval", "eval_every", "checkpoint_every",
-                                   "checkpoint", "resume")
+                                   "checkpoint", "resume", "device", "device_id", "mpi_path")
 #: The shared --sampler's values this engine takes.
 SAMPLERS: tuple[str, ...] = ("uniform", "keyed", "weighted")
 #: Options of the averaging group this engine also takes (same meaning).
