@@ -229,7 +229,7 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
             stop = guards.nan_loss_stop(history, epoch, m["loss"], cfg)  # loss all-reduced
             if stop:
                 break
-            if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
+            if cfg.checkpoint_due(epoch, cfg.epochs):
                 _save(comm, cfg, ckpt, epoch, workers, history)
         summary = _summary(comm, cfg, history, counts, alpha, mine, sampled_edges)
         summary.update(task.attrs(), feature_norm=cfg.feature_norm_used, device=str(dev),

@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.io import outputs
 from shardgnn.train.config import add_device_arguments
@@ -31,11 +32,12 @@ last layer as the virtual dataset /embeddings/emb, per-layer timings and cache s
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("infer", help=SUMMARY["infer"],
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", metavar="CHECKPOINT",
+    p.add_argument("checkpoint", type=input_path, metavar="CHECKPOINT",
                    help="checkpoint of `train --engine sampled|averaging|rdm|cagnet1d` "
-                   "(--checkpoint-every)")
-    p.add_argument("store", metavar="VPARTS", help="vertex-cut partition store directory")
-    p.add_argument("--out", required=True,
+                   "(--checkpoint or --checkpoint-every)")
+    p.add_argument("store", type=input_path, metavar="VPARTS",
+                   help="vertex-cut partition store directory")
+    p.add_argument("--out", required=True, type=output_path,
                    help="results file (HDF5, written atomically): /embeddings/emb, /infer; an "
                    "existing file only with --force, and only an earlier shardgnn output")
     p.add_argument("--force", action="store_true",
@@ -44,7 +46,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fanouts", default=None,
                    help="neighbours per vertex and hop, first hop first (as in training), -1 = "
                    "all; one per layer (default: -1 at every hop: full neighbourhoods)")
-    p.add_argument("--layers-dir", default=None, metavar="DIR",
+    p.add_argument("--layers-dir", default=None, type=output_path, metavar="DIR",
                    help="where the per-layer embedding files go, on a filesystem every rank "
                    "sees (default: OUT.layers)")
     p.add_argument("--cache-chunks", type=int, default=-1, metavar="N",
@@ -81,10 +83,10 @@ def add_parser(sub: Any) -> None:
                    help="--samplewise only: infer a seeded subset of about F of every rank's "
                    "targets (the others' rows are NaN) to time the baseline per target on "
                    "graphs where it would take too long (default: 1 = all)")
-    p.add_argument("--score-edges", default=None, metavar="EDGEFILE",
+    p.add_argument("--score-edges", default=None, type=input_path, metavar="EDGEFILE",
                    help="also score these edges (text lines 'u v' or an (m, 2) .npy) by the dot "
                    "product of their final embeddings, read from the store: /infer/scores")
-    p.add_argument("--dataset", default=None, metavar="DIR",
+    p.add_argument("--dataset", default=None, type=input_path, metavar="DIR",
                    help="the converted dataset the store was cut from (features; default: the "
                    "path in the store's meta.json)")
     p.add_argument("--seed", type=int, default=0,
@@ -93,6 +95,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="recompute every layer even when complete layer files of the same job "
                    "are in the layers directory")
+    p.only_if(("batch_size", "target_fraction"), lambda a: bool(a.samplewise),
+              "with --samplewise")
+    p.only_if(("cache_chunks", "cache_policy", "order", "resume"), lambda a: not a.samplewise,
+              "to layerwise inference (not with --samplewise)")
+    p.only_if("seed", lambda a: a.fanouts is not None and any(
+        t.strip() not in ("-1", "") for t in str(a.fanouts).split(",")),
+        "when --fanouts samples (a value other than -1)")
     p.set_defaults(func=run)
 
 

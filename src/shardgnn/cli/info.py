@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path
 from shardgnn.comm import Communicator
 from shardgnn.graph.stats import degree_summary, stream_degrees
 from shardgnn.io import canonical as cn
@@ -33,7 +34,7 @@ def add_parser(sub: Any) -> None:
                        "per partition its owned vertices, vertex copies and edge copies with "
                        "their ratio to the mean, then the balances both ways (max/mean and "
                        "min/mean) in the summary line.")
-    p.add_argument("dir", help="dataset directory written by `shardgnn convert`, or a partition "
+    p.add_argument("dir", type=input_path, help="dataset directory written by `shardgnn convert`, or a partition "
                    "store written by `shardgnn partition`")
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: num_nodes, "
                    "num_edges, directed, degree, ... see docs/ingest.md)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from shardgnn.errors import ShardError
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY, NAU_MODELS
 from shardgnn.train.config import default_of, from_args
 
@@ -97,6 +98,40 @@ def add_arguments(parser: Any) -> None:
                     help="root slices per rank timed to fit the cost function "
                     f"(default: {d('balance_chunks')})")
 
+#: Options each NAU model reads (a user model, package.module:Class, gets them all).
+MODEL_OPTIONS = {"pinsage": ("walks", "walk_length", "topk"), "jknet": ("rings", "jk_mode"),
+                 "magnn": ("metapaths", "target_type", "nau_heads", "max_instances"),
+                 "pgnn": ("anchor_sets", "anchor_hops")}
+#: Options of the distributed engine (P > 1, --partition or --balance).
+DIST_OPTIONS = ("pipeline", "partial_layers", "balance", "balance_after", "balance_tolerance",
+                "balance_plans", "balance_chunks")
+
+
+def option_rules(parser: Any) -> None:
+    """Options of this engine that only some of its settings read (Parser.only_if)."""
+    def when(cond: Any) -> Any:
+        return lambda a: a.engine.lower() not in ENGINES or cond(a)
+
+    for model, dests in MODEL_OPTIONS.items():
+        parser.only_if(dests, when(lambda a, m=model: ":" in a.model or a.model.lower() == m),
+                       f"with --model {model} (nau)")
+    parser.only_if("partial_layers", when(lambda a: a.pipeline), "with --pipeline (nau)")
+    parser.only_if(("balance_after", "balance_tolerance", "balance_plans", "balance_chunks"),
+                   when(lambda a: a.balance), "with --balance (nau)")
+
+
+def check_distributed(args: argparse.Namespace, size: int) -> None:
+    """Refuse the distributed engine's options on a run of the one-rank engine (P = 1, no
+    --partition, no --balance). Rank-local."""
+    given = set(getattr(args, "given_options", ()))
+    if size == 1 and args.partition is None and not args.balance:
+        bad = [d for d in DIST_OPTIONS if d in given]
+        if bad:
+            raise ShardError(f"--{bad[0].replace('_', '-')}: applies to the distributed NAU "
+                             "engine only (mpiexec -n P > 1, --partition or --balance); it would "
+                             "be ignored here")
+
+
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the validated :class:`NAUConfig` from parsed arguments."""
     from shardgnn.nau.engine import NAUConfig
@@ -113,6 +148,7 @@ def run(comm: "Communicator", args: argparse.Namespace) -> int:
     """Train with the NAU engine. Collective over comm."""
     from shardgnn.nau.engine import main
 
+    check_distributed(args, comm.size)
     cfg = config_from_args(args)
     s = main(comm, cfg)
     if comm.rank == 0:

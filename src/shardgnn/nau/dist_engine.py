@@ -285,7 +285,7 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
         if comm.rank == 0 and (ep % 10 == 0 or ep == cfg.epochs - 1):
             _log.get().info(f"nau {cfg.model} P={comm.size} epoch {ep}: loss {loss:.4f} "
                             f"val {last['val_acc']:.4f} ({dt_max * 1e3:.1f} ms)")
-        if cfg.checkpoint_every and (ep + 1) % cfg.checkpoint_every == 0:
+        if cfg.checkpoint_due(ep + 1, cfg.epochs):
             resume.save(comm, cfg, tr.model, tr.opt, ep + 1, hist,
                         resume.scalars(best, last, nan_epoch))
     layers = len(tr.layers)

@@ -228,9 +228,9 @@ def load_dataset(directory: str | os.PathLike, exclude_edge_types: tuple[str, ..
                                   f"{', '.join(rel_names)}")
         keep = ~np.isin(np.asarray(et), drop)
         edges, et = edges[keep], np.asarray(et)[keep]
-    names = ("x", "y", "train_mask", "val_mask", "test_mask") if features else (
+    files = ("x", "y", "train_mask", "val_mask", "test_mask") if features else (
         "y", "train_mask", "val_mask", "test_mask")
-    arrays = {n: canonical.load_node_array(d, n, meta, mmap=False) for n in names}
+    arrays = {n: canonical.load_node_array(d, n, meta, mmap=False) for n in files}
     x_path = None
     if not features and (d / "x.npy").exists():
         x_path = d / "x.npy"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shardgnn.cli.parser import input_path
 from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 from shardgnn.train.config import default_of
@@ -52,7 +53,7 @@ def add_arguments(parser: Any) -> None:
 
     g = parser.add_argument_group("rdm / cagnet1d engines (DATA = converted dataset)")
     g.add_argument("--order", default=d("order"), metavar="ORDER", help=ORDER_HELP)
-    g.add_argument("--order-from", default=None, metavar="RESULTS.h5",
+    g.add_argument("--order-from", default=None, type=input_path, metavar="RESULTS.h5",
                    help="reuse the order a previous run chose (its /train order attribute, e.g. "
                    "from --order auto), so a rerun with the same seed repeats it exactly")
     g.add_argument("--memo", action=argparse.BooleanOptionalAction, default=d("memo"),
@@ -81,7 +82,7 @@ def add_arguments(parser: Any) -> None:
                    help="deprecated: torch = --device cpu --spmm torch, scipy = --device cpu "
                    "--spmm scipy, cuda = --device cuda --spmm torch, cupy = --device cuda "
                    "--spmm cupy")
-    g.add_argument("--partition", default=None, metavar="DIR",
+    g.add_argument("--partition", default=None, type=input_path, metavar="DIR",
                    help="partition store (meta.json + part-*.h5): renumber vertices so each "
                    "partition is a contiguous range; row panels follow partition boundaries. "
                    "nau: an edge-cut store with one partition per rank whose owned vertices "
@@ -91,6 +92,18 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,
                    help="GraphSAINT mode (rdm, R = P): train on sampled subgraphs drawn "
                    "identically on every rank from the shared seed; node, edge or random-walk sampler")
+
+
+def option_rules(parser: Any) -> None:
+    """Options of these engines that only some of their settings read (Parser.only_if)."""
+    def when(cond: Any) -> Any:
+        return lambda a: a.engine.lower() not in ENGINES or cond(a)
+
+    parser.only_if(("saint_budget", "saint_steps", "saint_presample"),
+                   when(lambda a: a.saint is not None), "with --saint (rdm)")
+    parser.only_if("saint_walk_length", when(lambda a: a.saint == "rw"), "with --saint rw (rdm)")
+    parser.only_if("replicas", when(lambda a: a.engine.lower() == "rdm"),
+                   "with --engine rdm (cagnet1d always keeps one copy of A)")
 
 
 def run(comm: Communicator, args: Any) -> int:

@@ -262,7 +262,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
                resumed: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``cfg.epochs`` epochs; ``steps_of_epoch(e)`` runs the epoch's steps and returns their
     records. Evaluates every ``cfg.eval_every`` epochs (0: never); one metrics all-reduce per
-    epoch; a checkpoint every ``cfg.checkpoint_every`` epochs. With ``resumed`` (a checkpoint
+    epoch; a checkpoint when ``cfg.checkpoint_due``. With ``resumed`` (a checkpoint
     already loaded into ``tr``) the epochs it holds are taken from it. Returns per-epoch arrays
     (rank-local times/bytes). Collective over comm."""
     E = cfg.epochs
@@ -314,7 +314,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
             rec["nan_loss_epoch"] = e + 1
             if not cfg.allow_nan_loss:
                 break
-        if cfg.checkpoint_every and (e + 1) % cfg.checkpoint_every == 0:
+        if cfg.checkpoint_due(e + 1, E):
             resume.save(comm, cfg, tr, rec, e + 1)
     if rec["nan_loss_epoch"] and not cfg.allow_nan_loss:  # keep the epochs that ran
         for k, v in rec.items():

@@ -311,7 +311,7 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
         stop = guards.nan_loss_stop(hist, epoch, st["loss"], cfg)  # the loss is all-reduced
         if stop:
             break
-        if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
+        if cfg.checkpoint_due(epoch, cfg.epochs):
             h = {k: hist[k] for k in SERIES}
             h.update(bytes_json=json.dumps(hist["bytes"]), load_json=json.dumps(hist["load"]))
             _save(comm, cfg, ckpt, epoch, run, h)

@@ -29,7 +29,8 @@ from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
 from shardgnn.sampling.blocks import MiniBatch
-from shardgnn.sampling.features import check_fanouts, open_store, read_mask, read_seed_file
+from shardgnn.sampling.features import (check_direction, check_fanouts, open_store, read_mask,
+                                        read_seed_file)
 from shardgnn.sampling.service import GatherApplySampler, store_weights
 
 
@@ -50,6 +51,7 @@ class SampleConfig:
     direction: str = "out"
     type_fanouts: str | None = None
     repeats: int = 1
+    direction_given: bool = False
     hops: list[Any] = field(default_factory=list)
 
     def validate(self) -> None:
@@ -83,7 +85,11 @@ def parse_type_fanouts(text: str, hops: int, num_types: int) -> list[list[int]]:
 
 def _sampler(comm: Communicator, cfg: SampleConfig) -> tuple[GatherApplySampler, Any, list[Any]]:
     store, ds = comm.run_agreed(open_store, cfg.store, cfg.dataset)
+    comm.run_agreed(check_direction, store, cfg.direction_given)
     fanouts: list[Any] = list(cfg.hops)
+    if cfg.type_fanouts and not store.meta.get("edge_types"):
+        raise ShardError(f"--type-fanouts: applies to a store with typed edges, got "
+                         f"{cfg.store} without; it would be ignored")
     if cfg.type_fanouts:
         nt = int(store.meta.get("num_edge_types", 1) or 1)
         fanouts = comm.run_agreed(parse_type_fanouts, cfg.type_fanouts, len(cfg.hops), nt)

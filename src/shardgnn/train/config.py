@@ -70,6 +70,14 @@ class CheckpointOptions:
     def checkpoint_checks(self) -> list[Check]:
         return [(self.checkpoint_every >= 0, "--checkpoint-every", ">= 0", self.checkpoint_every)]
 
+    def checkpoint_due(self, epoch: int, last: int) -> bool:
+        """Whether the checkpoint is written after ``epoch`` (1-based) of ``last``: every
+        ``checkpoint_every`` epochs; with ``checkpoint`` (a file) and no ``checkpoint_every``,
+        once after the last epoch (a checkpoint file asked for is never left unwritten)."""
+        if self.checkpoint_every:
+            return epoch % self.checkpoint_every == 0
+        return epoch == last and bool(self.checkpoint)
+
 
 @dataclass(kw_only=True)
 class SaintOptions:

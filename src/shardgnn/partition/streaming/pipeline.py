@@ -513,7 +513,7 @@ def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, t
               "ranks": comm.size, "memory": m["memory_bytes"],
               "write_memory": m["write_memory_bytes"],
               "write_threads": m["write_threads"],
-              "store_compression": cfg.compression}
+              "store_compression": cfg.compression, "write_from": cfg.write_from}
     doc = store.meta_record(
         algorithm=cfg.algo, parameters=params, parts=p, num_nodes=meta.num_nodes,
         num_edges=meta.num_edges, directed=meta.directed, hops=cfg.hops,
