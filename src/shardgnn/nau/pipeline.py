@@ -37,7 +37,7 @@ from shardgnn.nau.hdg import HDG
 from shardgnn.nau.layer import HDGSet, NAUModel
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 
 def supports_partial(model: NAUModel) -> bool:
@@ -238,15 +238,15 @@ class _WidthExecutor(Executor):
         return super().leaf_reduce(x, plan)
 
 
-def probe_widths(layers: "Sequence[Any]", h: HDG, state: dict[tuple[int, str], Any],
+def probe_widths(layers: "Sequence[Any]", h: HDG, bind: "Callable[[np.ndarray, np.ndarray], None]",
                  in_width: int, mode: str) -> np.ndarray:
     """Per layer, the width of its input rows and the summed width of the rows its bottom level
     reduces (``(2, layers)`` int64), from a forward pass over the first root of ``h`` alone
     (its leaves all mapped onto the root; evaluation mode, no gradients); zeros when ``h`` has
-    no root. The layers' per-vertex state is left set for that root: rebuild it afterwards.
-    Rank-local."""
+    no root. ``bind(gids, root_rows)`` gives the layers the vertex data of their rows; it is
+    left set for that root: bind again afterwards. Rank-local."""
     from shardgnn.nau.balance import subset
-    from shardgnn.nau.dist import localize, set_vertex_state
+    from shardgnn.nau.dist import localize
 
     out = np.zeros((2, len(layers)), np.int64)
     if h.num_roots == 0:
@@ -255,7 +255,7 @@ def probe_widths(layers: "Sequence[Any]", h: HDG, state: dict[tuple[int, str], A
     table = np.zeros(int(sub.leaf.max(initial=0)) + 1, np.int64)
     exe = _WidthExecutor(mode)
     one = HDGSet(localize(sub, table, np.zeros(1, np.int64)), 1, exe).prepare()
-    set_vertex_state(list(layers), state, h.roots[:1], h.roots[:1])
+    bind(np.asarray(h.roots[:1], np.int64), np.zeros(1, np.int64))
     training = [layer.training for layer in layers]
     x = torch.zeros(1, int(in_width))
     with torch.no_grad():
@@ -284,7 +284,7 @@ def exchange_counts(h: HDG, owner: np.ndarray, rank: int) -> np.ndarray:
 
 
 def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np.ndarray,
-                  state: dict[tuple[int, str], Any], in_width: int, mode: str,
+                  bind: "Callable[[np.ndarray, np.ndarray], None]", in_width: int, mode: str,
                   builds_per_epoch: float, evals_per_epoch: float
                   ) -> tuple[list[bool], dict[str, float]]:
     """Per layer, partial aggregation (True) or the exchange of the remote leaves' rows: the
@@ -294,7 +294,7 @@ def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np
     bytes (chosen, all partial, all rows). Collective over comm."""
     from perfmodel.nau import choose_partial
 
-    w = probe_widths(layers, h, state, in_width, mode).astype(np.float64)
+    w = probe_widths(layers, h, bind, in_width, mode).astype(np.float64)
     comm.allreduce(w, op="max")
     c = exchange_counts(h, owner, comm.rank).astype(np.float64)
     comm.allreduce(c)
