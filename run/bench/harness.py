@@ -1,9 +1,10 @@
 """The one harness every benchmark script uses: launching (mpiexec of the venv, the shardgnn CLI),
 timed runs, the load average, where the datasets are, and the metadata every result JSON records.
 
-A script run as ``python run/bench/NAME.py`` has ``run/bench`` on ``sys.path`` (so has one
-launched with ``mpiexec ... python -m mpi4py run/bench/NAME.py``), so ``import harness`` needs no
-path manipulation. Tests never import from ``run/bench``. Runs no MPI itself.
+The scripts live in one folder per system (``run/bench/SYSTEM/NAME.py``); Python puts the
+script's own folder on ``sys.path`` (also under ``mpiexec ... python -m mpi4py``), so a script
+imports its folder's shared module directly and first puts ``run/bench`` on ``sys.path`` with
+one line for ``import harness``. Tests never import from ``run/bench``. Runs no MPI itself.
 
 Every result JSON carries ``"meta": result_meta(load_before)``: git commit and dirty flag,
 shardgnn version, machine (host, CPU count and model), python / torch / numpy versions, UTC

@@ -159,7 +159,8 @@ ENGINES.register("cagnet1d", "shardgnn.rdm.cli",
 ENGINES.register("averaging", "shardgnn.averaging.cli",
                  "partition-parallel training with model averaging (CATGNN), DATA = partitions")
 ENGINES.register("nau", "shardgnn.nau.cli",
-                 "FlexGraph NAU on one rank (--model gcn|pinsage|magnn|jknet|pgnn), DATA = dataset")
+                 "FlexGraph NAU models (--model gcn|pinsage|magnn|jknet|pgnn) on one or more ranks, "
+                 "DATA = dataset")
 ENGINES.register("sampled", "shardgnn.sampled.cli",
                  "mini-batches from GLISP's Gather-Apply service, data parallel, DATA = vertex-cut "
                  "store")

@@ -15,6 +15,7 @@ SUMMARY = {
     "sample": "dump Gather-Apply sampled blocks of seeds (vertex-cut store)",
     "infer": "layerwise inference of every vertex's embedding (GLISP)",
     "inspect": "print a results HDF5 file (or --json for scripts)",
-    "run": "run a job file's stages (convert, partition, train) in one launch",
+    "run": "run a job file's stages (convert or generate, partition, train, infer) in one "
+           "launch",
 }
 COMMANDS = tuple(SUMMARY)

@@ -13,10 +13,11 @@ Compute the embedding (the model's last-layer output) of every vertex with a mod
 `train --engine sampled` or `--engine averaging` (GraphSAGE, GCN, GAT), over a vertex-cut
 partition store (`partition --algo adadne|dne|hash2d`). The model runs as L one-layer passes
 over all vertices (GLISP layerwise inference): each rank computes the vertices it owns (one
-of the partitions holding a vertex, picked by a hash of its id, owns it; partitions r, r+P,
-... are rank r's), after filling a static cache with the previous layer's rows of its
-vertices and of their neighbours, read chunk by chunk from the embedding store through a
-dynamic FIFO chunk cache. --samplewise runs a sample-wise baseline instead.
+of the partitions holding a vertex, picked by a hash of its id and then balanced over the
+partitions, owns it; partitions r, r+P, ... are rank r's), after filling a static cache with
+the previous layer's rows of its vertices and of their neighbours, read chunk by chunk from the
+embedding store through a dynamic chunk cache (FIFO unless --cache-policy lru).
+--samplewise runs a sample-wise baseline instead.
 
 Each layer is written to LAYERS/layer-LL/rank-RRRRR.h5 (one file per rank, read back in
 --chunk-rows chunks, compressed with --compression if set) plus LAYERS/layer-LL.h5, a virtual N x d dataset in global-id order. OUT holds the

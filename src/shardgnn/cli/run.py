@@ -1,4 +1,5 @@
-"""`shardgnn run JOB.toml`: run a job's stages (convert -> partition -> train) in one launch.
+"""`shardgnn run JOB.toml`: run a job's stages (convert or generate -> partition -> train ->
+infer) in one launch.
 
 Collective: every rank runs every stage together (see :mod:`shardgnn.job`); rank 0 writes the
 job's results file, one group per stage.
@@ -31,13 +32,15 @@ Each stage is the subcommand of the same name with the options of its table (doc
   [partition]                   # dataset: the convert stage's output unless given
   algo = "spring"
   parts = 2
-  [train]                       # data: convert's output (rdm, cagnet1d) or partition's
-  engine = "averaging"          # (averaging) unless given
+  [train]                       # data: convert's output (rdm, cagnet1d, nau) or
+  engine = "averaging"          # partition's (averaging, sampled) unless given
   epochs = 50
 
-Keys are the subcommand's long options (--keep-self-loops: keep_self_loops = true; lists for
-options taking several values); `out` (default data/, parts/, train.h5) and `results` are
-relative to the working folder. After each stage its output is validated before the next
+An [infer] stage takes the train stage's checkpoint (train with checkpoint_every) and the
+partition stage's store (a vertex-cut one) unless given. Keys are the subcommand's long
+options (--keep-self-loops: keep_self_loops = true; lists for options taking several values);
+`out` (default data/, parts/, train.h5, embeddings.h5) and `results` are relative to the
+working folder. After each stage its output is validated before the next
 starts. A stage that completed in an earlier run with the same options and whose output is
 still complete is skipped (the log says so), so rerunning a failed job resumes where it failed;
 --force reruns everything. One results file (default DIR/results.h5) holds a group per stage

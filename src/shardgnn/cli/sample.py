@@ -13,7 +13,7 @@ Sample the k-hop neighbourhood blocks of given seeds over a vertex-cut partition
 by `shardgnn partition --algo adadne|dne|hash2d`) with GLISP's Gather-Apply service, and write
 them to an HDF5 file (layout in docs/sampling.md). Every rank serves its partitions (r, r+P,
 ...) and samples batches b = r, r+P, ... of the seeds; each hop is one lock-step round of
-Alltoallv collectives (requests, per-request counts, neighbour ids) that every rank joins.
+Alltoallv collectives (counts, requests, answers) that every rank joins.
 
 The sample of a vertex at step s (= batch index) and hop h is a function of (--seed, s, h, vertex)
 alone (weighted: and of the partition): the same seed gives the same file at any number of

@@ -59,7 +59,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help=SUMMARY["train"],
                        description=HELP % {"engines": engines},
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", help="dataset directory (rdm, cagnet1d) or partition directory (averaging)")
+    p.add_argument("data", help="dataset directory (rdm, cagnet1d, nau), edge-cut partition "
+                   "directory (averaging) or vertex-cut store (sampled)")
     p.add_argument("--engine", default="rdm",
                    help=f"one of {ENGINES.expected()} (default: rdm)")
     p.add_argument("--epochs", type=int, default=d("epochs"),
@@ -101,24 +102,26 @@ def add_parser(sub: Any) -> None:
                    "per server), keyed (uniform via A-ES keys, the same sample on any "
                    "partitioning), weighted (A-ES on the dataset's edge weights)")
     g.add_argument("--eval", choices=("dist", "full", "local", "none"), default=None,
-                   help="(all engines) full: exact full-graph evaluation (rdm, cagnet1d: always, "
-                   "the default; averaging: a forward on rank 0 over the source dataset named in "
-                   "meta.json, for checking); dist (averaging, the default): exact, each rank "
-                   "evaluates its partitions' owned vertices, replica rows exchanged between "
-                   "layers when the model is deeper than the store's hops (user models need "
-                   "--layers <= hops), no rank holds the whole graph; local (averaging): owned "
-                   "vertices on each partition's own subgraph (approximate beyond the stored "
-                   "hops); none: no evaluation")
+                   help="(rdm, cagnet1d, averaging, sampled) full: rdm, cagnet1d: exact full-graph "
+                   "evaluation (always, the default); averaging: a forward on rank 0 over the "
+                   "source dataset named in meta.json, for checking; sampled (the default): "
+                   "val/test accuracy on the sampled path with the training fanouts; dist "
+                   "(averaging, the default): exact, each rank evaluates its partitions' owned "
+                   "vertices, replica rows exchanged between layers when the model is deeper "
+                   "than the store's hops (user models need --layers <= hops), no rank holds "
+                   "the whole graph; local (averaging): owned vertices on each partition's own "
+                   "subgraph (approximate beyond the stored hops); none: no evaluation. nau "
+                   "takes no --eval: it evaluates every --eval-every epochs")
     g.add_argument("--eval-every", type=int, default=d("eval_every"),
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
                    f"epochs only) (default: {d('eval_every')})")
     g.add_argument("--checkpoint-every", type=int, default=d("checkpoint_every", CheckpointOptions),
-                   metavar="N", help="(all engines) write a checkpoint every N epochs; 0 = never "
+                   metavar="N", help="(rdm, cagnet1d, averaging, sampled) write a checkpoint every N epochs; 0 = never "
                    f"(default: {d('checkpoint_every', CheckpointOptions)})")
     g.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="(all engines) checkpoint HDF5 file (default: OUT.ckpt.h5)")
+                   help="(rdm, cagnet1d, averaging, sampled) checkpoint HDF5 file (default: OUT.ckpt.h5)")
     g.add_argument("--resume", default=None, metavar="FILE",
-                   help="(all engines) continue from this checkpoint (same options, --epochs may "
+                   help="(rdm, cagnet1d, averaging, sampled) continue from this checkpoint (same options, --epochs may "
                    "be larger; rdm, cagnet1d: the same number of ranks too): the same "
                    "loss/accuracy curve as without interruption")
     g.add_argument("--saint-budget", type=int, default=d("saint_budget", SaintOptions), metavar="B",

@@ -9,7 +9,7 @@ An :class:`Executor` runs the operations a model's aggregation UDFs are written 
   (the backward: the same kernel over the transposed CSC; on one thread a push through the
   forward CSC instead, the same sums in the same order without the transpose), so no per-edge
   ``E × d`` message tensor exists. Chosen over torch's CSR sparse × dense product (``kernel="csr"``, kept) by
-  measurement, forward + backward (``run/bench/nau.py`` section ``fused``,
+  measurement, forward + backward (``run/bench/nau/one_rank.py`` section ``fused``,
   ``run/bench/results/nau_fused.json``: 0.458 vs 0.711 s on 2.0 M entries, d = 64).
 * intermediate level (instances → slots): :meth:`Executor.seg_sum`, :meth:`Executor.seg_softmax`.
   Hybrid: sparse ops driven by the offsets ``slot_ptr`` alone (the omitted Dst).
@@ -38,7 +38,7 @@ MODES = ("hybrid", "scatter")
 #: Fused bottom-level kernels: ``"numba"`` (compiled segment reduction over the HDG's CSC, rows
 #: in parallel) and ``"csr"`` (torch sparse CSR x dense product).
 KERNELS = ("numba", "csr")
-#: The kernel hybrid mode uses, chosen by measurement (``run/bench/nau.py`` section ``fused``,
+#: The kernel hybrid mode uses, chosen by measurement (``run/bench/nau/one_rank.py`` section ``fused``,
 #: forward + backward; ``docs/nau.md``).
 FUSED_KERNEL = "numba"
 

@@ -70,7 +70,7 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--anchor-hops", type=int, default=d("anchor_hops"),
                    help=f"pgnn: hops q within which anchor-set members count (default: {d('anchor_hops')})")
     dg = parser.add_argument_group(
-        "nau engine, distributed (mpiexec -n P; FlexGraph section 5, see docs/nau.md; "
+        "nau engine, distributed (mpiexec -n P; FlexGraph section 5, see docs/nau-distributed.md; "
         "also --partition)")
     dg.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=d("pipeline"),
                     help="pipelined partial aggregation: each rank pre-reduces its leaves per "

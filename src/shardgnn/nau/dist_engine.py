@@ -412,7 +412,7 @@ def check_labels(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph) ->
 
 def write_results(rw: Any, hist: dict[str, list[float]], summary: dict[str, Any],
                   per: dict[str, Any]) -> None:
-    """The distributed run's results (rank 0 writes; see docs/nau.md). Rank-local."""
+    """The distributed run's results (rank 0 writes; see docs/nau-distributed.md). Rank-local."""
     for k, v in hist.items():
         rw.dataset(f"train/{k}", np.asarray(v, dtype=np.float64))
     rw.attrs("train", {k: v for k, v in summary.items() if not isinstance(v, dict)})

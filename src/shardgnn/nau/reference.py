@@ -4,7 +4,7 @@ Per metapath it gathers every instance's vertex features into an ``(instances, l
 tensor, materialises the root feature of every instance and the ``[h_v ‖ h_inst]`` attention
 input, and aggregates with scatter operations; the metapaths are combined in a Python loop.
 Same parameters and same instances as :class:`~shardgnn.nau.models.magnn.MAGNNLayer`, so it
-computes the same function; used by the tests and ``run/bench/nau.py``.
+computes the same function; used by the tests and ``run/bench/nau/one_rank.py``.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ class NAUConfig(TrainConfig):
     anchor_hops: int = 2
     exclude_edge_types: tuple[str, ...] = ()
     normalize_features: bool = False
-    # distributed runs (nau/dist_engine.py; docs/nau.md "Distributed training")
+    # distributed runs (nau/dist_engine.py; docs/nau-distributed.md)
     partition: str | None = None
     pipeline: bool = True
     partial_layers: str = "auto"

@@ -22,7 +22,7 @@ written with two reads of the rows it needs and no sort:
 The CSR is read in blocks of rows (``os.preadv`` into one reused buffer, sequential); memory is
 O(|V|) (a state byte, two counts and the local id per vertex of the graph) plus the bucket
 plus the block. The content equals the spill writer's (``store_write``), checked by the tests
-and ``run/bench/streaming_identity.py``.
+and ``run/bench/partition/streaming_identity.py``.
 """
 from __future__ import annotations
 

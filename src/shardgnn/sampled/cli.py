@@ -32,7 +32,7 @@ def add_arguments(parser: Any) -> None:
         "cut to --layers; --fanouts alone sets --layers), --batch-size (seeds per step over all "
         "ranks, split evenly: the global batch, the samples and the dropout masks are the same "
         "at every P, so P ranks reproduce one rank up to float summation order). --eval full "
-        "evaluates val/test on the sampled path. See docs/sampling.md.")
+        "evaluates val/test on the sampled path. See docs/sampled.md.")
     g.add_argument("--sample-replace", action="store_true",
                    help="sample neighbours with replacement (uniform, weighted)")
     from shardgnn.sampled.engine import SampledConfig

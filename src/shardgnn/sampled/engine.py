@@ -40,7 +40,7 @@ EVAL_STEP0 = 1 << 40
 
 @dataclass(kw_only=True)
 class SampledConfig(TrainConfig, CheckpointOptions):
-    """Resolved configuration of one ``train --engine sampled`` run (``docs/sampling.md``); the
+    """Resolved configuration of one ``train --engine sampled`` run (``docs/sampled.md``); the
     common and checkpoint options and their defaults come from :mod:`shardgnn.train.config`."""
 
     out: str

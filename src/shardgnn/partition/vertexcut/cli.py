@@ -47,7 +47,7 @@ def add_arguments(parser: Any) -> None:
                    "(DNE's constant; AdaDNE's base value) (default: %(default)s)")
     g.add_argument("--dne-balance", type=float, default=_D.balance,
                    help="DNE hard edge cap factor alpha: |E_i| <= alpha*|E|/p (default: %(default)s; "
-                   "AdaDNE has no cap)")
+                   "AdaDNE takes its cap from --ada-cap instead)")
     g.add_argument("--ada-wv", type=float, default=_D.w_v,
                    help="AdaDNE weight w_V of the vertex score (w_V + w_E = 1) (default: %(default)s)")
     g.add_argument("--ada-we", type=float, default=_D.w_e,
