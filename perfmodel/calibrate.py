@@ -156,7 +156,7 @@ def _kernels(comm: Any, args: argparse.Namespace, widths: list[int],
                            "(rate_tn[k][n], reduction over the rows)"},
         "elementwise": {"rate": 3.0 * rows * 128 / t, "mask_rate": rows * 128 / t_mask,
                         "what": "rate: relu + mask multiply + add over rows x 128 (3 passes); "
-                                "mask_rate: the engine's dropout_mask"},
+                                "mask_rate: the engine's keyed dropout (mask and multiply)"},
         "engine_ops": engine_ops,
     }
 

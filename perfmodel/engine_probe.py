@@ -8,9 +8,9 @@ from __future__ import annotations
 
 #: Element-wise engine operations timed by ``shardgnn.rdm.probe.op_timers``.
 ENGINE_OPS = {
-    "h0_dropout": "get('H0'): draw the dropout mask of the feature tile, multiply (new tensor)",
+    "h0_dropout": "get('H0'): the keyed dropout of the feature tile (mask and multiply, one new tensor)",
     "bias": "add_bias: Z += b in place",
-    "act": "activate: relu, draw the dropout mask, multiply (two new tensors)",
+    "act": "activate: relu, then the keyed dropout (mask and multiply; two new tensors)",
     "loss": "loss_grad: log-softmax cross-entropy and its gradient over the logits tile",
     "mask_grad": "mask_grad: dZ = where(H > 0, dH / (1 - p), 0)",
     "bgrad": "bgrad: column sums of dZ into the bias gradient",

@@ -1,4 +1,5 @@
-"""Numba set-up: a writable kernel cache where users run, and a progress line while kernels compile.
+"""Numba set-up: a writable kernel cache where users run, a progress line while kernels compile,
+and the thread count of parallel kernels (:func:`kernel_threads`, torch's).
 
 Rank-local. :func:`configure_cache` runs when ``shardgnn`` is imported (before numba is): when
 ``NUMBA_CACHE_DIR`` is unset it points numba's on-disk cache of compiled kernels
@@ -148,6 +149,22 @@ def quick_blas_probe() -> None:
         linalg.ensure_blas = real
     if getattr(arraymath, "ensure_blas", None) is probe:
         arraymath.ensure_blas = real
+
+
+def kernel_threads() -> int:
+    """Threads of the parallel compiled kernels: torch's (``torch.get_num_threads()``), capped
+    by numba's; sets numba's. The first call starts numba's OpenMP layer, which resets the
+    process's OpenMP thread count (torch's) to numba's default: torch's is restored."""
+    import numba
+    import torch
+
+    want = torch.get_num_threads()
+    cap = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    n = max(1, min(want, cap))
+    numba.set_num_threads(n)
+    if torch.get_num_threads() != want:
+        torch.set_num_threads(want)
+    return n
 
 
 @contextmanager

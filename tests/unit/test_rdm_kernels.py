@@ -1,24 +1,32 @@
-"""Rank-local RDM pieces: dropout masks, CSR/GCN normalisation, GraphSAINT samplers, Adam."""
+"""Rank-local RDM pieces: the dropout of a tile, CSR/GCN normalisation, GraphSAINT samplers, Adam."""
 import numpy as np
 import pytest
 import torch
 
 from shardgnn.graph.csr import CSR, add_self_loops, csr_from_pairs, gcn_normalised
-from shardgnn.rdm.backend import Backend, dropout_mask, mask_key
+from shardgnn import keyed
+from shardgnn.rdm.backend import Backend
 from shardgnn.rdm.engine import adam_update
 from shardgnn.sampling.saint import Sampler, induced, normalisation
 
 
-def test_dropout_mask_tiles_agree_with_the_full_mask():
-    key = mask_key(3, 7, 2)
-    full = dropout_mask((23, 11), 0, 0, 11, key, 0.5, np.dtype("float64"))
-    tile = dropout_mask((5, 4), 9, 6, 11, key, 0.5, np.dtype("float64"))
-    assert np.array_equal(tile, full[9:14, 6:10])
-    assert set(np.unique(full)) <= {0.0, 2.0}
-    big = dropout_mask((400, 100), 0, 0, 100, key, 0.3, np.dtype("float32"))
-    assert abs((big > 0).mean() - 0.7) < 0.01
-    assert not np.array_equal(big, dropout_mask((400, 100), 0, 0, 100, mask_key(3, 8, 2), 0.3,
-                                                np.dtype("float32")))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_backend_dropout_of_a_tile_is_the_keyed_mask_of_its_block(dtype):
+    """A tile's dropout is the same block of the whole N x F keyed mask (global row, global
+    column), whatever the tile: what makes every layout and P draw the serial reference's mask."""
+    be = Backend("torch", dtype)
+    x = be.tensor(np.random.default_rng(0).standard_normal((23, 11)))
+    full = be.dropout(x, 0, 0, 3, 7, 2, 0.5)
+    tile = be.dropout(x[9:14, 6:10], 9, 6, 3, 7, 2, 0.5)
+    assert torch.equal(tile, full[9:14, 6:10])
+    mask = keyed.dropout_mask(0, 0, 11, 3, 7, 2, 0.5, be.np_dtype, nrows=23)
+    assert torch.equal(full, x * torch.from_numpy(mask))
+    assert set(np.unique(mask)) == {0.0, 2.0}
+    ones = be.tensor(np.ones((400, 100)))
+    big = be.dropout(ones, 0, 0, 3, 7, 2, 0.3)
+    assert abs(float((big > 0).double().mean()) - 0.7) < 0.01
+    assert not torch.equal(big, be.dropout(ones, 0, 0, 3, 8, 2, 0.3))
+    assert torch.equal(keyed.dropout_torch(x, 0, 0, 3, 7, 2, 0.5), full)
 
 
 def test_gcn_normalised_matches_dense_formula():
@@ -140,6 +148,11 @@ def test_cuda_backend_matches_cpu():
     be = Backend("cuda", "float64")
     got = be.spmm(be.sparse(a), be.tensor(x)).cpu().numpy()
     np.testing.assert_allclose(got, a.to_scipy() @ x, rtol=1e-12)
+    # the dropout of a tile, computed on the device, has the CPU path's bits
+    d = be.dropout(be.tensor(x)[5:20, 2:6], 5, 2, 3, 7, 2, 0.5)
+    cpu = Backend("torch", "float64").dropout(torch.from_numpy(x[5:20, 2:6].copy()), 5, 2, 3, 7,
+                                              2, 0.5)
+    assert d.device.type == "cuda" and torch.equal(d.cpu(), cpu)
 
 
 def test_cupy_backend_matches_cpu():

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from shardgnn import keyed
 from shardgnn.errors import ShardError
 from shardgnn.sampling import kernels
 from shardgnn.sampling.blocks import relabel, segment_index
@@ -118,7 +119,7 @@ def test_race_topk_is_sequential_aes(w, falls, uniform):
     hk, hv, ch = np.empty(k), np.empty(k, np.int64), np.empty(k, np.int64)
     counts, fell_any = np.zeros(d), False
     for s in range(reps):
-        n, fell = kernels.race_topk(np.uint64(kernels.vertex_key(2, s, 0, 5, 0)), k, 0, d, wcum,
+        n, fell = kernels.race_topk(np.uint64(keyed.vertex_key(2, s, 0, 5, 0)), k, 0, d, wcum,
                                     wmax, hk, hv, ch)
         assert n == min(k, int((w > 0).sum())) and np.unique(hv[:n]).size == n
         assert np.all(np.diff(-hk[:n]) >= 0)  # earliest arrival first

@@ -29,6 +29,7 @@ from shardgnn.infer.model import (Gathers, LoadedModel, apply_layer, gathered_su
                                   mean_adjacency, sage_ahead, sage_ahead_width, sage_input,
                                   sage_output, training_graph)
 from shardgnn.io.results import ResultWriter, check_output_path
+from shardgnn.keyed import hash_ids
 from shardgnn.partition.vertexcut import ordering
 from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
 from shardgnn.sampling.blocks import Block, grouped, segment_index
@@ -132,15 +133,6 @@ class _Plan:
     side: str
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser of ``x`` (uint64): a fixed, seed-free hash of global ids. Pure."""
-    with np.errstate(over="ignore"):
-        z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
 #: set bits of every byte value, and the position of its j-th set bit (j = 0..7): the tables
 #: of :func:`owner_partitions`
 _POPCOUNT = np.array([bin(b).count("1") for b in range(256)], np.int32)
@@ -169,7 +161,7 @@ def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 1
         cum = pop[:, 0] if nb == 1 else np.cumsum(pop, axis=1, dtype=np.int32)
         k = cum if nb == 1 else cum[:, -1]
         gid = np.arange(lo, hi, dtype=np.int64)
-        pick = (((_mix(gid) >> np.uint64(32)) * k.astype(np.uint64)) >> np.uint64(32)).astype(
+        pick = (((hash_ids(gid) >> np.uint64(32)) * k.astype(np.uint64)) >> np.uint64(32)).astype(
             np.int64)                                  # in [0, k): the pick-th holder
         if nb == 1:
             own = _SELECT[m[:, 0], np.minimum(pick, 7)]
@@ -204,7 +196,7 @@ def _balance_owners(own: np.ndarray, membership: np.ndarray, holders: np.ndarray
     if p < 2 or movable.size == 0:
         return own
     target = -(-n // p)
-    pri = _mix(movable.astype(np.uint64) ^ np.uint64(0x5851F42D4C957F2D))
+    pri = hash_ids(movable.astype(np.uint64) ^ np.uint64(0x5851F42D4C957F2D))
     big = np.iinfo(np.int64).max
     for _ in range(rounds):
         load = np.bincount(own, minlength=p).astype(np.int64)
@@ -555,7 +547,7 @@ def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pl
     t = plan.targets
     keep = np.ones(t.size, bool)
     if cfg.target_fraction < 1:   # a seeded subset of every rank's targets (time per target)
-        h = _mix(t ^ np.int64(cfg.seed)).astype(np.float64) / 2.0 ** 64
+        h = hash_ids(t ^ np.int64(cfg.seed)).astype(np.float64) / 2.0 ** 64
         keep = h < cfg.target_fraction
     out = np.full((t.size, lm.out_channels), np.nan, np.float32)
     out[keep] = sw.run(comm, lm, cfg.samplewise, t[keep], plan.deg, sampler, feats, fanouts,

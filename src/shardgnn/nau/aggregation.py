@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ShardError
+from shardgnn.jit import kernel_threads
 from shardgnn.nau.hdg import HDG
 from shardgnn.prefetch import DISTANCE, prefetch, prefetch_write
 from shardgnn.train.models import SparseMM
@@ -205,19 +206,6 @@ def _scatter_arg(arg: np.ndarray, g: np.ndarray, out: np.ndarray) -> None:  # pr
             a = arg[r, k]
             if a >= 0:
                 out[a, k] += g[r, k]
-
-
-def kernel_threads() -> int:
-    """Threads of the compiled kernels: torch's (``torch.get_num_threads()``), capped by
-    numba's; sets numba's. The first call starts numba's OpenMP layer, which resets the
-    process's OpenMP thread count (torch's) to numba's default: torch's is restored."""
-    want = torch.get_num_threads()
-    cap = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    n = max(1, min(want, cap))
-    numba.set_num_threads(n)
-    if torch.get_num_threads() != want:
-        torch.set_num_threads(want)
-    return n
 
 
 def segment_reduce(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray | None,

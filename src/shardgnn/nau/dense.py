@@ -3,7 +3,7 @@
 :func:`dropout` is inverted dropout (keep with probability ``1 - p``, scale by ``1 / (1 - p)``,
 as ``torch.nn.functional.dropout``) whose mask is *keyed*: element ``c`` of a row is kept as a
 function of (seed, step, call site, the row's global vertex id, ``c``) alone
-(:func:`shardgnn.sampling.kernels.keyed_keep`, counter-based splitmix64), so a vertex gets the
+(:func:`shardgnn.keyed.dropout_apply`, counter-based splitmix64), so a vertex gets the
 same mask whichever rank holds its row and the distributed engine matches the one-rank engine
 with dropout on. The mask and the scaled output are compiled passes; torch's CPU ``bernoulli_``
 draws one mt19937 number per element and was the largest single cost of a PinSage training step
@@ -29,8 +29,9 @@ import numba
 import numpy as np
 import torch
 
+from shardgnn import keyed
 from shardgnn.errors import ShardError
-from shardgnn.sampling.kernels import keyed_dropout_apply
+from shardgnn.jit import kernel_threads
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
@@ -101,36 +102,31 @@ def _gx(g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if (g.dtype != torch.float32 or w.dtype != torch.float32 or not 1 <= g.shape[1] <= NARROW_MAX
             or w.shape[1] < 16):
         return torch.mm(g, w)
-    _threads()
+    kernel_threads()
     out = np.empty((g.shape[0], w.shape[1]), dtype=np.float32)
     _narrow_mm(g.detach().contiguous().numpy(), w.detach().contiguous().numpy(), out)
     return torch.from_numpy(out)
-
-
-def _threads() -> None:
-    from shardgnn.nau.aggregation import kernel_threads
-
-    kernel_threads()
 
 
 class _Dropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, p: float, gids: np.ndarray,  # type: ignore[override]
                 key: tuple[int, int, int]) -> torch.Tensor:
-        _threads()
+        kernel_threads()
         seed, step, site = key
         xn = x.detach().contiguous().numpy()
         x2 = xn.reshape(xn.shape[0], xn.size // max(xn.shape[0], 1))
         keep = np.empty(x2.shape, dtype=np.bool_)
         out = np.empty(xn.size, dtype=xn.dtype)
         scale = np.float32(1.0 / (1.0 - p))
-        keyed_dropout_apply(x2, gids, seed, step, site, p, scale, out.reshape(x2.shape), keep)
+        keyed.dropout_apply(x2, gids, 0, seed, step, site, p, out=out.reshape(x2.shape), keep=keep,
+                            scale=scale)
         ctx.keep, ctx.scale = keep.reshape(-1), scale
         return torch.from_numpy(out).view(x.shape)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
-        _threads()
+        kernel_threads()
         g = grad.contiguous().numpy().reshape(-1)
         out = np.empty_like(g)
         _masked_scale(g, ctx.keep, ctx.scale, out)
@@ -186,7 +182,7 @@ def cat_linear(xs: list[torch.Tensor], weight: torch.Tensor,
 class _ReluL2(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, eps: float) -> torch.Tensor:  # type: ignore[override]
-        _threads()
+        kernel_threads()
         xn = x.detach().contiguous().numpy()
         out = np.empty_like(xn)
         inv = np.empty(xn.shape[0], dtype=np.float32)
@@ -196,7 +192,7 @@ class _ReluL2(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
-        _threads()
+        kernel_threads()
         g = grad.contiguous().numpy()
         out = np.empty_like(g)
         _relu_l2_back(g, ctx.y, ctx.inv, ctx.eps, out)

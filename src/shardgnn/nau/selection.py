@@ -16,11 +16,11 @@ import numba
 import numpy as np
 
 from shardgnn.errors import ShardError
-from shardgnn.nau.aggregation import kernel_threads
+from shardgnn.jit import kernel_threads
+from shardgnn.keyed import GOLDEN, draw01, vertex_key
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.layer import Records
 from shardgnn.prefetch import prefetch
-from shardgnn.sampling.kernels import draw01, vertex_key
 
 
 @numba.njit(cache=True)
@@ -87,9 +87,6 @@ def random_walks(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: in
     return _walks(graph.indptr, graph.indices, starts, u)
 
 
-_GOLD = np.uint64(0x9E3779B97F4A7C15)
-
-
 #: Visit-count order as one integer: ``(_CMAX - count) << 40 | vertex`` sorts by count
 #: (descending), then by vertex id (ascending); counts below 2**23, ids below 2**40.
 _CMAX = (1 << 23) - 1
@@ -114,7 +111,7 @@ def _count_hash(vis: np.ndarray, lo: int, hi: int, root: int, hk: np.ndarray, hc
         v = vis[j]
         if v < 0 or v == root:
             continue
-        s = np.int64((np.uint64(v) * _GOLD) >> sh)
+        s = np.int64((np.uint64(v) * GOLDEN) >> sh)
         while hk[s] >= 0 and hk[s] != v:
             s = (s + np.int64(1)) & mask
         if hk[s] < 0:

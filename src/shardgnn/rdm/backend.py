@@ -9,9 +9,11 @@ Backends:
 * ``cuda``: torch tensors on the current CUDA device, torch sparse CSR SpMM (cuSPARSE).
 * ``cupy``: torch CUDA tensors; SpMM through ``cupyx.scipy.sparse`` via DLPack (no copies).
 
-Dropout masks are counter-based: the keep decision of element (i, j) of an N x f matrix is a
-hash of (seed, step, layer, i * f + j), so every layout and every number of ranks draws the
-same mask as the serial reference.
+Dropout is the keyed mask of :mod:`shardgnn.keyed`: the keep decision of element (r, c) of an
+N x f matrix is a function of (seed, step, layer, global row r, global column c) alone, so every
+tile of every layout at any number of ranks draws the same mask as the serial reference.
+:meth:`Backend.dropout` computes a tile's mask where the tile lives: a compiled pass on the CPU
+(mask and multiply fused), torch operations on a GPU (no host work).
 """
 from __future__ import annotations
 
@@ -20,49 +22,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from numba import njit
 
+from shardgnn import keyed
 from shardgnn.errors import ShardError
 from shardgnn.graph.csr import CSR
 
 BACKENDS = ("torch", "scipy", "cuda", "cupy")
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
-
-
-@njit(cache=True)
-def _splitmix(x):  # pragma: no cover - numba
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-@njit(cache=True)
-def _fill_mask(out, row0, col0, width, key, threshold, scale):  # pragma: no cover - numba
-    nr, nc = out.shape
-    k = _splitmix(np.uint64(key))
-    for i in range(nr):
-        base = np.uint64(row0 + i) * np.uint64(width) + np.uint64(col0)
-        for j in range(nc):
-            h = _splitmix((base + np.uint64(j)) ^ k)
-            out[i, j] = scale if (h >> np.uint64(11)) >= threshold else 0.0
-
-
-def mask_key(seed: int, step: int, layer: int) -> int:
-    """The 63-bit key of the dropout mask of ``layer``'s input at training step ``step``."""
-    return (int(seed) * 1_000_003 + int(step) * 1_009 + int(layer) * 7_919 + 12345) & ((1 << 63) - 1)
-
-
-def dropout_mask(shape: tuple[int, ...], row0: int, col0: int, width: int, key: int, p: float,
-                 dtype: np.dtype) -> np.ndarray:
-    """Rows ``row0..`` x columns ``col0..`` of the N x ``width`` mask (values 0 or 1/(1-p))."""
-    out = np.empty(shape, dtype=dtype)
-    threshold = np.uint64(min(int(round(p * 2.0 ** 53)), 2 ** 53))
-    scale = 1.0 / (1.0 - p) if p < 1 else 0.0
-    _fill_mask(out, np.int64(row0), np.int64(col0), np.int64(width), np.uint64(key), threshold,
-               dtype.type(scale))
-    return out
 
 
 class Backend:
@@ -137,6 +104,15 @@ class Backend:
 
             return torch.from_dlpack(cupy.ascontiguousarray(a @ cupy.from_dlpack(x)))
         return torch.sparse.mm(a, x)
+
+    def dropout(self, x: torch.Tensor, row0: int, col0: int, seed: int, step: int, layer: int,
+                p: float) -> torch.Tensor:
+        """Inverted dropout of the tile ``x`` whose element (i, j) is element (row0 + i, col0 + j)
+        of the global matrix, before ``layer`` at ``step`` (a new tensor on x's device)."""
+        if x.device.type == "cpu":
+            xn = x.detach().contiguous().numpy()
+            return torch.from_numpy(keyed.dropout_apply(xn, row0, col0, seed, step, layer, p))
+        return keyed.dropout_torch(x, row0, col0, seed, step, layer, p)
 
     def sync(self) -> None:
         """Wait for queued device work (for honest timings)."""

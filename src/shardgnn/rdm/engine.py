@@ -20,7 +20,7 @@ import torch
 
 from perfmodel.engine_schedule import LayoutStore
 from shardgnn.comm import Communicator
-from shardgnn.rdm.backend import Backend, dropout_mask, mask_key
+from shardgnn.rdm.backend import Backend
 from shardgnn.rdm.layout import Grid
 from shardgnn.rdm.redistribute import Redistribution
 from shardgnn.rdm.schedule import BYTE_KINDS, OTHER, Order, backward, forward, parse_order
@@ -239,11 +239,10 @@ class TensorOps(LayoutStore):
             return grid.row_range(self.rank)[0], 0
         return grid.panel_range(self.rank)[0], grid.col_range(width, self.rank)[0]
 
-    def _mask(self, layout: str, width: int, shape: tuple[int, ...], layer: int) -> torch.Tensor:
+    def _dropout(self, x: torch.Tensor, layout: str, width: int, layer: int) -> torch.Tensor:
+        """The keyed dropout of this rank's tile of a width-``width`` matrix in ``layout``."""
         r0, c0 = self._tile_origin(layout, width)
-        m = dropout_mask(shape, r0, c0, width, mask_key(self.tr.seed, self.step, layer),
-                         self.drop_p, self.be.np_dtype)
-        return self.be.tensor(m)
+        return self.be.dropout(x, r0, c0, self.tr.seed, self.step, layer, self.drop_p)
 
     def get(self, name: str, layout: str) -> torch.Tensor:
         if name == "H0" and layout not in self.store.get("H0", {}):
@@ -252,7 +251,7 @@ class TensorOps(LayoutStore):
                 cache[layout] = self.be.tensor(self.g.x_tile(layout))
             x = cache[layout]
             if self.drop_p > 0:
-                x = x * self._mask(layout, self.widths[0], tuple(x.shape), 1)
+                x = self._dropout(x, layout, self.widths[0], 1)
             self.store.setdefault("H0", {})[layout] = x
         return self.store[name][layout]
 
@@ -330,7 +329,7 @@ class TensorOps(LayoutStore):
         for lay, t in self.store[z].items():
             h = torch.relu(t)
             if self.drop_p > 0:
-                h = h * self._mask(lay, w, tuple(h.shape), layer + 1)
+                h = self._dropout(h, lay, w, layer + 1)
             self._put(out, lay, h, w)
 
     def mask_grad(self, out: str, dh: str, layer: int, layout: str) -> None:

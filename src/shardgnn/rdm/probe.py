@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from shardgnn.comm import Communicator
-from shardgnn.rdm.backend import Backend, dropout_mask, mask_key
+from shardgnn.rdm.backend import Backend
 from shardgnn.rdm.engine import GraphState, TensorOps, Trainer
 from shardgnn.rdm.layout import Grid
 from shardgnn.rdm.redistribute import Redistribution
@@ -40,9 +40,10 @@ def redistribute_timer(comm: Communicator, rows: int, width: int,
 
 
 def mask_timer(rows: int, width: int, dtype: str) -> Callable[[], Any]:
-    """One dropout mask of rows×width drawn with the engine's counter-based generator."""
-    dt = np.dtype(dtype)
-    return lambda: dropout_mask((rows, width), 0, 0, width, mask_key(0, 1, 1), 0.5, dt)
+    """The engine's dropout of one rows×width tile (the keyed mask and its multiply, fused)."""
+    be = Backend("torch", dtype)
+    x = be.tensor(np.ones((rows, width)))
+    return lambda: be.dropout(x, 0, 0, 0, 1, 1, 0.5)
 
 
 def op_timers(comm: Communicator, rows: int, width: int,

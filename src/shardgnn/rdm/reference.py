@@ -1,6 +1,6 @@
 """Serial torch-autograd GCN with the engine's exact model: the oracle of the exactness tests.
 
-Same Â, Glorot init, counter-based dropout masks, weighted cross-entropy and Adam as the
+Same Â, Glorot init, keyed dropout masks (:mod:`shardgnn.keyed`), weighted cross-entropy and Adam as the
 distributed engine, computed on one process with autograd. Rank-local; no communication.
 """
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from shardgnn import keyed
 from shardgnn.graph.csr import CSR, gcn_normalised
-from shardgnn.rdm.backend import dropout_mask, mask_key
 from shardgnn.rdm.engine import adam_update
 
 
@@ -57,8 +57,8 @@ class ReferenceGCN:
         return out
 
     def _mask(self, n: int, f: int, step: int, layer: int) -> torch.Tensor:
-        return torch.from_numpy(dropout_mask((n, f), 0, 0, f, mask_key(self.seed, step, layer),
-                                             self.p, self.np_dt))
+        return torch.from_numpy(keyed.dropout_mask(0, 0, f, self.seed, step, layer, self.p,
+                                                   self.np_dt, nrows=n))
 
     def forward(self, flat: torch.Tensor, step: int, train: bool) -> torch.Tensor:
         n = self.x.shape[0]

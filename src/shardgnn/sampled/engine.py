@@ -18,11 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shardgnn import log
+from shardgnn import keyed, log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
-from shardgnn.sampling import kernels
 from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_data, open_store,
                                         owner_ranks, read_mask)
@@ -132,7 +131,7 @@ def _forward(run: _Run, mb: MiniBatch, st: dict[str, float], step: int = -1) -> 
     """Fetch the input rows (collective) and run the model over the blocks.
 
     In training (``step >= 0``) the dropout before layer l is keyed by (seed, step, l, global id
-    of the row) (:func:`kernels.keyed_dropout_mask`) instead of drawn from torch's generator, so a
+    of the row) (:func:`shardgnn.keyed.dropout_mask`) instead of drawn from torch's generator, so a
     vertex gets the same mask whichever rank and batch position holds it.
     """
     t0 = time.perf_counter()
@@ -147,8 +146,7 @@ def _forward(run: _Run, mb: MiniBatch, st: dict[str, float], step: int = -1) -> 
     model.dropout = 0.0
     try:
         for i, b in enumerate(blocks):
-            mask = kernels.keyed_dropout_mask(mb.nodes[L - i], int(x.shape[1]), run.seed, step,
-                                              i, p)
+            mask = keyed.dropout_mask(mb.nodes[L - i], 0, int(x.shape[1]), run.seed, step, i, p)
             x = model.layer(i, x * torch.from_numpy(mask), b)
     finally:
         model.dropout = p

@@ -1,8 +1,8 @@
-"""Rank-local numba kernels of the Gather-Apply sampler: keyed random numbers, the server's one-hop
-answer, and the client's merge. No communication.
+"""Rank-local numba kernels of the Gather-Apply sampler: the server's one-hop answer and the
+client's merge. No communication.
 
-Randomness is counter-based: every random number is a hash (splitmix64) of
-``(seed, step, hop, vertex, edge type)`` plus a draw counter, so the sample of a vertex at a step
+Randomness is counter-based (:mod:`shardgnn.keyed`): every random number is a hash (splitmix64)
+of ``(seed, step, hop, vertex, edge type)`` plus a draw counter, so the sample of a vertex at a step
 is a function of those values alone, not of the rank, the request order or the process count.
 
 Server modes (one per call):
@@ -50,6 +50,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from shardgnn.keyed import draw01, edge01, mix64, part_key, vertex_key
+
 MODE_UNIFORM = 0
 MODE_UNIFORM_REPLACE = 1
 MODE_KEYED = 2
@@ -68,58 +70,6 @@ RACE_MASS_FLOOR = 0.25
 UNIFORM_PROPOSAL_RATIO = 4.0
 _FALLBACK_SALT = np.uint64(0xA5E5F00D)
 _PROPOSAL_SALT = np.uint64(0x7E57AB1E)
-
-_GOLD = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-@numba.njit(inline="always")
-def mix64(x: np.uint64) -> np.uint64:
-    """splitmix64 finaliser: a bijective 64-bit hash."""
-    x = (x ^ (x >> np.uint64(30))) * _M1
-    x = (x ^ (x >> np.uint64(27))) * _M2
-    return x ^ (x >> np.uint64(31))
-
-
-@numba.njit(inline="always")
-def vertex_key(seed: int, step: int, hop: int, v: int, t: int) -> np.uint64:
-    """The random stream's key of one (seed, step, hop, vertex, edge type)."""
-    h = mix64(np.uint64(seed) + _GOLD)
-    h = mix64(h ^ np.uint64(step))
-    h = mix64(h ^ (np.uint64(hop) * _GOLD))
-    h = mix64(h ^ np.uint64(v))
-    return mix64(h ^ (np.uint64(t) + _GOLD))
-
-
-@numba.njit(inline="always")
-def draw01(key: np.uint64, j: int) -> float:
-    """Uniform in (0, 1), the j-th draw of stream ``key``."""
-    x = mix64(key + (np.uint64(j) + np.uint64(1)) * _GOLD)
-    return (float(x >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
-
-
-@numba.njit(cache=True)
-def draw01_threshold(p: float) -> np.uint64:
-    """The smallest 53-bit integer ``m`` with ``(m + 0.5) * 2**-53 >= p`` as :func:`draw01`
-    computes it (``2**53``: none), so ``draw01(key, j) >= p`` exactly when the draw's top 53
-    bits are ``>= m`` (the draw is monotone in them); by bisection, 54 steps."""
-    lo, hi = np.uint64(0), np.uint64(1) << np.uint64(53)
-    while lo < hi:
-        mid = (lo + hi) >> np.uint64(1)
-        if (float(mid) + 0.5) * (1.0 / 9007199254740992.0) >= p:
-            hi = mid
-        else:
-            lo = mid + np.uint64(1)
-    return lo
-
-
-@numba.njit(inline="always")
-def edge01(key: np.uint64, u: int, t: int) -> float:
-    """Uniform in (0, 1) for the edge to neighbour ``u`` of type ``t`` in stream ``key``."""
-    x = mix64(key ^ mix64(np.uint64(u) * _GOLD + np.uint64(t)))
-    return (float(x >> np.uint64(11)) + 0.5) * (1.0 / 9007199254740992.0)
-
 
 @numba.njit(inline="always")
 def floyd_place(out: np.ndarray, n: int, j: int, t: int) -> None:
@@ -488,7 +438,7 @@ def serve(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed: int, mode: 
     hk = np.empty(maxk, np.float64)
     hv = np.empty(maxk, np.int64)
     chosen = np.empty(maxk, np.int64)
-    pkey = mix64((np.uint64(part) + np.uint64(1)) * _M2)
+    pkey = part_key(part)
     nv = 0
     scanned = 0
     fallbacks = 0
@@ -726,7 +676,7 @@ def serve_race_padded(req_gid: np.ndarray, req_step: np.ndarray, hop: int, seed:
     hk = np.empty(k, np.float64)
     hv = np.empty(k, np.int64)
     chosen = np.empty(k, np.int64)
-    pkey = mix64((np.uint64(part) + np.uint64(1)) * _M2)
+    pkey = part_key(part)
     scanned = 0
     fallbacks = 0
     kr = 0
@@ -846,49 +796,3 @@ def unpad_rows(rows: np.ndarray, ans: np.ndarray):
                 nbr[q] = ans[r, j]
                 q += 1
     return dst, nbr
-
-
-#: Salt of the dropout streams (kept apart from the sampling streams of the same step).
-_DROP_SALT = 0x5D0F
-
-
-@numba.njit(parallel=True, cache=True)
-def keyed_keep(gids: np.ndarray, cols: int, seed: int, step: int, layer: int,
-               p: float) -> np.ndarray:
-    """(len(gids), cols) bool dropout keep mask whose row of vertex v is a function of
-    (seed, step, layer, v) alone: the same on every rank, at every P and in every batch position.
-    Element c of row v is kept iff draw ``c`` of the stream ``vertex_key(seed, step, layer, v,
-    salt)`` is ``>= p``. The one definition of keyed dropout (the sampled trainer's
-    :func:`keyed_dropout_mask`, the NAU models' ``shardgnn.nau.dense.dropout``)."""
-    out = np.empty((gids.shape[0], cols), np.bool_)
-    for i in numba.prange(gids.shape[0]):
-        key = vertex_key(seed, step, layer, gids[i], _DROP_SALT)
-        for c in range(cols):
-            out[i, c] = draw01(key, c) >= p
-    return out
-
-
-@numba.njit(parallel=True, cache=True)
-def keyed_dropout_apply(x: np.ndarray, gids: np.ndarray, seed: int, step: int, layer: int,
-                        p: float, scale: np.float32, out: np.ndarray,
-                        keep: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Inverted dropout of the (len(gids), cols) rows ``x`` in one pass: ``keep`` gets exactly
-    :func:`keyed_keep`'s mask and ``out`` the kept elements times ``scale`` (dropped ones 0),
-    without a branch per element. The draw is compared as an integer against
-    :func:`draw01_threshold` (the same outcome as ``draw01(key, c) >= p``, without the
-    integer-to-float conversion per element)."""
-    th = draw01_threshold(p)
-    for i in numba.prange(gids.shape[0]):
-        key = vertex_key(seed, step, layer, gids[i], _DROP_SALT)
-        for c in range(x.shape[1]):
-            k = (mix64(key + (np.uint64(c) + np.uint64(1)) * _GOLD) >> np.uint64(11)) >= th
-            keep[i, c] = k
-            out[i, c] = x[i, c] * (scale * np.float32(k))
-
-
-def keyed_dropout_mask(gids: np.ndarray, cols: int, seed: int, step: int, layer: int,
-                       p: float) -> np.ndarray:
-    """(len(gids), cols) float32 dropout mask (``0`` or ``1 / (1 - p)``) of :func:`keyed_keep`."""
-    keep = keyed_keep(np.asarray(gids, np.int64), int(cols), int(seed), int(step), int(layer),
-                      float(p))
-    return np.where(keep, np.float32(1.0 / (1.0 - p)), np.float32(0.0))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from shardgnn.keyed import pair_hash
 from shardgnn.prefetch import prefetch, prefetch_write
 
 #: Edges looked ahead by the refinement count kernels' prefetches (the (|V|, p) count matrix and
@@ -481,20 +482,6 @@ def route_fill_split(edges, masks, shared_min, offsets, out, sh_edges, sh_masks)
 
 
 @njit(cache=True)
-def _mix(x):
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-@njit(cache=True)
-def hash64(a, b, seed):
-    """A seeded 64-bit hash of two integers (splitmix64 finaliser)."""
-    x = _mix(np.uint64(a) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed))
-    return _mix(x ^ (np.uint64(b) + np.uint64(0x632BE59BD9B4E019)))
-
-
-@njit(cache=True)
 def one_side_parts(edges, owner, seed, out):
     """hops = 0: an edge inside a partition stays there; a cross edge goes to one side at random."""
     for j in range(edges.shape[0]):
@@ -507,7 +494,7 @@ def one_side_parts(edges, owner, seed, out):
         else:
             a = min(u, v)
             b = max(u, v)
-            out[j] = pu if (hash64(a, b, seed) & np.uint64(1)) == 0 else pv
+            out[j] = pu if (pair_hash(a, b, seed) & np.uint64(1)) == 0 else pv
 
 
 @njit(cache=True)
@@ -515,7 +502,7 @@ def vertex_hash_parts(num_nodes, p, seed):
     """Hash partitioning of vertices: owner(v) = hash(v) mod p."""
     out = np.empty(num_nodes, np.int64)
     for v in range(num_nodes):
-        out[v] = np.int64(hash64(v, 0, seed) % np.uint64(p))
+        out[v] = np.int64(pair_hash(v, 0, seed) % np.uint64(p))
     return out
 
 
@@ -570,7 +557,7 @@ def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
     moves = 0
     thresh = np.uint64(frac * 18446744073709551615.0)
     for v in range(n):
-        if hash64(v, rnd, seed) > thresh:
+        if pair_hash(v, rnd, seed) > thresh:
             continue
         a = owner[v]
         best = best_part(cnt[v], a, load, cap)
@@ -652,7 +639,7 @@ def cluster_sweep(cnt, inner, size, part_of, load, cap, seed, rnd):
     k, p = cnt.shape
     keys = np.empty(k, np.uint64)
     for c in range(k):
-        keys[c] = hash64(c, rnd, seed)
+        keys[c] = pair_hash(c, rnd, seed)
     order = np.argsort(keys)
     flat = cnt.reshape(cnt.size)
     moves = 0

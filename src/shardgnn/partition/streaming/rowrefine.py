@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn import log
+from shardgnn.keyed import pair_hash
 from shardgnn.partition.streaming import kernels as K
 from shardgnn.prefetch import prefetch, prefetch_write
 
@@ -66,7 +67,7 @@ def refine_rows(indptr, tgt, lo, s0, s1, snap, owner, load, cap, seed, rnd, frac
     moves = 0
     for s in range(s0, s1):
         v = lo + s
-        if K.hash64(v, rnd, seed) > thresh:
+        if pair_hash(v, rnd, seed) > thresh:
             continue
         cnt[:] = 0
         a0 = indptr[s] - base
@@ -95,7 +96,7 @@ def row_counts(indptr, tgt, lo, s0, s1, r0, snap, seed, rnd, frac, cnt):
     base = indptr[s0]
     last = indptr[s1] - base
     for s in range(s0, s1):
-        if K.hash64(lo + s, rnd, seed) > thresh:
+        if pair_hash(lo + s, rnd, seed) > thresh:
             continue
         row = s - r0
         for i in range(p):
@@ -116,7 +117,7 @@ def sweep_rows(lo, s0, s1, cnt, owner, load, cap, seed, rnd, frac):
     moves = 0
     for s in range(s0, s1):
         v = lo + s
-        if K.hash64(v, rnd, seed) > thresh:
+        if pair_hash(v, rnd, seed) > thresh:
             continue
         row = s - s0
         a = owner[v]

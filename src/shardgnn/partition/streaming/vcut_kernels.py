@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shardgnn.partition.streaming.kernels import hash64
+from shardgnn.keyed import pair_hash
 
 
 @njit(cache=True)
@@ -75,7 +75,7 @@ def dbh_chunk(edges, cnt, load, deg, p, seed, out):
             h = u
         else:
             h = v
-        best = np.int64(hash64(h, 0, seed) % np.uint64(p))
+        best = np.int64(pair_hash(h, 0, seed) % np.uint64(p))
         out[j] = best
         cnt[u, best] += 1
         cnt[v, best] += 1

@@ -32,8 +32,9 @@ import numpy as np
 from shardgnn import jit, log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.keyed import hash_ids
 from shardgnn.partition.vertexcut import adaptive, kernels, refine
-from shardgnn.partition.vertexcut.shard import EdgeShard, audience, hash2d, mix64
+from shardgnn.partition.vertexcut.shard import EdgeShard, audience, hash2d
 
 ALGOS = ("adadne", "dne", "hash2d")
 
@@ -425,7 +426,7 @@ def _records(comm: Communicator, shard: EdgeShard, loc: _Local, st: _State,
     v = shard.src[loops]
     first = kernels.first_member(v, st.member, cfg.parts)
     nohome = first < 0
-    first[nohome] = (mix64(v[nohome], cfg.salt + 2) % np.uint64(cfg.parts)).astype(np.int64)
+    first[nohome] = (hash_ids(v[nohome], cfg.salt + 2) % np.uint64(cfg.parts)).astype(np.int64)
     rec_part[loops] = first
     keys = np.unique(v * cfg.parts + first)
     allk = comm.allgatherv(keys)

@@ -16,20 +16,7 @@ import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.io.canonical import EdgeStream
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-def mix64(x: np.ndarray, salt: int = 0) -> np.ndarray:
-    """SplitMix64 finaliser of int ids (vectorised, wraps modulo 2**64). Pure."""
-    with np.errstate(over="ignore"):
-        z = np.asarray(x).astype(np.uint64) + _GOLDEN * np.uint64(salt + 1)
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
-
+from shardgnn.keyed import hash_ids
 
 def grid_shape(n: int) -> tuple[int, int]:
     """(R, C) with R * C = n and R the largest divisor of n not above sqrt(n). Pure."""
@@ -42,8 +29,8 @@ def grid_shape(n: int) -> tuple[int, int]:
 def hash2d(a: np.ndarray, b: np.ndarray, n: int, salt: int = 0) -> np.ndarray:
     """2-D hash cell in [0, n) of canonical pairs (a <= b): row from h(a), column from h(b)."""
     r, c = grid_shape(n)
-    ha = mix64(a, salt)
-    hb = mix64(b, salt)
+    ha = hash_ids(a, salt)
+    hb = hash_ids(b, salt)
     return ((ha % np.uint64(r)) * np.uint64(c) + (hb % np.uint64(c))).astype(np.int64)
 
 
@@ -55,7 +42,7 @@ def audience(v: np.ndarray, n: int, salt: int = 0) -> tuple[np.ndarray, np.ndarr
     """
     v = np.asarray(v, dtype=np.int64)
     r, c = grid_shape(n)
-    h = mix64(v, salt)
+    h = hash_ids(v, salt)
     hr = (h % np.uint64(r)).astype(np.int64)
     hc = (h % np.uint64(c)).astype(np.int64)
     k = v.shape[0]
