@@ -1,11 +1,15 @@
 """The distributed NAU training engine (FlexGraph §5): disjoint roots per rank, per-layer
 feature exchange or pipelined partial aggregation, gradient all-reduce, ADB balancing.
 
-Every rank reads the graph structure (NeighborSelection walks the whole graph) and only the
-feature rows of the vertices it owns (read from the dataset's ``x.npy``,
-:func:`shardgnn.nau.setup.input_rows`; again after ADB moves vertices); the rows of remote
-leaves come from their owners through the exchange below, layer 0 included. The owner map comes from a SPRING edge-cut store
-(``--partition``) or a hash of the vertex id. Per layer, a rank either receives the rows of the
+Shared-nothing (FlexGraph §5): a rank holds only its part of the structure, the rows of the
+vertices it owns (:class:`~shardgnn.nau.part.PartGraph`, streamed from ``edges.bin`` by
+:func:`~shardgnn.nau.part.load_part`), runs NeighborSelection for its own roots over the parts
+(:mod:`shardgnn.nau.dselect`: walks, BFS and metapath decoding step to the owners) and reads
+only its own vertices' feature rows (:func:`shardgnn.nau.setup.input_rows`; again after ADB
+moves vertices, whose rows, labels and HDGs travel with them); the rows of remote leaves
+come from their owners through the exchange below, layer 0 included. The owner map comes from
+an edge-cut store (``--partition``, partition ``i`` on rank ``i mod P``) or a hash of the
+vertex id. Per layer, a rank either receives the rows of the
 remote leaves its HDGs need (:func:`shardgnn.nau.dist.exchange`, one ``Alltoallv``; the layer-0
 rows, the input features, once per HDG set) or, with ``--pipeline`` and a model whose bottom
 level is a weighted sum, exchanges pre-reduced partial aggregates
@@ -78,6 +82,7 @@ class DistTrainer:
         self.halo_data: tuple[np.ndarray, dict[str, np.ndarray]] = (np.zeros(0, np.int64), {})
         self.opt = torch.optim.Adam(self.model.param_groups(cfg.weight_decay), lr=cfg.lr)
         self.t_select = 0.0
+        self.select_times: list[float] = []  # seconds of each NeighborSelection on this rank
         self.build_bytes: dict[str, int] = {}
         self.wait: dict[str, float] = {}
         self._whole: TypedGraph | None = None
@@ -123,7 +128,9 @@ class DistTrainer:
             whole = self.whole()
             hdg = self.model.select(whole, Executor(self.cfg.aggregation), seed,
                                     roots=self.my_roots).hdg
-        self.t_select += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.t_select += dt
+        self.select_times.append(dt)
         return hdg
 
     def vertex_rows(self, gids: np.ndarray) -> dict[str, np.ndarray]:
@@ -353,6 +360,7 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
     mine = {"bytes": dict(comm.bytes), "calls": dict(comm.calls), "seconds": dict(comm.seconds),
             "build_bytes": build_bytes,
             **series, "epoch_time": rank_epoch, "compute_time": rank_compute,
+            "select_time": list(tr.select_times),
             "roots": int(tr.my_roots.size), "halo": int(tr.layout.halo.size),
             "structure_bytes": tr.part.nbytes(),
             "backward": stats.get("backward", 0.0), "allreduce": stats.get("allreduce", 0.0)}
@@ -368,7 +376,8 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
         "partition": cfg.partition or "hash",
         "median_epoch_time": float(np.median(hist["epoch_time"])) if hist["epoch_time"] else 0.0,
         "total_time": time.perf_counter() - t_start,
-        "first_selection_time": float(comm.allreduce_scalar(tr.t_select, "max")),
+        "first_selection_time": float(comm.allreduce_scalar(tr.select_times[0], "max")),
+        "total_selection_time": float(comm.allreduce_scalar(tr.t_select, "max")),
         "hdg_bytes": int(comm.allreduce_scalar(tr.hdg.nbytes(), "sum")),
         "num_instances": int(comm.allreduce_scalar(tr.hdg.num_instances, "sum")),
         "num_leaf_entries": int(comm.allreduce_scalar(int(tr.hdg.leaf.size), "sum"))}
@@ -425,6 +434,9 @@ def write_results(rw: Any, hist: dict[str, list[float]], summary: dict[str, Any]
         rw.dataset(f"dist/{k}", np.asarray([r[k] for r in ranks], np.float64))
     rw.dataset("dist/epoch_time", np.asarray([r["epoch_time"] for r in ranks], np.float64))
     rw.dataset("dist/compute_time", np.asarray([r["compute_time"] for r in ranks], np.float64))
+    builds = min(len(r["select_time"]) for r in ranks)  # equal: every build is collective
+    rw.dataset("dist/select_time", np.asarray([r["select_time"][:builds] for r in ranks],
+                                              np.float64))
     ops = sorted({k for r in ranks for k in r["bytes"]})
     for op in ops:
         rw.dataset(f"dist/bytes/{op}", np.asarray([r["bytes"].get(op, 0) for r in ranks], np.int64))

@@ -209,20 +209,27 @@ def _csr(own: np.ndarray, n: int, keys: np.ndarray, types: np.ndarray | None,
          prio: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """CSR of the owned rows from entry keys ``row * n + col``: duplicates merged (the type of
     the smallest ``prio`` kept, as :func:`~shardgnn.nau.graph.from_edges` keeps the first),
-    each row ascending."""
+    each row ascending. ``keys`` is consumed (sorted and overwritten in place)."""
     if types is None or prio is None:
-        keys, types = np.unique(keys), None
+        keys.sort()
+        first = np.ones(keys.size, bool)
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        keys, types = keys[first], None
     else:
         order = np.lexsort((prio, keys))
         keys, types = keys[order], types[order]
+        del order
         first = np.ones(keys.size, bool)
         first[1:] = keys[1:] != keys[:-1]
         keys, types = keys[first], types[first].astype(np.int32)
-    row = np.searchsorted(own, keys // n)
-    indptr = np.zeros(own.size + 1, np.int64)
-    np.cumsum(np.bincount(row, minlength=own.size), out=indptr[1:])
+    del first
+    # keys are sorted and every key's row is owned: a row starts at its first key
+    indptr = np.empty(own.size + 1, np.int64)
+    indptr[:-1] = np.searchsorted(keys, np.asarray(own, np.int64) * n)
+    indptr[-1] = keys.size
+    np.remainder(keys, n, out=keys)
     it = np.int32 if n < 2**31 - 1 else np.int64
-    return indptr, (keys % n).astype(it), types
+    return indptr, keys.astype(it), types
 
 
 def _summary(comm: "Communicator | None", n: int, own: np.ndarray, indptr: np.ndarray,
@@ -351,7 +358,6 @@ def load_part(comm: "Communicator", directory: str | os.PathLike, owner: np.ndar
         del got, cols
     ip, ii, ie = _csr(own, n, _cat(out_keys), _cat(out_t) if typed else None,
                       _cat(out_p) if typed else None)
-    del out_keys, out_t, out_p
     jp, ji = (ip, ii) if not meta.directed else _csr(own, n, _cat(in_keys), None, None)[:2]
     y = np.full(own.size, -1, np.int64) if y is None else y
     if not names:  # as from_edges names them
@@ -365,7 +371,10 @@ def load_part(comm: "Communicator", directory: str | os.PathLike, owner: np.ndar
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    """The parts as one new array; ``parts`` is emptied (its arrays freed as soon as copied)."""
+    out = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    parts.clear()
+    return out
 
 
 def _count_kept(stream: Any, drop: list[int]) -> int:

@@ -59,8 +59,9 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--partition", default=None, metavar="DIR",
                    help="partition store (meta.json + part-*.h5): renumber vertices so each "
                    "partition is a contiguous range; row panels follow partition boundaries. "
-                   "nau: an edge-cut store with one partition per rank whose owned vertices "
-                   "give each rank its roots (default: a hash of the vertex id)")
+                   "nau: an edge-cut store with at least one partition per rank (partition i "
+                   "on rank i mod P) whose owned vertices, with their edges, give each rank its "
+                   "part of the structure and its roots (default: a hash of the vertex id)")
     g.add_argument("--feature-norm", choices=("row", "none"), default=d("feature_norm"),
                    help="feature preprocessing: row divides each row of X by its L1 norm (GCN's "
                    "standard; default), none uses x.npy as stored")
