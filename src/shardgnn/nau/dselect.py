@@ -42,7 +42,7 @@ from shardgnn.nau.selection import (anchor_member, anchor_records, gather_rows, 
 from shardgnn.sampling.kernels import draw01, vertex_key
 
 #: Walks a rank starts per round of :func:`walk_topk` (bounds the walk rows in flight).
-WALKS_PER_ROUND = 1 << 20
+WALKS_PER_ROUND = 1 << 18
 #: Roots a rank starts per round of :func:`bfs_pairs`.
 BFS_ROOTS_PER_ROUND = 1 << 16
 
