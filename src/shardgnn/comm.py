@@ -4,8 +4,10 @@ Every collective in shardgnn goes through :class:`Communicator`; functions that 
 one as ``comm: Communicator``. :func:`world` wraps ``MPI_COMM_WORLD``, :func:`self_comm`
 ``MPI_COMM_SELF`` and :func:`serial` returns a one-rank stand-in with the same API that never
 imports or initialises MPI (for library use and tests without ``mpiexec``). It works on numpy arrays, torch
-tensors (CPU, and CUDA with a CUDA-aware MPI) and CuPy arrays without extra copies on the common
-path, keeps per-operation byte and call counters, splits collectives whose element counts exceed
+tensors and CuPy arrays: host memory goes to MPI without copies; device (GPU) memory is staged
+through reused pinned host buffers by one adapter every collective uses (``--mpi-path host``, the
+default) or handed to a CUDA-aware MPI as it is (``direct``). It keeps per-operation byte and call
+counters (staging time apart in ``stage_seconds``), splits collectives whose element counts exceed
 the 32-bit MPI limit into several calls, and offers :meth:`Communicator.agree` so that all ranks
 reach the same verdict on input validation before the first data collective.
 
@@ -33,6 +35,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 
 from perfmodel.layout import block_range  # the one pure copy, shared with the cost model
+from shardgnn import device as _dev
 from shardgnn.errors import ShardError
 
 #: Largest element count passed to one MPI call (MPI counts are signed 32-bit).
@@ -227,43 +230,37 @@ def drain_stdio(timeout: float = DRAIN_S) -> None:
             time.sleep(0.001)
 
 
-def _sync_device(buf: Any) -> None:
-    """Wait for pending GPU work on ``buf`` before MPI reads or writes it."""
-    mod = type(buf).__module__
-    if mod.startswith("torch") and getattr(buf, "is_cuda", False):
-        import torch
-
-        torch.cuda.synchronize(buf.device)
-    elif mod.startswith("cupy"):
-        import cupy
-
-        cupy.cuda.get_current_stream().synchronize()
+#: ``--mpi-path`` choices: ``host`` stages device buffers through pinned host memory (always
+#: correct), ``direct`` hands device pointers to a CUDA-aware MPI.
+MPI_PATHS = ("host", "direct")
 
 
-def _as_buffer(buf: Any) -> tuple[Any, np.dtype, int]:
-    """Return (object MPI can read without a copy, numpy dtype, element count)."""
-    mod = type(buf).__module__
-    if mod.startswith("torch"):
-        if not buf.is_contiguous():
-            raise ValueError("expected a contiguous torch tensor for MPI, got a strided one")
-        _sync_device(buf)
-        dtype = np.dtype(str(buf.dtype).replace("torch.", ""))
-        obj = buf.detach().numpy() if buf.device.type == "cpu" else buf.detach()
-        return obj, dtype, int(buf.numel())
-    if mod.startswith("cupy"):
-        _sync_device(buf)
-        return buf, np.dtype(buf.dtype), int(buf.size)
-    arr = buf
-    if not isinstance(arr, np.ndarray):
-        raise TypeError(f"expected a numpy array, torch tensor or cupy array, got {type(buf)!r}")
-    if not arr.flags.c_contiguous:
-        raise ValueError("expected a C-contiguous numpy array for MPI, got a strided one")
-    return arr, arr.dtype, int(arr.size)
+class _Wire:
+    """One buffer as an MPI call sees it: ``obj`` (flat: the buffer's own memory, or a host
+    staging copy), its numpy dtype and element count. :meth:`finish` copies a staged receive
+    buffer back to its owner and returns the staging buffer to the pool."""
 
+    __slots__ = ("obj", "dtype", "n", "_buf", "_kind", "_stage", "_back")
 
-def _flat(obj: Any) -> Any:
-    """A 1-D view of a contiguous buffer object (numpy, torch or cupy)."""
-    return obj.reshape(-1)
+    def __init__(self, obj: Any, dtype: np.dtype, n: int, buf: Any = None, kind: Any = None,
+                 stage: np.ndarray | None = None, back: bool = False) -> None:
+        self.obj, self.dtype, self.n = obj, dtype, n
+        self._buf, self._kind, self._stage, self._back = buf, kind, stage, back
+
+    @property
+    def staged(self) -> bool:
+        return self._stage is not None
+
+    def finish(self) -> float:
+        """Copy back (a staged receive buffer) and release; returns the seconds it took."""
+        if self._stage is None:
+            return 0.0
+        t0 = time.perf_counter()
+        if self._back:
+            self._kind.from_host(self.obj, self._buf)
+        _dev.host_buffers().give(self._stage)
+        self._stage = None
+        return time.perf_counter() - t0
 
 
 _MPI_TYPES: dict[str, Any] = {}
@@ -335,7 +332,8 @@ class Request:
     """
 
     def __init__(self, comm: "Communicator", op_name: str, nbytes: int, seconds: float,
-                 recvbuf: Any, mpi_request: Any = None, keep: tuple[Any, ...] = ()) -> None:
+                 recvbuf: Any, mpi_request: Any = None, keep: tuple[Any, ...] = (),
+                 wires: tuple[_Wire, ...] = ()) -> None:
         self._comm = comm
         self._op = op_name
         self._nbytes = int(nbytes)
@@ -343,6 +341,7 @@ class Request:
         self._recvbuf = recvbuf
         self._req = mpi_request
         self._keep = keep  # buffers MPI reads or writes until completion
+        self._wires = wires  # staged buffers: the receive one is copied back on completion
         self._done = False
         if mpi_request is None:
             self._finish(0.0)
@@ -351,9 +350,12 @@ class Request:
         self._done = True
         self._keep = ()
         c = self._comm
+        staging = sum(w.finish() for w in self._wires)
+        self._wires = ()
         c.bytes[self._op] += self._nbytes
         c.calls[self._op] += 1
-        c.seconds[self._op] += self._seconds + waited
+        c.seconds[self._op] += self._seconds + waited + staging
+        c.stage_seconds[self._op] += staging
 
     @property
     def done(self) -> bool:
@@ -388,9 +390,22 @@ class Communicator:
     max_count
         Element limit per MPI call; collectives above it are split. Lower it in tests to
         exercise the chunked paths.
+    mpi_path
+        How buffers on a device (GPU) cross MPI (:meth:`set_mpi_path`); inherited by
+        :meth:`split`.
+
+    Device buffers. Every buffer collective passes its buffers through one adapter
+    (:meth:`_wire`): host memory (numpy, torch CPU) goes to MPI as it is; device memory (torch
+    CUDA, CuPy) is staged through reused pinned host buffers (:func:`shardgnn.device.host_buffers`)
+    on the ``host`` path (the default; correct with any MPI): the send data is copied out before
+    the call, a receive buffer copied back when the call (or a non-blocking request) completes.
+    On the ``direct`` path device pointers go to MPI after a device synchronisation; only a
+    CUDA-aware MPI accepts them (:meth:`cuda_aware`). Byte counters count the logical message
+    either way; the time spent copying is in ``stage_seconds`` (included in ``seconds``).
     """
 
-    def __init__(self, mpi_comm: Any = None, max_count: int = MAX_COUNT) -> None:
+    def __init__(self, mpi_comm: Any = None, max_count: int = MAX_COUNT,
+                 mpi_path: str = "host") -> None:
         self._c = _mpi().COMM_WORLD if mpi_comm is None else mpi_comm
         self.rank: int = self._c.Get_rank()
         self.size: int = self._c.Get_size()
@@ -398,17 +413,81 @@ class Communicator:
         self.bytes: dict[str, int] = defaultdict(int)
         self.calls: dict[str, int] = defaultdict(int)
         self.seconds: dict[str, float] = defaultdict(float)
+        self.stage_seconds: dict[str, float] = defaultdict(float)
+        self.mpi_path = "host"
+        self.force_staging = False
+        self.set_mpi_path(mpi_path)
+
+    def set_mpi_path(self, path: str, force_staging: bool = False) -> None:
+        """``host`` or ``direct`` (see the class docstring); rank-local, the same on every rank.
+
+        ``force_staging`` stages host buffers too, as if they lived on a device: the tests run
+        the staging path on CPU with it.
+        """
+        if path not in MPI_PATHS:
+            raise ValueError(f"expected an MPI path in {MPI_PATHS}, got {path!r}")
+        self.mpi_path = path
+        self.force_staging = bool(force_staging)
+
+    def cuda_aware(self) -> bool | None:
+        """Whether the MPI library says it accepts CUDA device pointers
+        (``MPIX_Query_cuda_support()``, an extension of Open MPI and MPICH), None when it has no
+        such query (then ask its documentation: ``ompi_info --parsable --all | grep
+        mpi_built_with_cuda_support``, MPICH's ``mpichversion`` configure line with
+        ``--with-cuda`` and ``MPIR_CVAR_ENABLE_GPU=1``). Rank-local."""
+        if self.is_serial:
+            return None
+        import ctypes
+
+        MPI = _mpi()
+        for lib in (MPI.__file__, None):
+            try:
+                fn = getattr(ctypes.CDLL(lib), "MPIX_Query_cuda_support")
+            except (OSError, AttributeError):
+                continue
+            fn.restype = ctypes.c_int
+            return bool(fn())
+        return None
+
+    def _wire(self, buf: Any, op: str, *, copy_out: bool = True, copy_back: bool = False) -> _Wire:
+        """The adapter every buffer collective uses: ``buf`` as MPI may see it on this
+        communicator's MPI path, staged through a host buffer when it lives on a device (or when
+        staging is forced). ``copy_out``: MPI reads it (its data is copied out first);
+        ``copy_back``: MPI writes it (the caller's :meth:`_Wire.finish` copies back)."""
+        kind = _dev.kind_of(buf)
+        if not kind.contiguous(buf):
+            raise ValueError(f"expected a contiguous {kind.name} buffer for MPI, got a strided one")
+        dtype, n = kind.dtype(buf), kind.size(buf)
+        on_device = kind.on_device(buf)
+        if not self.force_staging and not (on_device and self.mpi_path == "host"):
+            if on_device:
+                kind.sync(buf)
+            return _Wire(kind.mpi_view(buf), dtype, n)
+        t0 = time.perf_counter()
+        stage = _dev.host_buffers().take(n * dtype.itemsize)
+        host = _dev.host_view(stage, dtype, n)
+        if copy_out:
+            kind.to_host(buf, host)
+        self.stage_seconds[op] += time.perf_counter() - t0
+        return _Wire(host, dtype, n, buf, kind, stage, copy_back)
+
+    def _finish(self, op: str, *wires: _Wire) -> None:
+        """Copy staged receive buffers back and release the staging buffers."""
+        self.stage_seconds[op] += sum(w.finish() for w in wires)
 
     # ------------------------------------------------------------------ accounting
     def reset_counters(self) -> None:
-        """Zero the byte, call and time counters (rank-local)."""
+        """Zero the byte, call, time and staging-time counters (rank-local)."""
         self.bytes.clear()
         self.calls.clear()
         self.seconds.clear()
+        self.stage_seconds.clear()
 
     def counters(self) -> dict[str, dict[str, float]]:
-        """A snapshot of the counters: ``{"bytes": {...}, "calls": {...}, "seconds": {...}}``."""
-        return {"bytes": dict(self.bytes), "calls": dict(self.calls), "seconds": dict(self.seconds)}
+        """A snapshot of the counters: ``{"bytes": {...}, "calls": {...}, "seconds": {...},
+        "stage_seconds": {...}}``."""
+        return {"bytes": dict(self.bytes), "calls": dict(self.calls), "seconds": dict(self.seconds),
+                "stage_seconds": dict(self.stage_seconds)}
 
     def _count(self, op: str, nbytes: int, t0: float) -> None:
         self.bytes[op] += int(nbytes)
@@ -423,7 +502,20 @@ class Communicator:
     def split(self, color: int, key: int | None = None) -> "Communicator":
         """Split into sub-communicators by ``color``. Collective over comm."""
         sub = self._c.Split(int(color), self.rank if key is None else int(key))
-        return Communicator(sub, self.max_count)
+        return self._child(sub)
+
+    def split_shared(self) -> "Communicator":
+        """The ranks of comm that share memory with this one (its node), ordered by rank.
+        Collective over comm."""
+        if self.is_serial:
+            return self._child(_SerialComm())
+        MPI = _mpi()
+        return self._child(self._c.Split_type(MPI.COMM_TYPE_SHARED, self.rank))
+
+    def _child(self, mpi_comm: Any) -> "Communicator":
+        child = Communicator(mpi_comm, self.max_count, self.mpi_path)
+        child.force_staging = self.force_staging
+        return child
 
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now with ``code`` (never returns), once what this rank
@@ -544,15 +636,17 @@ class Communicator:
         (bitwise, integer buffers). Chunked above
         ``max_count`` elements. Collective over comm.
         """
-        obj, dtype, n = _as_buffer(buf)
         t0 = time.perf_counter()
+        w = self._wire(buf, "allreduce", copy_back=True)
+        dtype, n = w.dtype, w.n
         if self.size > 1 and n > 0:
             mop = _mpi_op(op)
             in_place = _mpi().IN_PLACE
-            flat = _flat(obj)
+            flat = w.obj
             mt = _mpi_type(dtype)
             for lo, hi in self._slices(n):
                 self._c.Allreduce(in_place, [flat[lo:hi], hi - lo, mt], op=mop)
+        self._finish("allreduce", w)
         self._count("allreduce", n * dtype.itemsize if self.size > 1 else 0, t0)
         return buf
 
@@ -561,13 +655,15 @@ class Communicator:
 
         Every rank must pass a buffer of the same shape and dtype.
         """
-        obj, dtype, n = _as_buffer(buf)
         t0 = time.perf_counter()
+        w = self._wire(buf, "bcast", copy_out=self.rank == root, copy_back=self.rank != root)
+        dtype, n = w.dtype, w.n
         if self.size > 1 and n > 0:
-            flat = _flat(obj)
+            flat = w.obj
             mt = _mpi_type(dtype)
             for lo, hi in self._slices(n):
                 self._c.Bcast([flat[lo:hi], hi - lo, mt], root=root)
+        self._finish("bcast", w)
         self._count("bcast", n * dtype.itemsize if self.size > 1 else 0, t0)
         return buf
 
@@ -629,28 +725,30 @@ class Communicator:
         if recvcounts is None:
             recvcounts = self.alltoall_counts(sendcounts)
         recvcounts = np.asarray(recvcounts, dtype=np.int64)
-        obj, dtype, n = _as_buffer(sendbuf)
+        t0 = time.perf_counter()
+        send = self._wire(sendbuf, op_name)
+        dtype, n = send.dtype, send.n
         row = int(np.prod(sendbuf.shape[1:])) if len(sendbuf.shape) > 1 else 1
         if int(sendcounts.sum()) * row != n:
+            send.finish()
             raise ValueError(f"expected send counts summing to {n // max(row, 1)} rows, "
                              f"got {int(sendcounts.sum())}")
         if recvbuf is None:
             recvbuf = _empty_like_kind(sendbuf, (int(recvcounts.sum()),) + tuple(sendbuf.shape[1:]))
-        robj, _, _ = _as_buffer(recvbuf)
-        t0 = time.perf_counter()
+        recv = self._wire(recvbuf, op_name, copy_out=False, copy_back=True)
         sc = sendcounts * row
         rc = recvcounts * row
         req = None
         if self.size == 1:
-            _flat(robj)[: int(rc[0])] = _flat(obj)[: int(sc[0])]
+            recv.obj[: int(rc[0])] = send.obj[: int(sc[0])]
         else:
             d = None if displs is None else (np.asarray(displs[0], np.int64) * row,
                                              np.asarray(displs[1], np.int64) * row)
             big = None if max_total is None else int(max_total) * row
-            req = self._alltoallv_elems(_flat(obj), sc, _flat(robj), rc, dtype, nonblocking, d, big)
+            req = self._alltoallv_elems(send.obj, sc, recv.obj, rc, dtype, nonblocking, d, big)
         sent = (int(sc.sum()) - int(sc[self.rank])) * dtype.itemsize
         return Request(self, op_name, sent, time.perf_counter() - t0, recvbuf, req,
-                       keep=(obj, robj))
+                       keep=(send.obj, recv.obj), wires=(send, recv))
 
     def _alltoallv_elems(self, send: Any, sc: np.ndarray, recv: Any, rc: np.ndarray,
                          dtype: np.dtype, nonblocking: bool = False, displs: Displs | None = None,
@@ -698,77 +796,106 @@ class Communicator:
                 pos += c
         return None
 
-    def allgatherv(self, sendbuf: np.ndarray) -> np.ndarray:
-        """Concatenate every rank's numpy rows (axis 0) on every rank. Collective over comm."""
-        sendbuf = np.ascontiguousarray(sendbuf)
-        row = int(np.prod(sendbuf.shape[1:])) if sendbuf.ndim > 1 else 1
-        counts = np.asarray(self._c.allgather(int(sendbuf.shape[0])), dtype=np.int64)
-        out = np.empty((int(counts.sum()),) + sendbuf.shape[1:], dtype=sendbuf.dtype)
+    def _gather_out(self, like: Any, w: _Wire, shape: tuple[int, ...]) -> tuple[Any, Any, Any]:
+        """Where allgatherv/gatherv receive: (flat buffer MPI writes, the array to return or
+        copy back, the staging buffer to release or None)."""
+        kind = _dev.kind_of(like)
+        n = int(np.prod(shape))
+        if w.staged:
+            stage = _dev.host_buffers().take(n * w.dtype.itemsize)
+            flat = _dev.host_view(stage, w.dtype, n)
+            return flat, flat.reshape(shape), stage
+        if kind.on_device(like):
+            out = kind.empty(like, shape)
+            return kind.mpi_view(out), out, None
+        out = np.empty(shape, dtype=w.dtype)
+        return out.reshape(-1), kind.adopt(out, like), None
+
+    def _gather_result(self, like: Any, out: Any, stage: Any, op: str) -> Any:
+        """The gathered array in ``like``'s kind and device (a staged one copied back)."""
+        if stage is None:
+            return out
         t0 = time.perf_counter()
+        kind = _dev.kind_of(like)
+        res = kind.empty(like, tuple(out.shape))
+        kind.from_host(out.reshape(-1), res)
+        _dev.host_buffers().give(stage)
+        self.stage_seconds[op] += time.perf_counter() - t0
+        return res
+
+    def allgatherv(self, sendbuf: Any) -> Any:
+        """Concatenate every rank's rows (axis 0) on every rank; the result has ``sendbuf``'s
+        kind and device (a strided numpy array is copied first). Collective over comm."""
+        if isinstance(sendbuf, np.ndarray):
+            sendbuf = np.ascontiguousarray(sendbuf)
+        rest = tuple(sendbuf.shape[1:])
+        row = int(np.prod(rest)) if rest else 1
+        counts = np.asarray(self._c.allgather(int(sendbuf.shape[0])), dtype=np.int64)
+        t0 = time.perf_counter()
+        w = self._wire(sendbuf, "allgatherv")
+        flat, out, stage = self._gather_out(sendbuf, w, (int(counts.sum()),) + rest)
         if self.size == 1:
-            out[...] = sendbuf
+            flat[: w.n] = w.obj
         elif int(counts.sum()) * row <= self.max_count:
             c = counts * row
             d = np.concatenate([[0], np.cumsum(c)[:-1]]).astype(np.int64)
-            mt = _mpi_type(sendbuf.dtype)
-            self._c.Allgatherv([sendbuf.reshape(-1), int(c[self.rank]), mt],
-                               [out.reshape(-1), (c, d), mt])
+            mt = _mpi_type(w.dtype)
+            self._c.Allgatherv([w.obj, int(c[self.rank]), mt], [flat, (c, d), mt])
         else:
-            starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            starts = np.concatenate([[0], np.cumsum(counts * row)]).astype(np.int64)
             for r in range(self.size):
-                part = out[starts[r]:starts[r + 1]]
+                part = flat[int(starts[r]):int(starts[r + 1])]
                 if r == self.rank:
-                    part[...] = sendbuf
+                    part[...] = w.obj
                 self.bcast(part, root=r)
-        self._count("allgatherv", sendbuf.nbytes if self.size > 1 else 0, t0)
+        self._finish("allgatherv", w)
+        out = self._gather_result(sendbuf, out, stage, "allgatherv")
+        self._count("allgatherv", w.n * w.dtype.itemsize if self.size > 1 else 0, t0)
         return out
 
-    def gatherv(self, sendbuf: np.ndarray, root: int = 0) -> Any:
-        """Concatenate every rank's numpy rows on ``root`` (None elsewhere). Collective."""
-        sendbuf = np.ascontiguousarray(sendbuf)
+    def gatherv(self, sendbuf: Any, root: int = 0) -> Any:
+        """Concatenate every rank's rows on ``root`` (None elsewhere), in ``sendbuf``'s kind and
+        device. Collective over comm."""
+        if isinstance(sendbuf, np.ndarray):
+            sendbuf = np.ascontiguousarray(sendbuf)
+        rest = tuple(sendbuf.shape[1:])
+        row = int(np.prod(rest)) if rest else 1
         counts = self._c.allgather(int(sendbuf.shape[0]))
         t0 = time.perf_counter()
+        w = self._wire(sendbuf, "gatherv")
+        out: Any = None
         if self.rank == root:
-            parts: list[np.ndarray] = []
+            flat, out, stage = self._gather_out(sendbuf, w, (int(sum(counts)),) + rest)
+            pos = 0
             for r in range(self.size):
+                n = int(counts[r]) * row
                 if r == root:
-                    parts.append(sendbuf)
+                    flat[pos:pos + n] = w.obj
                 else:
-                    buf = np.empty((counts[r],) + sendbuf.shape[1:], dtype=sendbuf.dtype)
-                    self._recv_big(buf, r)
-                    parts.append(buf)
-            out: np.ndarray | None = np.concatenate(parts, axis=0) if parts else sendbuf
+                    self._recv_big(flat[pos:pos + n], n, w.dtype, r)
+                pos += n
+            self._finish("gatherv", w)
+            out = self._gather_result(sendbuf, out, stage, "gatherv")
         else:
-            self._send_big(sendbuf, root)
-            out = None
-        self._count("gatherv", sendbuf.nbytes if self.size > 1 else 0, t0)
+            self._send_big(w.obj, w.n, w.dtype, root)
+            self._finish("gatherv", w)
+        self._count("gatherv", w.n * w.dtype.itemsize if self.size > 1 else 0, t0)
         return out
 
-    def _send_big(self, buf: np.ndarray, dest: int) -> None:
-        flat = buf.reshape(-1)
-        mt = _mpi_type(buf.dtype)
-        for lo, hi in self._slices(flat.size):
+    def _send_big(self, flat: Any, n: int, dtype: np.dtype, dest: int) -> None:
+        mt = _mpi_type(dtype)
+        for lo, hi in self._slices(n):
             self._c.Send([flat[lo:hi], hi - lo, mt], dest=dest, tag=77)
 
-    def _recv_big(self, buf: np.ndarray, source: int) -> None:
-        flat = buf.reshape(-1)
-        mt = _mpi_type(buf.dtype)
-        for lo, hi in self._slices(flat.size):
+    def _recv_big(self, flat: Any, n: int, dtype: np.dtype, source: int) -> None:
+        mt = _mpi_type(dtype)
+        for lo, hi in self._slices(n):
             self._c.Recv([flat[lo:hi], hi - lo, mt], source=source, tag=77)
 
 
 def _empty_like_kind(like: Any, shape: tuple[int, ...]) -> Any:
     """An uninitialised buffer of the same kind, dtype and device as ``like``."""
-    mod = type(like).__module__
-    if mod.startswith("torch"):
-        import torch
-
-        return torch.empty(shape, dtype=like.dtype, device=like.device)
-    if mod.startswith("cupy"):
-        import cupy
-
-        return cupy.empty(shape, dtype=like.dtype)
-    return np.empty(shape, dtype=like.dtype)
+    return _dev.kind_of(like).empty(like, shape)
 
 
 def block_bounds(n: int, size: int) -> np.ndarray:

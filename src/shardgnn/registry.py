@@ -203,7 +203,9 @@ for _name, _target, _help in (
         ("vertex-cut store", "shardgnn.partition.vertexcut.store:describe",
          "GLISP vertex-cut partition store (meta.json + part-NNNNN/)"),
         ("embedding layers", "shardgnn.infer.store:describe",
-         "the layer files of `shardgnn infer` (LAYERS/layer-LL/rank-RRRRR.h5, no sidecar)")):
+         "the layer files of `shardgnn infer` (LAYERS/layer-LL/rank-RRRRR.h5, no sidecar)"),
+        ("pyg partitions", "shardgnn.export:describe",
+         "`shardgnn export PARTS --to pyg` (meta.json + part-NNNNN.pt)")):
     FORMATS.register(_name, _target, _help)
 
 

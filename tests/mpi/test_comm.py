@@ -14,6 +14,16 @@ def test_collectives_match_numpy(n, tmp_path):
         assert ok.exists(), (tmp_path / f"rank-{r}.fail").read_text()
 
 
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_staging_matches_unstaged(n, tmp_path):
+    """Device buffers staged through host memory (forced on CPU buffers, and a fake device
+    array MPI cannot read): the same results and byte counters as plain numpy buffers."""
+    run_mpi(n, [SCRIPTS / "staging_checks.py", tmp_path], timeout=180)
+    for r in range(n):
+        ok = tmp_path / f"rank-{r}.ok"
+        assert ok.exists(), (tmp_path / f"rank-{r}.fail").read_text()
+
+
 @pytest.mark.parametrize("case", ["script", "cli"])
 def test_failure_on_one_rank_ends_job_fast(tmp_path, case):
     # a bare script's exception (python -m mpi4py aborts), and a ShardError on one rank in the

@@ -28,19 +28,53 @@ def _dataset(path, n=103, f0=13, classes=5, seed=0):
     return path
 
 
+def model_bytes(r):
+    """The perfmodel's bytes per rank and kind for one measured order (perfmodel_bytes.py)."""
+    c = r["config"]
+    prob = Problem(r["widths"], r["nodes"], 0, r["ranks"], r["replicas"],
+                   c.get("dtype", "float32"))
+    spec = EngineSpec(bias=c.get("bias", True), memo=c.get("memo", True))
+    return epoch_bytes(parse_order(r["order"]), prob, spec)["per_rank"]
+
+
 def _check(results):
     assert results
     for r in results:
-        c = r["config"]
-        prob = Problem(r["widths"], r["nodes"], 0, r["ranks"], c["replicas"] or r["ranks"],
-                       c.get("dtype", "float32"))
-        spec = EngineSpec(bias=c.get("bias", True))
-        model = epoch_bytes(parse_order(r["order"]), prob, spec)["per_rank"]
+        model = model_bytes(r)
         for rank, meas in enumerate(r["per_rank"]):
             got = {k: v for k, v in meas["kinds"].items() if v}
             want = {k: v[rank] for k, v in model.items() if v[rank]}
-            assert got == want, (r["order"], c, rank, got, want)
-            assert meas["counters"] == sum(got.values()), (r["order"], c, rank)
+            assert got == want, (r["order"], r["config"], rank, got, want)
+            assert meas["counters"] == sum(got.values()), (r["order"], r["config"], rank)
+
+
+def rel(a, b):
+    """Largest absolute difference relative to the largest magnitude of ``b``."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def compare_devices(results, ref_label, label, tol_of, staged):
+    """Every order measured on ``label`` against the same order on ``ref_label``: the loss and
+    summed gradients within ``tol_of(config)`` (0: bit for bit), bytes per kind equal on both and
+    equal to the perfmodel; ``staged``: device buffers crossed MPI through host buffers."""
+    ref = {(json.dumps(r["config"]), r["order"]): r for r in results if r["device"] == ref_label}
+    runs = [r for r in results if r["device"] == label]
+    assert runs and len(runs) == len(ref)
+    _check(runs)
+    for r in runs:
+        key = (json.dumps(r["config"]), r["order"])
+        base, tol = ref[key], tol_of(r["config"])
+        if tol:
+            assert rel([r["loss"]], [base["loss"]]) <= tol, (key, r["loss"], base["loss"])
+            assert rel(r["grads"], base["grads"]) <= 100 * tol, key
+        else:
+            assert r["loss"] == base["loss"] and r["grads"] == base["grads"], key
+        for meas, m0 in zip(r["per_rank"], base["per_rank"]):
+            assert meas["kinds"] == m0["kinds"] and meas["counters"] == m0["counters"], key
+            assert meas["peak_memory"] > 0
+            if staged:
+                assert meas["stage_seconds"] > 0 and m0["stage_seconds"] == 0, key
 
 
 @pytest.mark.parametrize("P", [1, 2, 4])

@@ -61,6 +61,10 @@ def test_templates_run_through_srun_shim(slurm_env):
     assert (tmp / "vparts" / "meta.json").exists()
     _sbatch("train-rdm.sbatch", env, {"RESULT": str(tmp / "rdm.h5"), "ORDER": "DSSD"})
     assert (tmp / "rdm.h5").exists()
+    # the GPU template on the CPU (no GPU here): the same command with --device cpu
+    _sbatch("train-rdm-gpu.sbatch", env, {"RESULT": str(tmp / "rdm-gpu.h5"), "DEVICE": "cpu",
+                                          "ORDER": "DSDS", "EPOCHS": "2"})
+    assert (tmp / "rdm-gpu.h5").exists()
     _sbatch("train-averaging.sbatch", env, {"RESULT": str(tmp / "avg.h5")})
     assert (tmp / "avg.h5").exists()
     _sbatch("train-nau.sbatch", env, {"RESULT": str(tmp / "nau.h5"), "PARTS_DIR":

@@ -140,31 +140,35 @@ def test_backends_agree_on_spmm():
         np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (GPU-only test)")
-def test_cuda_backend_matches_cpu():
+@pytest.mark.parametrize("spmm", ["torch", "cupy"])
+def test_gpu_spmm_matches_cpu(spmm):
+    from shardgnn.device import Device, cupy_available
+
+    if spmm == "cupy" and not cupy_available():
+        pytest.skip("CuPy with a CUDA device not available (GPU-only test)")
     rng = np.random.default_rng(3)
     a = gcn_normalised(rng.integers(0, 50, (200, 2)), 50)
-    x = rng.random((50, 7))
-    be = Backend("cuda", "float64")
-    got = be.spmm(be.sparse(a), be.tensor(x)).cpu().numpy()
-    np.testing.assert_allclose(got, a.to_scipy() @ x, rtol=1e-12)
-    # the dropout of a tile, computed on the device, has the CPU path's bits
+    for width in (1, 7, 64):
+        x = rng.random((50, width))
+        be = Backend(spmm, "float64", Device("cuda", 0))
+        got = be.spmm(be.sparse(a), be.tensor(x))
+        assert got.is_cuda and got.is_contiguous()
+        np.testing.assert_allclose(got.cpu().numpy(), a.to_scipy() @ x, rtol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (GPU-only test)")
+def test_gpu_dropout_has_the_cpu_bits():
+    from shardgnn.device import Device
+
+    x = np.random.default_rng(3).random((50, 7))
+    be = Backend("torch", "float64", Device("cuda", 0))
     d = be.dropout(be.tensor(x)[5:20, 2:6], 5, 2, 3, 7, 2, 0.5)
     cpu = Backend("torch", "float64").dropout(torch.from_numpy(x[5:20, 2:6].copy()), 5, 2, 3, 7,
                                               2, 0.5)
     assert d.device.type == "cuda" and torch.equal(d.cpu(), cpu)
-
-
-def test_cupy_backend_matches_cpu():
-    cupy = pytest.importorskip("cupy", reason="cupy not installed (GPU-only test)")
-    if not cupy.cuda.is_available():
-        pytest.skip("no CUDA device for CuPy (GPU-only test)")
-    rng = np.random.default_rng(4)
-    a = gcn_normalised(rng.integers(0, 50, (200, 2)), 50)
-    x = rng.random((50, 7))
-    be = Backend("cupy", "float64")
-    got = be.spmm(be.sparse(a), be.tensor(x)).cpu().numpy()
-    np.testing.assert_allclose(got, a.to_scipy() @ x, rtol=1e-12)
 
 
 def test_csr_type():

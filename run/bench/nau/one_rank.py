@@ -278,7 +278,7 @@ def sec_accuracy(a: argparse.Namespace) -> dict[str, Any]:
 
     res: dict[str, Any] = {}
     cases = [("gcn_cora", "cora", dict(model="gcn", hidden=16, epochs=a.cora_epochs,
-                                       normalize_features=True), a.cora_seeds),
+                                       feature_norm="row"), a.cora_seeds),
              ("magnn_ml100k", "ml100k", dict(model="magnn", hidden=32, layers=1,
                                              epochs=a.acc_epochs, max_instances=32), a.seeds),
              ("gcn_ml100k_homogeneous", "ml100k", dict(model="gcn", hidden=32,

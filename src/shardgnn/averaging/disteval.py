@@ -31,6 +31,7 @@ import torch
 from shardgnn.averaging.partitions import LocalGraph
 from shardgnn.comm import Communicator
 from shardgnn.train import models
+from shardgnn.train.metrics import Task
 
 SPLITS = ("train", "val", "test")
 
@@ -138,12 +139,15 @@ class DistEvaluator:
     plan, degrees
         The halo plan of these partitions and their :func:`store_degrees`, when the caller
         has them already (training shares them); built here otherwise.
+    task
+        What is scored (default: single-label accuracy).
     """
 
     def __init__(self, comm: Communicator, graphs: Sequence[LocalGraph], meta: dict[str, Any],
                  model: torch.nn.Module, layers: int, plan: HaloPlan | None = None,
-                 degrees: Sequence[np.ndarray] | None = None) -> None:
+                 degrees: Sequence[np.ndarray] | None = None, task: Task | None = None) -> None:
         self.comm = comm
+        self.task = task or Task(False, int(meta.get("num_classes", 0)))
         self.graphs = list(graphs)
         self.plan = plan if plan is not None else HaloPlan(comm, self.graphs,
                                                            int(meta["num_nodes"]))
@@ -214,22 +218,20 @@ class DistEvaluator:
         return own
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
-        """Accuracy (= micro-F1) on the train/val/test masks of the whole graph: per-partition
-        counts at owned vertices, summed by one all-reduce. Collective over comm."""
+        """The score (accuracy or micro-F1, :class:`Task`) on the train/val/test masks of the
+        whole graph: per-partition counts at owned vertices, summed by one all-reduce.
+        Collective over comm."""
         t0 = time.perf_counter()
-        counts = np.zeros(2 * len(SPLITS), dtype=np.int64)
+        counts = np.zeros((len(SPLITS), self.task.num_counts))
         for g, out in zip(self.graphs, self.logits(model)):
-            pred = out.argmax(dim=1).numpy()
+            z = out.numpy()
             y = g.y[: g.num_owned]
             for j, k in enumerate(SPLITS):
                 m = getattr(g, f"{k}_mask")[: g.num_owned]
-                counts[2 * j] += int((pred[m] == y[m]).sum())
-                counts[2 * j + 1] += int(m.sum())
+                counts[j] += self.task.counts(z[m], y[m])
         self.comm.allreduce(counts)
         self.time += time.perf_counter() - t0
-        return {f"{k}_acc": (float(counts[2 * j]) / counts[2 * j + 1]
-                             if counts[2 * j + 1] else float("nan"))
-                for j, k in enumerate(SPLITS)}
+        return {f"{k}_acc": self.task.score(counts[j]) for j, k in enumerate(SPLITS)}
 
 
 def check_dist(comm: Communicator, meta: dict[str, Any], data: str, model: torch.nn.Module,

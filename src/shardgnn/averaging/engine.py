@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from shardgnn.averaging import average, subgraphs
 from shardgnn.averaging.partitions import (LocalGraph, check_no_hole, global_degrees,
@@ -31,7 +30,8 @@ from shardgnn.averaging.partitions import (LocalGraph, check_no_hole, global_deg
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
-from shardgnn.train import guards, models, sync
+from shardgnn.train import features, guards, models, sync
+from shardgnn.train.metrics import Task
 from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, raise_first
 
 #: Config fields a resumed run must share with the checkpoint.
@@ -106,6 +106,7 @@ class _Worker:
     x: torch.Tensor
     y: torch.Tensor
     train_ids: np.ndarray
+    task: Task
     edge_index: torch.Tensor | None = None
     deg: torch.Tensor | None = None
     sampler: UniformNeighborSampler | None = None
@@ -142,10 +143,12 @@ def _load(comm: Communicator, cfg: AveragingConfig) -> tuple[dict[str, Any], lis
 
 
 def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[LocalGraph],
-                  degrees: list[np.ndarray] | None = None) -> list[_Worker]:
+                  degrees: list[np.ndarray] | None = None, task: Task | None = None
+                  ) -> list[_Worker]:
     """One worker per local partition. ``degrees``: every local vertex's degree in the whole
     graph per partition (from :func:`shardgnn.averaging.disteval.store_degrees`); without them the
     models that need them stream the source dataset's edges (stores with ``--hops 0``)."""
+    task = task or Task(False, int(meta["num_classes"]))
     torch.manual_seed(cfg.seed)
     base = models.build(cfg.model, int(meta["num_features"]), cfg.hidden,
                         int(meta["num_classes"]), cfg.layers, cfg.dropout, cfg.heads,
@@ -169,7 +172,8 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
                                              weight_decay=cfg.weight_decay)
         trng, nrng = _seeds(cfg.seed, g.index)
         w = _Worker(graph=g, model=model, opt=opt, torch_rng=trng, np_rng=nrng,
-                    x=torch.from_numpy(g.x), y=torch.from_numpy(g.y), train_ids=g.train_ids)
+                    x=torch.from_numpy(g.x), y=task.targets(g.y), train_ids=g.train_ids,
+                    task=task)
         if cfg.mode == "full":
             if deg is not None:
                 w.deg = torch.from_numpy(deg)
@@ -227,7 +231,7 @@ class _Stats:
 
 
 def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
-    """Summed cross-entropy of one batch's targets (forward on the full or sampled graph)."""
+    """Summed loss of one batch's targets (forward on the full or sampled graph)."""
     if w.sampler is None:
         out = models.forward(w.model, w.x, w.edge_index, w.deg)[torch.from_numpy(batch)]
     else:
@@ -243,14 +247,14 @@ def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
             out = w.model(w.x[nodes], ei, trim=plan)[: sub.num_seeds]
         else:
             out = w.model(w.x[nodes], ei)[: sub.num_seeds]
-    loss = F.cross_entropy(out, w.y[torch.from_numpy(batch)], reduction="sum")
+    loss = w.task.loss(out, w.y[torch.from_numpy(batch)], reduction="sum")
     st.loss_sum += float(loss.detach())
     st.count += int(batch.size)
     return loss
 
 
 def _subgraph_objective(w: _Worker, b: subgraphs.Batch, st: _Stats) -> torch.Tensor:
-    """A Cluster-GCN or GraphSAINT batch's objective: mean cross-entropy over its targets, or
+    """A Cluster-GCN or GraphSAINT batch's objective: the mean loss over its targets, or
     GraphSAINT's Σ λ_v ℓ_v; weighted models get GraphSAINT's normalised Â."""
     x = w.x[torch.from_numpy(b.nodes)]
     if b.entries is not None and models.supports(w.model, "edge_weight"):
@@ -259,7 +263,7 @@ def _subgraph_objective(w: _Worker, b: subgraphs.Batch, st: _Stats) -> torch.Ten
     else:
         out = models.forward(w.model, x, torch.from_numpy(b.edge_index))
     t = torch.from_numpy(b.targets)
-    ce = F.cross_entropy(out[t], w.y[torch.from_numpy(b.nodes[b.targets])], reduction="none")
+    ce = w.task.loss(out[t], w.y[torch.from_numpy(b.nodes[b.targets])], reduction="none")
     st.loss_sum += float(ce.detach().sum())
     st.count += int(b.targets.size)
     if b.loss_weight is None:
@@ -321,7 +325,8 @@ def _sync_avg(comm: Communicator, workers: list[_Worker], weights: list[float], 
 class _EvalGraph:
     """The whole canonical dataset on rank 0, for exact full-graph evaluation."""
 
-    def __init__(self, meta: dict[str, Any]) -> None:
+    def __init__(self, meta: dict[str, Any], task: Task | None = None,
+                 feature_norm: str = "none") -> None:
         from shardgnn.io.canonical import edge_memmap, load_node_array, read_meta
 
         d = meta.get("dataset")
@@ -352,49 +357,45 @@ class _EvalGraph:
                                                   ("train", "val", "test")})])
         if bad is not None:
             raise ShardError(f"{bad.message} (the dataset --eval full reads)")
-        self.x = torch.from_numpy(np.asarray(arrays["x"], dtype=np.float32))
-        self.y = torch.from_numpy(np.asarray(arrays["y"], dtype=np.int64))
+        self.x = torch.from_numpy(features.apply(arrays["x"], feature_norm))
+        self.y = np.asarray(arrays["y"], dtype=np.int64)
+        self.task = task or Task(False, gm.num_classes)
         self.masks = {k: torch.from_numpy(np.asarray(arrays[f"{k}_mask"], dtype=bool))
                       if arrays[f"{k}_mask"] is not None
                       else torch.zeros(gm.num_nodes, dtype=torch.bool)
                       for k in ("train", "val", "test")}
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
-        """Accuracy (= micro-F1 for single-label classes) on the train/val/test masks."""
+        """The score (accuracy or micro-F1, :class:`Task`) on the train/val/test masks."""
         model.eval()
         if self._prepared is None:  # built once (GCN: the normalised adjacency)
             self._prepared = models.prepare(model, self.edge_index, self.x.shape[0])
         with torch.no_grad():
-            pred = models.forward(model, self.x, self._prepared).argmax(dim=1)
+            z = models.forward(model, self.x, self._prepared).numpy()
         out = {}
         for k, m in self.masks.items():
-            n = int(m.sum())
-            out[f"{k}_acc"] = float((pred[m] == self.y[m]).sum()) / n if n else float("nan")
+            mm = m.numpy()
+            out[f"{k}_acc"] = self.task.score(self.task.counts(z[mm], self.y[mm]))
         return out
 
 
 def _evaluate_local(comm: Communicator, workers: list[_Worker]) -> dict[str, float]:
-    """Accuracy over owned vertices of every partition, on the partitions' local graphs.
+    """The score over owned vertices of every partition, on the partitions' local graphs.
 
     Approximate for models deeper than one layer (replicas lack their own neighbourhoods).
     Collective over comm.
     """
-    correct = {"train": 0, "val": 0, "test": 0}
-    total = {"train": 0, "val": 0, "test": 0}
+    task = workers[0].task
+    counts = np.zeros((3, task.num_counts))
     for w in workers:
         g = w.graph
         w.model.eval()
         with torch.no_grad():
             ei = w.edge_index if w.edge_index is not None else torch.from_numpy(g.edge_index())
-            pred = models.forward(w.model, w.x, ei, w.deg).argmax(dim=1).numpy()
-        for k in correct:
+            z = models.forward(w.model, w.x, ei, w.deg).numpy()
+        for q, k in enumerate(("train", "val", "test")):
             m = getattr(g, f"{k}_mask").copy()
             m[g.num_owned:] = False
-            correct[k] += int((pred[m] == g.y[m]).sum())
-            total[k] += int(m.sum())
-    out = {}
-    for k in correct:
-        c = comm.allreduce_scalar(correct[k])
-        t = comm.allreduce_scalar(total[k])
-        out[f"{k}_acc"] = c / t if t else float("nan")
-    return out
+            counts[q] += task.counts(z[m], g.y[m])
+    comm.allreduce(counts)
+    return {f"{k}_acc": task.score(counts[q]) for q, k in enumerate(("train", "val", "test"))}

@@ -32,7 +32,8 @@ from shardgnn.averaging.engine import (
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
-from shardgnn.train import checkpoint, guards
+from shardgnn.train import checkpoint, features, guards
+from shardgnn.train.metrics import Task
 
 
 def _new_history() -> dict[str, Any]:
@@ -42,14 +43,15 @@ def _new_history() -> dict[str, Any]:
     return h
 
 
-def _eval_graph(comm: Communicator, cfg: AveragingConfig, meta: dict[str, Any]) -> _EvalGraph | None:
+def _eval_graph(comm: Communicator, cfg: AveragingConfig, meta: dict[str, Any], task: Task
+                ) -> _EvalGraph | None:
     """Load the canonical dataset on rank 0 when evaluating on the full graph. Collective."""
     if cfg.eval != "full":
         return None
     g, err = None, ""
     if comm.rank == 0:
         try:
-            g = _EvalGraph(meta)
+            g = _EvalGraph(meta, task, cfg.feature_norm_used)
         except ShardError as exc:
             err = str(exc)
     comm.agree(not err, err)
@@ -119,7 +121,22 @@ def _evaluator(comm: Communicator, cfg: AveragingConfig, meta: dict[str, Any], g
         return None
     disteval.check_dist(comm, meta, cfg.data, workers[0].model, cfg.model, cfg.layers)
     return disteval.DistEvaluator(comm, graphs, meta, workers[0].model, cfg.layers, plan,
-                                  degrees)
+                                  degrees, workers[0].task)
+
+
+def _task(comm: Communicator, meta: dict[str, Any], graphs: list[Any]) -> Task:
+    """The task of the store's labels (multi-label when any partition's y has rows).
+    Collective."""
+    multi = int(comm.allreduce_scalar(int(any(np.ndim(g.y) == 2 for g in graphs)), "max"))
+    return Task(bool(multi), int(meta["num_classes"]))
+
+
+def _preprocess(comm: Communicator, cfg: AveragingConfig, graphs: list[Any]) -> None:
+    """Decide ``--feature-norm`` over every partition's rows and apply it. Collective."""
+    cfg.feature_norm_used, _ = features.decide(comm, cfg.feature_norm,
+                                               [(g.x, None) for g in graphs])
+    for g in graphs:
+        g.x = features.apply(g.x, cfg.feature_norm_used)
 
 
 def _evaluate(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker], evalg: Any
@@ -170,6 +187,8 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
     cfg.validate()
     meta, mine, graphs = _load(comm, cfg)
     guards.check_partitions(comm, cfg.data, graphs, int(meta["num_classes"]))
+    task = _task(comm, meta, graphs)
+    _preprocess(comm, cfg, graphs)
     cfg.parts = int(meta["parts"])
     pairs = comm.allgather_obj([(g.index, int(g.train_ids.size)) for g in graphs])
     counts = np.zeros(cfg.parts, dtype=np.int64)
@@ -179,8 +198,8 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
     alpha = comm.run_agreed(average.averaging_weights, counts)
     weights = [float(alpha[g.index]) for g in graphs]
     plan, degrees = _halo(comm, meta, graphs)
-    workers = comm.run_agreed(_make_workers, cfg, meta, graphs, degrees)
-    evalg = (_eval_graph(comm, cfg, meta)
+    workers = comm.run_agreed(_make_workers, cfg, meta, graphs, degrees, task)
+    evalg = (_eval_graph(comm, cfg, meta, task)
              or _evaluator(comm, cfg, meta, graphs, workers, plan, degrees))
     del plan, degrees
     start, history = 1, _new_history()
@@ -209,6 +228,7 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
             if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
                 _save(comm, cfg, ckpt, epoch, workers, history)
         summary = _summary(comm, cfg, history, counts, alpha, mine, sampled_edges)
+        summary.update(task.attrs(), feature_norm=cfg.feature_norm_used)
         summary.update(_extras(comm, workers, evalg))
         _write(rw, comm, history, summary)
     comm.agree(not stop, stop)

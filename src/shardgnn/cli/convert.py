@@ -19,7 +19,7 @@ from shardgnn.io.npzcsr import CsrNpzSource, is_csr_npz
 from shardgnn.io.readers import (DEFAULT_CHUNK_EDGES, ArraySource, EdgeSource, NpySource,
                                  NpzSource, TextSource, detect_format)
 
-FORMATS = ("snap", "csv", "mtx", "planetoid", "npy", "npz", "recbole")
+FORMATS = ("snap", "csv", "mtx", "planetoid", "npy", "npz", "recbole", "ogb")
 
 DESCRIPTION = """\
 Convert a graph into the canonical dataset directory (docs/formats.md): edges.bin (int32 pairs,
@@ -38,6 +38,13 @@ Inputs (format from the file name, or --format):
                    attr_matrix.* or dense attr_matrix, labels, class_names): cora_ml, citeseer
   RecBole folder   NAME.inter/.user/.item/.kg/.link (MovieLens + Freebase): user/movie/entity
                    node types, rating + KG relation edge types, genre labels (docs/ingest.md)
+  OGB node folder  DIR (or DIR/raw) as ogb.nodeproppred leaves it after its download:
+                   raw/edge.csv.gz, num-node-list, node-feat, node-label (several columns:
+                   multi-label, ogbn-proteins), split/<kind>/{train,valid,test}.csv.gz; or
+                   papers100M's raw/data.npz + raw/node-label.npz (NaN label = unlabelled).
+                   Edges streamed; features, labels and masks written by rows (docs/interop.md)
+  PyTorch Geometric --pyg pkg.mod:Name (no SRC): a Data / HeteroData / dataset, or a class
+                   or function called with root=--root and --pyg-arg KEY=VALUE
   descriptor       .toml from inputs/ (path, format, labels, expected counts); e.g.
                    inputs/ml-100k.toml reads ml-100k from the installed recbole wheel
 
@@ -63,7 +70,9 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("convert", help=SUMMARY["convert"],
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", help="input file, Planetoid folder/prefix, or .toml descriptor")
+    p.add_argument("src", nargs="?", default=None,
+                   help="input file, Planetoid / OGB / RecBole folder, or .toml descriptor "
+                   "(none with --pyg)")
     p.add_argument("--out", required=True, help="output dataset directory (must not exist "
                    "unless --force)")
     p.add_argument("--format", choices=FORMATS, default=None,
@@ -98,8 +107,9 @@ def add_parser(sub: Any) -> None:
                    help="(nodes, f) feature matrix for an edge-list input, rows in new-id order "
                    "(= original id order when ids are 0..n-1); stored as float32, NaN rejected")
     p.add_argument("--labels", default=None, metavar="FILE",
-                   help="labels: .npy (one int per node, new-id order) or CSV 'id,label' with "
-                   "original ids (nodes without a line get -1)")
+                   help="labels: .npy (one int per node, new-id order; an (N, C) 0/1 array: "
+                   "multi-label rows, PPI/Yelp-shaped) or CSV 'id,label' with original ids "
+                   "(nodes without a line get -1)")
     p.add_argument("--split", type=float, nargs=3, default=None, metavar=("TRAIN", "VAL", "TEST"),
                    help="write random train/val/test masks over the labelled nodes")
     p.add_argument("--split-seed", type=int, default=None, help="seed of --split (default: 0)")
@@ -107,6 +117,19 @@ def add_parser(sub: Any) -> None:
                    help="Planetoid: convert graph, labels and masks without features (needed "
                    "when ind.NAME.allx/x/tx is missing, e.g. the shared pubmed)")
     p.add_argument("--name", default=None, help="dataset name stored in graph.json")
+    p.add_argument("--pyg", default=None, metavar="PKG.MOD:NAME",
+                   help="read a PyTorch Geometric dataset instead of SRC: a Dataset class (or "
+                   "function) called with root=--root and the --pyg-arg values, or a Data / "
+                   "HeteroData object (docs/formats.md); e.g. torch_geometric.datasets:Planetoid "
+                   "--root data --pyg-arg name=Cora")
+    p.add_argument("--root", default=None, metavar="DIR",
+                   help="--pyg: the dataset's root folder (passed as root=)")
+    p.add_argument("--pyg-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="--pyg: a keyword argument of the dataset class (repeatable; numbers "
+                   "and true/false are converted)")
+    p.add_argument("--pyg-split", type=int, default=0, metavar="K",
+                   help="--pyg: column K of 2-D train/val/test masks (datasets with several "
+                   "splits; default: 0)")
     p.add_argument("--chunk-edges", type=int, default=DEFAULT_CHUNK_EDGES,
                    help="edges per streamed chunk (default: 4194304; text blocks of "
                    "min(16*chunk, 16 MiB) bytes); bounds memory")
@@ -144,6 +167,13 @@ def build_source(src: Path, fmt: str | None, args: argparse.Namespace,
                                          chunk_edges=chunk, name=data.name)
         return source, nodes
     weights = not (args.no_weights or (desc is not None and desc.weights is False))
+    if fmt == "ogb":
+        from shardgnn.io.ogb import OgbNodeDataset
+
+        ogb = OgbNodeDataset(src, chunk)
+        return ogb.source, NodeData(
+            x_writer=None if args.structure_only else ogb.feature_writer(),
+            y_writer=ogb.write_labels, masks_writer=ogb.write_masks, extra={"ogb": ogb.info})
     if fmt == "recbole":
         from shardgnn.io.recbole import load_recbole
 
@@ -172,8 +202,57 @@ def build_source(src: Path, fmt: str | None, args: argparse.Namespace,
     return source, nodes
 
 
+def _pyg_kwargs(items: list[str]) -> dict[str, Any]:
+    """``--pyg-arg KEY=VALUE`` values, numbers and booleans converted."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise ShardError(f"--pyg-arg: expected KEY=VALUE, got {item!r}")
+        value: Any = text
+        if text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            for conv in (int, float):
+                try:
+                    value = conv(text)
+                    break
+                except ValueError:
+                    continue
+        out[key.strip()] = value
+    return out
+
+
+def _convert_pyg(args: argparse.Namespace, t0: float) -> dict[str, Any]:
+    """``convert --pyg``: load the PyG object and write it with :func:`from_pyg`."""
+    from shardgnn.io.pyg import from_pyg, load_pyg
+
+    given = [o for o, v in (("SRC", args.src), ("--format", args.format),
+                            ("--features", args.features), ("--labels", args.labels),
+                            ("--node-types", args.node_types), ("--num-nodes", args.num_nodes),
+                            ("--split", args.split)) if v is not None]
+    if given:
+        raise ShardError(f"--pyg: expected no {given[0]} (the PyG object brings its graph and "
+                         f"node data), got {given[0]}")
+    data = load_pyg(args.pyg, args.root, _pyg_kwargs(args.pyg_arg))
+    meta = from_pyg(data, args.out, directed=bool(args.directed),
+                    name=args.name or "", split=args.pyg_split, force=args.force,
+                    chunk_edges=args.chunk_edges, tmp_dir=args.tmp_dir)
+    return {"out": args.out, "num_nodes": meta.num_nodes, "num_edges": meta.num_edges,
+            "directed": meta.directed, "self_loops_input": meta.self_loops_input,
+            "duplicates_input": meta.duplicates_input, "relabelled": meta.relabelled,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "peak_rss_mb": round(peak_rss_bytes() / 2**20, 1)}
+
+
 def _convert(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
+    if args.pyg:
+        return _convert_pyg(args, t0)
+    if args.root is not None or args.pyg_arg:
+        raise ShardError("--root/--pyg-arg: expected --pyg with them, got none")
+    if args.src is None:
+        raise ShardError("convert: expected SRC (an input file or folder) or --pyg, got neither")
     src = Path(args.src)
     desc: Descriptor | None = None
     fmt = args.format
@@ -183,9 +262,9 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     source, nodes = build_source(src, fmt, args, desc)
     feats = args.features or (desc.features if desc else None)
     labels = args.labels or (desc.labels if desc else None)
-    if (feats or labels) and nodes.y is not None:
+    if (feats or labels) and (nodes.y is not None or nodes.y_writer is not None):
         raise ShardError("--features/--labels: expected an edge-list input, got a dataset that "
-                         "brings its own labels (Planetoid, GNN-benchmark .npz)")
+                         "brings its own labels (Planetoid, GNN-benchmark .npz, OGB)")
     ntypes = args.node_types or (desc.node_types if desc else None)
     if ntypes:
         nodes.node_types_path, nodes.node_types_column = _file_column(str(ntypes))

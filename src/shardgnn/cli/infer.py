@@ -10,7 +10,8 @@ from shardgnn.io import outputs
 
 HELP = """\
 Compute the embedding (the model's last-layer output) of every vertex with a model trained by
-`train --engine sampled` or `--engine averaging` (GraphSAGE, GCN, GAT), over a vertex-cut
+`train --engine sampled` or `--engine averaging` (GraphSAGE, GCN, GAT) or `--engine rdm|cagnet1d`
+(GCN; features preprocessed as in training; NAU checkpoints are refused), over a vertex-cut
 partition store (`partition --algo adadne|dne|hash2d`). The model runs as L one-layer passes
 over all vertices (GLISP layerwise inference): each rank computes the vertices it owns (one
 of the partitions holding a vertex, picked by a hash of its id and then balanced over the
@@ -30,7 +31,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("infer", help=SUMMARY["infer"],
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", metavar="CHECKPOINT",
-                   help="checkpoint of `train --engine sampled|averaging` (--checkpoint-every)")
+                   help="checkpoint of `train --engine sampled|averaging|rdm|cagnet1d` "
+                   "(--checkpoint-every)")
     p.add_argument("store", metavar="VPARTS", help="vertex-cut partition store directory")
     p.add_argument("--out", required=True,
                    help="results file (HDF5, written atomically): /embeddings/emb, /infer; an "

@@ -97,9 +97,12 @@ def _node_data(directory: str, meta: cn.GraphMeta) -> dict[str, Any]:
                            "labels": list(y.shape) if y is not None else None,
                            "num_classes": None, "masks": {}}
     if y is not None:
+        from shardgnn.io import labels
+
         yy = np.asarray(y)
-        out["num_classes"] = int(yy.max()) + 1 if yy.size and yy.max() >= 0 else 0
-        out["unlabelled"] = int((yy < 0).sum())
+        out["num_classes"] = labels.num_classes(yy)
+        out["multilabel"] = labels.is_multilabel(yy)
+        out["unlabelled"] = int((~labels.labelled(yy)).sum())
     for k in ("train_mask", "val_mask", "test_mask"):
         m = cn.load_node_array(directory, k, meta)
         if m is not None:
@@ -146,6 +149,8 @@ def render(info: dict[str, Any]) -> str:
     lines.append(f"features     {info['features'] or 'none'}"
                  + (f" {info['feature_dtype']}" if info["features"] else ""))
     lab = "none" if info["labels"] is None else f"{info['labels']}, {info['num_classes']} classes"
+    if info.get("multilabel"):
+        lab += " (multi-label)"
     if info.get("unlabelled"):
         lab += f", {info['unlabelled']} unlabelled"
     lines.append(f"labels       {lab}")

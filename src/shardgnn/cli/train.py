@@ -83,6 +83,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out / checkpoint that shardgnn wrote earlier "
                    "(never a file it did not write; --resume FILE may rewrite FILE without it)")
+    p.add_argument("--feature-norm", choices=("auto", "row", "none"), default=d("feature_norm"),
+                   help="feature preprocessing, the same in every engine: row divides each "
+                   "feature row by its L1 norm, none uses x.npy as stored, auto picks row only "
+                   "when every feature is >= 0 and the values are integers or at least half "
+                   "zeros (counts, bag-of-words, TF-IDF), else none; the choice is printed and "
+                   f"recorded in the results (default: {d('feature_norm')})")
     p.add_argument("--allow-nan-loss", action="store_true",
                    help="keep training when the loss becomes NaN or inf (default: stop at that "
                    "epoch with exit 2, the results written so far; either way the results record "
@@ -116,12 +122,12 @@ def add_parser(sub: Any) -> None:
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
                    f"epochs only) (default: {d('eval_every')})")
     g.add_argument("--checkpoint-every", type=int, default=d("checkpoint_every", CheckpointOptions),
-                   metavar="N", help="(rdm, cagnet1d, averaging, sampled) write a checkpoint every N epochs; 0 = never "
+                   metavar="N", help="(all engines) write a checkpoint every N epochs; 0 = never "
                    f"(default: {d('checkpoint_every', CheckpointOptions)})")
     g.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="(rdm, cagnet1d, averaging, sampled) checkpoint HDF5 file (default: OUT.ckpt.h5)")
+                   help="(all engines) checkpoint HDF5 file (default: OUT.ckpt.h5)")
     g.add_argument("--resume", default=None, metavar="FILE",
-                   help="(rdm, cagnet1d, averaging, sampled) continue from this checkpoint (same options, --epochs may "
+                   help="(all engines) continue from this checkpoint (same options, --epochs may "
                    "be larger; rdm, cagnet1d: the same number of ranks too): the same "
                    "loss/accuracy curve as without interruption")
     g.add_argument("--saint-budget", type=int, default=d("saint_budget", SaintOptions), metavar="B",

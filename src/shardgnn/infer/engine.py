@@ -35,6 +35,7 @@ from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
 from shardgnn.sampling.blocks import Block, grouped, segment_index
 from shardgnn.sampling.features import check_fanouts, load_vertex_data, open_store
 from shardgnn.sampling.directory import partition_directory
+from shardgnn.train import features
 
 if TYPE_CHECKING:  # the sampler (numba kernels) is imported only by the runs that sample
     from shardgnn.sampling.service import GatherApplySampler
@@ -439,11 +440,11 @@ def _fanouts(cfg: InferConfig, layers: int) -> list[int]:
     return check_fanouts(cfg.fanouts, layers)
 
 
-def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig
-              ) -> np.ndarray | es.NpyRows:
+def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig) -> Any:
     """The dataset's feature matrix, checked against the model and the graph: a ``pread``
     row reader (rows read stay out of this process's memory) or, for a Fortran-order file, the
-    memory map."""
+    memory map; behind :class:`NormRows` when the model was trained on row-normalised
+    features."""
     from shardgnn.io.canonical import load_node_array, read_meta
 
     x = load_node_array(ds, "x", read_meta(ds))
@@ -459,9 +460,21 @@ def _features(ds: Path, lm: LoadedModel, meta: dict[str, Any], cfg: InferConfig
                           f"on ({tg[0]} nodes, {tg[1]} edges), got one of {got[0]} nodes and "
                           f"{got[1]} edges")
     try:
-        return es.NpyRows(ds / "x.npy")
+        rows: Any = es.NpyRows(ds / "x.npy")
     except ValueError:
-        return x
+        rows = x
+    return NormRows(rows) if lm.feature_norm == "row" else rows
+
+
+class NormRows:
+    """Row slices of a feature matrix, each row divided by its L1 norm as in training
+    (``--feature-norm row``)."""
+
+    def __init__(self, rows: Any) -> None:
+        self.rows, self.shape, self.dtype = rows, rows.shape, np.dtype(np.float32)
+
+    def __getitem__(self, sl: Any) -> np.ndarray:
+        return features.apply(np.asarray(self.rows[sl]), "row")
 
 
 def read_edge_file(path: str, num_nodes: int) -> np.ndarray:
@@ -543,6 +556,7 @@ def _samplewise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pl
     """The baseline (``--samplewise target|batch``, :mod:`shardgnn.infer.samplewise`); only the
     last layer is written. Collective over comm."""
     feats, _ = load_vertex_data(comm, ds, plan.owner, need_labels=False)
+    feats.rows = features.apply(feats.rows, lm.feature_norm)
     st = {k: 0.0 for k in STATS}
     t = plan.targets
     keep = np.ones(t.size, bool)

@@ -11,7 +11,9 @@ engine) or the mean over the block's neighbours and itself (sampled engine, ``GC
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,8 @@ class LoadedModel:
     norm: str
     key: str
     config: dict[str, Any]
+    #: the feature preprocessing the model was trained with (``row`` / ``none``)
+    feature_norm: str = "none"
     _module: Any = field(default=None, repr=False)
 
     def module(self) -> Any:
@@ -79,18 +83,79 @@ def _shape_mismatch(state: dict[str, np.ndarray], name: str, dims: list[int]) ->
     return ""
 
 
+def trained_feature_norm(cfg: dict[str, Any]) -> str:
+    """The feature preprocessing a checkpoint's run applied: the resolved choice it records
+    (``feature_norm_used``), else its ``--feature-norm`` when not ``auto`` (rdm before the
+    choice was recorded), else none (sampled and averaging runs did not preprocess)."""
+    used = str(cfg.get("feature_norm_used") or "")
+    if used:
+        return used
+    opt = str(cfg.get("feature_norm") or "none")
+    return opt if opt in ("row", "none") else "none"
+
+
+def rdm_state(path: str, state: dict[str, Any], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """An RDM / CAGNET-1D checkpoint's flat parameters as the state dict of the same GCN built
+    from ``GCNConv`` layers (:class:`shardgnn.train.models.GCN`): ``convs.{l}.lin.weight`` =
+    W_l transposed, ``convs.{l}.bias`` = b_l (zeros without ``--bias``), float32."""
+    flat = np.asarray(state["trainer"]["params"], dtype=np.float64)
+    widths = [int(w) for w in np.asarray(cfg.get("widths") or [])] or None
+    if widths is None:
+        raise input_error(path, "expected the layer widths in the checkpoint's config, got none")
+    bias = bool(cfg.get("bias", True))
+    out, pos = {}, 0
+    for i in range(len(widths) - 1):
+        k, n = widths[i], widths[i + 1]
+        out[f"convs.{i}.lin.weight"] = np.ascontiguousarray(
+            flat[pos:pos + k * n].reshape(k, n).T, dtype=np.float32)
+        pos += k * n
+        out[f"convs.{i}.bias"] = (flat[pos:pos + n].astype(np.float32) if bias
+                                  else np.zeros(n, np.float32))
+        pos += n if bias else 0
+    if pos != flat.size:
+        raise input_error(path, f"expected {pos} parameters for widths {widths}, got "
+                          f"{flat.size}")
+    return out
+
+
+def _checkpoint_engine(path: str) -> str:
+    """The engine a checkpoint file names (``averaging`` when it names none)."""
+    from shardgnn.io.results import open_hdf5
+
+    with open_hdf5(Path(path), "checkpoint file", "an HDF5 checkpoint") as f:
+        eng = f.attrs.get("engine", "")
+        if not eng and "config" in f.attrs:
+            eng = json.loads(f.attrs["config"]).get("engine", "")
+    return str(eng.decode() if isinstance(eng, bytes) else eng) or "averaging"
+
+
 def load_model(path: str) -> LoadedModel:
     """The last model of a ``sampled`` or ``averaging`` checkpoint (partition 0's replica;
-    both engines keep the replicas equal). Raises ShardError on a file that is not such a
-    checkpoint or holds an unsupported model."""
-    ck = checkpoint.read_checkpoint(path, [0])
-    cfg = ck["config"]
+    both engines keep the replicas equal) or of an ``rdm`` / ``cagnet1d`` one (its GCN, with
+    the whole graph's normalisation). Raises ShardError on a file that is not such a
+    checkpoint or holds an unsupported model (NAU models: one line saying why)."""
+    engine = _checkpoint_engine(path)
+    if engine in ("rdm", "cagnet1d"):
+        ck = checkpoint.read_state(path, engine)
+        cfg = dict(ck["config"], model="gcn")
+        state = rdm_state(path, ck["state"], cfg)
+        cfg.setdefault("hidden", int(state["convs.0.lin.weight"].shape[0]))
+    elif engine == "nau":
+        cfg = checkpoint.read_checkpoint(path, [0])["config"]
+        raise input_error(path, f"a checkpoint of --engine nau (model {cfg.get('model')}): "
+                          "infer runs the layer-wise GCN, GraphSAGE and GAT of the sampled, "
+                          "averaging and rdm engines; NAU models select their own neighbours "
+                          "(HDGs), evaluate them with train --engine nau --resume CHECKPOINT")
+    else:
+        ck = checkpoint.read_checkpoint(path, [0])
+        cfg = ck["config"]
+        state = {k: np.ascontiguousarray(np.array(v)) for k, v in ck["parts"][0]["model"].items()}
     name = str(cfg.get("model", ""))
     if name not in SUPPORTED:
         raise input_error(path, f"expected a checkpoint of a model with a per-layer forward "
                           f"({', '.join(SUPPORTED)}), got model {name!r}")
-    engine = "sampled" if "sampler" in cfg else "averaging"
-    state = {k: np.ascontiguousarray(np.array(v)) for k, v in ck["parts"][0]["model"].items()}
+    if engine not in ("rdm", "cagnet1d"):
+        engine = "sampled" if "sampler" in cfg else "averaging"
     layers = int(cfg["layers"])
     in_c = _width(state, "convs.0.", "weight", 1, 2)
     out_c = _width(state, f"convs.{layers - 1}.", "bias", 0, 1)
@@ -103,9 +168,9 @@ def load_model(path: str) -> LoadedModel:
         h.update(k.encode())
         h.update(state[k].tobytes())
     direction = str(cfg.get("direction", "out")) if engine == "sampled" else "in"
-    norm = "sym" if (name == "gcn" and engine == "averaging") else "layer"
+    norm = "sym" if (name == "gcn" and engine != "sampled") else "layer"
     lm = LoadedModel(state, name, engine, layers, in_c, out_c, dims[1:], direction, norm,
-                     h.hexdigest()[:16], cfg)
+                     h.hexdigest()[:16], cfg, trained_feature_norm(cfg))
     if name in _PARAMS:
         bad = _shape_mismatch(state, name, dims)
         if bad:

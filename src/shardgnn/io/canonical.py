@@ -8,7 +8,8 @@ Layout of a dataset directory ``DIR`` (see ``docs/formats.md``)::
     DIR/edge_weight.bin   optional, float32 per edge, aligned with edges.bin
     DIR/node_type.npy     optional int32 node type per node (names in graph.json)
     DIR/x.npy             optional float32 features  (num_nodes, f)
-    DIR/y.npy             optional int64 labels       (num_nodes,)
+    DIR/y.npy             optional int64 labels       (num_nodes,), or int8 multi-label rows
+                          (num_nodes, C) with graph.json multilabel = true
     DIR/{train,val,test}_mask.npy   optional bool masks (num_nodes,)
     DIR/id_map.npy        optional int64 original id of each node (position = new id)
 
@@ -73,6 +74,8 @@ class GraphMeta:
     node_type_names: list[str] = field(default_factory=list)
     num_features: int = 0
     num_classes: int = 0
+    #: y.npy holds int8 (N, C) multi-label rows instead of one class per vertex
+    multilabel: bool = False
     relabelled: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     format: str = FORMAT
@@ -341,9 +344,13 @@ def write_dataset(directory: str | os.PathLike, edges: np.ndarray, num_nodes: in
         np.save(d / "x.npy", x)
         meta.num_features = int(x.shape[1])
     if y is not None:
-        y = np.asarray(y, dtype=np.int64)
+        from shardgnn.io import labels
+
+        y = np.asarray(y)
+        y = y.astype(labels.MULTILABEL_DTYPE if labels.is_multilabel(y) else np.int64)
         np.save(d / "y.npy", y)
-        meta.num_classes = int(y.max()) + 1 if y.size else 0
+        meta.num_classes = labels.num_classes(y)
+        meta.multilabel = labels.is_multilabel(y)
     for k, v in (masks or {}).items():
         np.save(d / f"{k}.npy", np.asarray(v, dtype=bool))
     write_meta(d, meta)

@@ -24,7 +24,7 @@ from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import canonical as cn
-from shardgnn.io import outputs
+from shardgnn.io import labels, outputs
 from shardgnn.io.extsort import (RunWriter, first_of_records, merge_runs,
                                  record_order, reduce_runs, sorted_unique, union_sorted)
 from shardgnn.io.readers import EdgeSource
@@ -62,6 +62,10 @@ class NodeData:
     labels_path: Path | None = None
     #: writes ``x.npy`` itself (a path, the node count) and returns the feature count
     x_writer: Callable[[Path, int], int] | None = None
+    #: writes ``y.npy`` itself (a path, the node count); returns (classes, multi-label) or None
+    y_writer: Callable[[Path, int], "tuple[int, bool] | None"] | None = None
+    #: writes ``*_mask.npy`` into the folder (the folder, the node count); returns their names
+    masks_writer: Callable[[Path, int], list[str]] | None = None
     #: int node types in new-id order, or a file (.npy in new-id order, CSV ``id,type`` with
     #: original ids and integer types or type names)
     node_types: np.ndarray | None = None
@@ -229,6 +233,9 @@ def _convert_into(src: EdgeSource, tmp: Path, opt: ConvertOptions, nodes: NodeDa
         raise ShardError(f"--num-nodes: expected at least the {src.declared_nodes} nodes "
                          f"declared by {src.path}, got {opt.num_nodes}")
     ids, m_in, tmax = collect_ids(src, declared)
+    if src.declared_edges is not None and m_in != src.declared_edges:
+        raise input_error(src.path, f"expected {src.declared_edges} edges (the count the input "
+                          f"declares), got {m_in}")
     if m_in == 0 and declared is None:
         raise input_error(src.path, "empty input: no edges found (expected at least one "
                           "'src dst' line)")
@@ -328,8 +335,14 @@ def _write_node_data(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
     y = nodes.y
     if y is None and nodes.labels_path is not None:
         y = read_labels(nodes.labels_path, n, ids)
-    if y is not None:
-        y = np.asarray(y, dtype=np.int64)
+    if nodes.y_writer is not None:
+        kind = nodes.y_writer(tmp / "y.npy", n)
+        if kind is not None:
+            meta.num_classes, meta.multilabel = kind
+            y = np.load(tmp / "y.npy", mmap_mode="r")
+    elif y is not None:
+        y = np.asarray(y)
+        y = y.astype(labels.MULTILABEL_DTYPE if labels.is_multilabel(y) else np.int64)
         _check_rows(y, n, nodes.labels_path or Path("<labels>"))
         if y.size and int(y.min()) < -1:   # every engine refuses them: say so now
             i = int(np.argmax(y < -1))
@@ -337,8 +350,11 @@ def _write_node_data(tmp: Path, meta: cn.GraphMeta, nodes: NodeData,
             raise input_error(nodes.labels_path or Path("<labels>"), f"expected labels >= 0 "
                               f"(or -1 = unlabelled), got {int(y[i])}", where)
         np.save(tmp / "y.npy", y)
-        meta.num_classes = int(y.max()) + 1 if y.size else 0
+        meta.num_classes = labels.num_classes(y)
+        meta.multilabel = labels.is_multilabel(y)
     masks = dict(nodes.masks)
+    if nodes.masks_writer is not None and nodes.split is None:
+        nodes.masks_writer(tmp, n)
     if nodes.split is not None:
         if y is None:
             raise ShardError("--split: expected labels (--labels or a labelled input), got none")
@@ -477,7 +493,8 @@ def copy_features(src: Path, dst: Path, n: int, chunk_rows: int = 1 << 16) -> in
 
 
 def read_labels(path: Path, n: int, ids: np.ndarray | None) -> np.ndarray:
-    """Labels from a ``.npy`` (one per node, new-id order) or a CSV ``id,label`` file.
+    """Labels from a ``.npy`` (one per node, new-id order; an (N, C) array of 0/1 is
+    multi-label, PPI- or Yelp-shaped) or a CSV ``id,label`` file.
 
     CSV ids are original node ids (mapped through the relabelling); nodes without a line get -1.
     """
@@ -485,8 +502,18 @@ def read_labels(path: Path, n: int, ids: np.ndarray | None) -> np.ndarray:
         raise input_error(path, "no such file")
     if path.suffix == ".npy":
         y = np.load(path)
+        if y.ndim == 2 and y.dtype.kind in "iubf":   # multi-label rows (PPI, Yelp)
+            _check_rows(y, n, path)
+            vals = y.astype(np.float64)
+            ok = np.isnan(vals) | (vals == 0) | (vals == 1)
+            if not ok.all():
+                r, c = (int(i) for i in np.argwhere(~ok)[0])
+                raise input_error(path, f"expected multi-label 0/1 columns (NaN: unlabelled "
+                                  f"row), got {vals[r, c]}", f"row {r} column {c}")
+            return labels.from_values(vals)
         if y.ndim != 1 or y.dtype.kind not in "iu":
-            raise input_error(path, f"expected a 1-D integer label array, got {y.dtype} {y.shape}")
+            raise input_error(path, f"expected a 1-D integer label array (or (N, C) 0/1 "
+                              f"multi-label rows), got {y.dtype} {y.shape}")
         _check_rows(y, n, path)
         return y.astype(np.int64)
     from shardgnn.io.readers import TextSource
@@ -513,11 +540,11 @@ def read_labels(path: Path, n: int, ids: np.ndarray | None) -> np.ndarray:
 
 def random_split(y: np.ndarray, fractions: tuple[float, float, float],
                  seed: int) -> dict[str, np.ndarray]:
-    """Random train/val/test masks over the labelled nodes (y >= 0)."""
+    """Random train/val/test masks over the labelled nodes (:func:`shardgnn.io.labels.labelled`)."""
     tr, va, te = fractions
     if min(fractions) < 0 or tr + va + te > 1 + 1e-9:
         raise ShardError(f"--split: expected non-negative fractions summing to <= 1, got {fractions}")
-    lab = np.flatnonzero(y >= 0)
+    lab = np.flatnonzero(labels.labelled(y))
     perm = np.random.default_rng(seed).permutation(lab)
     k = lab.shape[0]
     a, b = int(round(tr * k)), int(round((tr + va) * k))

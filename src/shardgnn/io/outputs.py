@@ -215,9 +215,28 @@ def foreign_files(d: str | os.PathLike, what: Described) -> list[str]:
     return sorted(out)
 
 
+#: The ``format`` of the ``OUT.json`` beside a model ``shardgnn export`` wrote (``OUT``).
+EXPORT_MODEL_FORMAT = "shardgnn-pyg-model"
+
+
+def _json_format(path: Path) -> str | None:
+    """The ``format`` of a small JSON file (None when it is not one or names none)."""
+    import json
+
+    try:
+        if path.stat().st_size > 1 << 20:
+            return None
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    fmt = raw.get("format") if isinstance(raw, dict) else None
+    return fmt if isinstance(fmt, str) else None
+
+
 def shardgnn_file_kind(p: str | os.PathLike) -> str | None:
     """What shardgnn file ``p`` is ('results', a ``format`` such as 'shardgnn-checkpoint',
-    'npy', 'png'), or None when shardgnn did not write it."""
+    'npy', 'png', a JSON sidecar's format, an exported model), or None when shardgnn did not
+    write it."""
     path = Path(p)
     try:
         with open(path, "rb") as fh:
@@ -243,6 +262,12 @@ def shardgnn_file_kind(p: str | os.PathLike) -> str | None:
         return "npy"
     if head.startswith(b"\x89PNG") and PNG_MARKER in head:
         return "png"
+    if head.lstrip().startswith(b"{"):           # a JSON sidecar naming a shardgnn format
+        fmt = _json_format(path)
+        return fmt if fmt and fmt.startswith("shardgnn-") else None
+    if head.startswith(b"PK\x03\x04"):           # a torch.save file of `shardgnn export`
+        fmt = _json_format(Path(str(path) + ".json"))
+        return fmt if fmt == EXPORT_MODEL_FORMAT else None
     return None
 
 

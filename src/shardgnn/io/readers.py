@@ -24,7 +24,7 @@ EXTENSIONS = {
     ".csv": "csv", ".mtx": "mtx", ".npy": "npy", ".npz": "npz", ".toml": "toml",
 }
 #: Formats named by --format / a descriptor that are not file extensions (folders).
-FOLDER_FORMATS = ("planetoid", "recbole")
+FOLDER_FORMATS = ("planetoid", "recbole", "ogb")
 TEXT_FORMATS = ("snap", "csv", "mtx")
 DEFAULT_CHUNK_EDGES = 1 << 22
 
@@ -60,6 +60,8 @@ class EdgeSource:
     has_weights: bool = False
     symmetric: bool = False
     name: str = ""
+    #: edge count the input declares (OGB's num-edge-list); convert checks it after pass 1
+    declared_edges: int | None = None
 
     def chunks(self) -> Iterator[EdgeChunk]:
         """Yield the source's edge chunks in file order (each reader implements this)."""
@@ -80,8 +82,11 @@ def detect_format(path: Path) -> str:
     """Format name from the file name (``.gz`` stripped), or a one-line ShardError."""
     name = path.name.lower()
     if path.is_dir():
+        from shardgnn.io.ogb import is_ogb_dir
         from shardgnn.io.recbole import is_recbole_dir
 
+        if is_ogb_dir(path):
+            return "ogb"
         return "recbole" if is_recbole_dir(path) else "planetoid"
     if name.endswith(".gz"):
         name = name[:-3]
@@ -90,7 +95,7 @@ def detect_format(path: Path) -> str:
             return fmt
     if "ind." in name and Path(str(path) + ".graph").exists():
         return "planetoid"
-    known = ", ".join(sorted(EXTENSIONS)) + " (text ones also .gz), a Planetoid or RecBole folder"
+    known = ", ".join(sorted(EXTENSIONS)) + " (text ones also .gz), a Planetoid, RecBole or OGB folder"
     raise input_error(path, f"unknown file extension (expected one of {known}; "
                       "or name the format with --format)")
 
@@ -528,6 +533,16 @@ class NpzSource(EdgeSource):
                     fh.close()
 
 
+def _skip(fh: IO[bytes], n: int, block: int = 1 << 18) -> None:
+    """Read past ``n`` bytes a block at a time (a zip member's own seek reads up to 16 MiB at
+    once)."""
+    while n > 0:
+        got = len(fh.read(min(block, n)))
+        if not got:
+            raise EOFError(f"{n} bytes short of the position")
+        n -= got
+
+
 def _read_exact(fh: IO[bytes], n: int) -> bytes:
     buf = io.BytesIO()
     while buf.tell() < n:
@@ -536,6 +551,114 @@ def _read_exact(fh: IO[bytes], n: int) -> bytes:
             break
         buf.write(part)
     return buf.getvalue()
+
+
+class NpzArray:
+    """One array of an ``.npz`` archive (compressed or not) read as a stream: its header is
+    checked on construction and :meth:`items` yields bounded blocks of its flat data, so nothing
+    is loaded whole. Rank-local.
+
+    Parameters
+    ----------
+    path
+        The archive.
+    name
+        The array's name in it (the member ``NAME.npy``).
+    """
+
+    def __init__(self, path: str | os.PathLike, name: str) -> None:
+        import zipfile   # here: only .npz inputs need it
+
+        self.path, self.name = Path(path), name
+        _check_readable(self.path)
+        try:
+            with zipfile.ZipFile(self.path) as zf:
+                names = set(zf.namelist())
+                if f"{name}.npy" not in names:
+                    got = sorted(n[:-4] for n in names if n.endswith(".npy"))
+                    raise input_error(self.path, f"expected an array {name!r}, got {got}")
+                size = zf.getinfo(f"{name}.npy").file_size
+                with zf.open(f"{name}.npy") as fh:
+                    shape, fortran, dt, off = read_npy_header(fh, self.path)
+        except zipfile.BadZipFile as exc:
+            raise input_error(self.path, f"not a valid .npz archive ({exc})") from None
+        if dt.hasobject or dt.names:
+            raise input_error(self.path, f"{name}: expected a numeric array, got dtype {dt}")
+        self.shape, self.fortran, self.dtype, self.offset = shape, fortran, dt, off
+        self.size = int(np.prod(shape)) if shape else 1
+        if size - off != self.size * dt.itemsize:
+            raise input_error(self.path, f"{name}: truncated binary: holds {size - off} bytes, "
+                              f"expected {self.size * dt.itemsize} for shape {shape} {dt}")
+
+    def items(self, block: int, start: int = 0, stop: int | None = None) -> Iterator[np.ndarray]:
+        """Flat items ``[start, stop)`` in storage order (C order, or F order when the member
+        is Fortran-ordered), ``block`` at a time."""
+        import zipfile
+
+        stop = self.size if stop is None else stop
+        item = self.dtype.itemsize
+        try:
+            with zipfile.ZipFile(self.path) as zf, zf.open(f"{self.name}.npy") as fh:
+                _skip(fh, self.offset + start * item)
+                for lo in range(start, stop, max(1, int(block))):
+                    k = min(int(block), stop - lo)
+                    yield np.frombuffer(_read_exact(fh, k * item), dtype=self.dtype, count=k)
+        except (EOFError, zipfile.BadZipFile, zlib.error, ValueError) as exc:
+            raise input_error(self.path, f"{self.name}: truncated or corrupt data ({exc})") from None
+
+    def rows(self, block_rows: int) -> Iterator[np.ndarray]:
+        """Blocks of at most ``block_rows`` rows of a C-ordered array (1-D: values)."""
+        if self.fortran and len(self.shape) > 1:
+            raise input_error(self.path, f"{self.name}: expected a C-ordered array, got a "
+                              "Fortran-ordered one")
+        width = int(np.prod(self.shape[1:])) if len(self.shape) > 1 else 1
+        for flat in self.items(max(1, int(block_rows)) * width):
+            yield flat.reshape((-1,) + tuple(self.shape[1:]))
+
+    def read(self) -> np.ndarray:
+        """The whole array (for small members only: counts, lists)."""
+        flat = np.concatenate(list(self.items(max(1, self.size)))) if self.size else \
+            np.zeros(0, self.dtype)
+        return flat.reshape(self.shape, order="F" if self.fortran else "C")
+
+
+class EdgeIndexNpzSource(EdgeSource):
+    """A ``(2, m)`` integer edge array in an ``.npz`` (PyG's / OGB's ``edge_index``), streamed:
+    a C-ordered array is read through two positions of the member at once (its row of sources
+    and its row of targets), a Fortran-ordered one as interleaved pairs; each chunk holds at
+    most ``chunk_edges`` edges (:attr:`max_chunk` records the largest served)."""
+
+    def __init__(self, path: str | os.PathLike, name: str = "edge_index",
+                 chunk_edges: int = DEFAULT_CHUNK_EDGES, declared_nodes: int | None = None,
+                 declared_edges: int | None = None) -> None:
+        self.array = NpzArray(path, name)
+        self.path = Path(path)
+        self.name = self.path.parent.parent.name if self.path.parent.name == "raw" else \
+            self.path.stem
+        shape = self.array.shape
+        if len(shape) != 2 or shape[0] != 2:
+            raise input_error(self.path, f"{name}: expected shape (2, m), got {shape}")
+        _check_int_dtype(self.array.dtype, self.path, name)
+        self.m = int(shape[1])
+        self.chunk = int(chunk_edges)
+        self.declared_nodes = declared_nodes
+        self.declared_edges = declared_edges
+        self.max_chunk = 0
+
+    def chunks(self) -> Iterator[EdgeChunk]:
+        a, m, k = self.array, self.m, self.chunk
+        if a.fortran:   # (2, m) in F order = (m, 2) pairs in C order
+            pairs: Iterator[np.ndarray] = (f.reshape(-1, 2) for f in a.items(2 * k))
+        else:
+            pairs = (np.stack([u, v], axis=1) for u, v in
+                     zip(a.items(k, 0, m), a.items(k, m, 2 * m)))
+        lo = 0
+        for e in pairs:
+            e = e.astype(np.int64)
+            _check_nonneg(e, self.path, lambda i, lo=lo: f"edge {lo + i}")
+            self.max_chunk = max(self.max_chunk, int(e.shape[0]))
+            yield EdgeChunk(e, None, self.path, row0=lo)
+            lo += e.shape[0]
 
 
 # ----------------------------------------------------------------------------- in-memory / generated

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 #: Engines this module runs (registered in :data:`shardgnn.registry.ENGINES`).
 ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of the shared group of `shardgnn train` this engine takes.
-SHARED_OPTIONS: tuple[str, ...] = ("model", "eval_every")
+SHARED_OPTIONS: tuple[str, ...] = ("model", "eval_every", "checkpoint_every", "checkpoint",
+                                   "resume")
 #: Options of another family's group this engine takes (``--partition``, from rdm's group).
 BORROWED_OPTIONS: tuple[str, ...] = ("partition",)
 
@@ -62,9 +63,6 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--exclude-edge-types", default="", metavar="T1,T2",
                    help="nau: leave out the edges of these types (names or numbers), e.g. "
                    "relations that reveal the labels (default: none)")
-    g.add_argument("--normalize-features", action="store_true",
-                   help="nau: divide each feature row by its L1 norm before training (the GCN "
-                   "recipe on Planetoid data; default: features as stored)")
     g.add_argument("--anchor-sets", type=int, default=d("anchor_sets"),
                    help=f"pgnn: anchor sets, redrawn every epoch (default: {d('anchor_sets')})")
     g.add_argument("--anchor-hops", type=int, default=d("anchor_hops"),

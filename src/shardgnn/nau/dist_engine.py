@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from shardgnn import log as _log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.nau import resume
 from shardgnn.nau.aggregation import Executor
 from shardgnn.nau.dist import Layout, build_layout, exchange, exchange_array, localize
 from shardgnn.nau.graph import TypedGraph, load_dataset
@@ -38,8 +38,10 @@ from shardgnn.nau.layer import DropKey, HDGSet
 from shardgnn.nau.part import PartGraph, from_graph
 from shardgnn.nau.pipeline import (DistExecutor, PartialHDGSet, build_partial, choose_layers,
                                    supports_partial)
-from shardgnn.nau.setup import SPLIT_BITS, build_model, check_inputs, input_rows, split_codes
+from shardgnn.nau.setup import (SPLIT_BITS, build_model, check_inputs, decide_features,
+                                input_rows, split_codes)
 from shardgnn.train import sync
+from shardgnn.train.metrics import Task
 
 
 class DistTrainer:
@@ -73,6 +75,7 @@ class DistTrainer:
         graph.split = split_codes(comm, graph, is_root, cfg.seed)
         self.n_train = int(comm.allreduce_scalar(int((graph.split & SPLIT_BITS["train"]).astype(
             bool).sum()), "sum"))
+        self.task = Task.of(graph.y, graph.num_classes)
         if self.n_train == 0:
             raise ShardError(f"{cfg.data}: expected labelled training vertices among the "
                              f"{self.num_roots} roots, got none")
@@ -99,7 +102,8 @@ class DistTrainer:
         part = self.part
         pos = np.flatnonzero(self.model.root_mask(part.node_type[part.own]))
         self.my_roots = part.own[pos]
-        self.y = torch.from_numpy(part.y[pos])
+        self.y_np = part.y[pos]
+        self.y = self.task.targets(self.y_np)
         code = part.split[pos] if part.split is not None else np.zeros(pos.size, np.int8)
         self.masks = {k: torch.from_numpy((code & b).astype(bool)) for k, b in SPLIT_BITS.items()}
         self.hdg = self.select(epoch) if hdg is None else hdg
@@ -268,7 +272,7 @@ class DistTrainer:
         self.opt.zero_grad()
         out = self.forward("fwd", stats, epoch)
         m = self.masks["train"]
-        loss = F.cross_entropy(out[m], self.y[m], reduction="sum") / self.n_train
+        loss = self.task.loss(out[m], self.y[m], reduction="sum") / self.n_train
         t0 = time.perf_counter()
         loss.backward()
         stats["backward"] = stats.get("backward", 0.0) + time.perf_counter() - t0
@@ -280,15 +284,15 @@ class DistTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Accuracies over all roots (counts summed over ranks). Collective over comm."""
+        """Scores (accuracy or micro-F1) over all roots (counts summed over ranks). Collective
+        over comm."""
         self.model.eval()
-        pred = self.forward("eval").argmax(1)
+        z = self.forward("eval").numpy()
         keys = ("train", "val", "test")
-        c = np.array([[float((pred[self.masks[k]] == self.y[self.masks[k]]).sum()),
-                       float(self.masks[k].sum())] for k in keys])
+        c = np.array([self.task.counts(z[self.masks[k].numpy()], self.y_np[self.masks[k].numpy()])
+                      for k in keys])
         self.comm.allreduce(c)
-        return {f"{k}_acc": float(c[i, 0] / c[i, 1]) if c[i, 1] else float("nan")
-                for i, k in enumerate(keys)}
+        return {f"{k}_acc": self.task.score(c[i]) for i, k in enumerate(keys)}
 
     def wait_seconds(self) -> dict[str, float]:
         """Seconds blocked waiting for pipelined messages, per collective name."""
@@ -318,6 +322,8 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
 
     t_start = time.perf_counter()
     check_labels(comm, cfg, graph)
+    decide_features(comm, cfg, graph, graph.own if isinstance(graph, PartGraph)
+                    else np.flatnonzero(np.asarray(owner) == comm.rank))
     comm.reset_counters()
     tr = comm.run_agreed(DistTrainer, comm, cfg, graph, owner)
     build_bytes = tr.build_bytes = dict(comm.bytes)  # the first HDG set's, kept apart
@@ -331,7 +337,11 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
     rank_compute: list[float] = []
     online = balance.Online(cfg) if cfg.balance and comm.size > 1 else None
     nan_epoch = 0
-    for ep in range(cfg.epochs):
+    start = 0
+    if cfg.resume:
+        start, hist, best, last, nan_epoch = resume.load(comm, cfg, tr.model, tr.opt,
+                                                         tuple(hist))
+    for ep in range(start, cfg.epochs):
         if online is not None and online.due(ep):
             online.check(tr, ep, rank_compute)
         te = time.perf_counter()
@@ -355,6 +365,9 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
         if comm.rank == 0 and (ep % 10 == 0 or ep == cfg.epochs - 1):
             _log.get().info(f"nau {cfg.model} P={comm.size} epoch {ep}: loss {loss:.4f} "
                             f"val {last['val_acc']:.4f} ({dt_max * 1e3:.1f} ms)")
+        if cfg.checkpoint_every and (ep + 1) % cfg.checkpoint_every == 0:
+            resume.save(comm, cfg, tr.model, tr.opt, ep + 1, hist,
+                        resume.scalars(best, last, nan_epoch))
     layers = len(tr.layers)
     series = layer_series(comm, stats, layers, tr.wait_seconds())
     mine = {"bytes": dict(comm.bytes), "calls": dict(comm.calls), "seconds": dict(comm.seconds),
@@ -380,7 +393,8 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
         "total_selection_time": float(comm.allreduce_scalar(tr.t_select, "max")),
         "hdg_bytes": int(comm.allreduce_scalar(tr.hdg.nbytes(), "sum")),
         "num_instances": int(comm.allreduce_scalar(tr.hdg.num_instances, "sum")),
-        "num_leaf_entries": int(comm.allreduce_scalar(int(tr.hdg.leaf.size), "sum"))}
+        "num_leaf_entries": int(comm.allreduce_scalar(int(tr.hdg.leaf.size), "sum")),
+        "feature_norm": cfg.feature_norm_used, **tr.task.attrs(), "resumed_after_epoch": start}
     summary["graph_bytes"] = int(comm.allreduce_scalar(tr.part.nbytes(), "sum"))
     summary["graph_bytes_max_rank"] = int(comm.allreduce_scalar(tr.part.nbytes(), "max"))
     summary["hdg_vs_graph"] = summary["hdg_bytes"] / max(1, summary["graph_bytes"])

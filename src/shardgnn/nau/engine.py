@@ -15,17 +15,20 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from shardgnn import log as _log
-from shardgnn.comm import Communicator
+from shardgnn.comm import Communicator, serial
+from shardgnn.io import labels
 from shardgnn.errors import ShardError
 from shardgnn.nau.aggregation import Executor
 from shardgnn.nau.graph import TypedGraph, load_dataset
 from shardgnn.nau.hdg import memory_report
 from shardgnn.nau.layer import HDGSet, Timer
-from shardgnn.nau.setup import NAUConfig, build_model, check_inputs, split_masks
-from shardgnn.train import guards
+from shardgnn.nau import resume
+from shardgnn.nau.setup import (NAUConfig, build_model, check_inputs, decide_features,
+                                split_masks)
+from shardgnn.train import features, guards
+from shardgnn.train.metrics import Task
 
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time",
           "t_neighbor_selection", "t_aggregation", "t_update", "t_backward")
@@ -40,17 +43,17 @@ class Trainer:
         self.model = build_model(cfg, graph)
         self.exe = Executor(cfg.aggregation)
         self.timer = Timer()
-        x = np.ascontiguousarray(graph.x, dtype=np.float32)
-        if cfg.normalize_features:
-            x = x / np.maximum(np.abs(x).sum(axis=1, keepdims=True), 1e-12)
-        self.x = torch.from_numpy(x)
+        self.x = torch.from_numpy(np.ascontiguousarray(
+            features.apply(np.asarray(graph.x), cfg.feature_norm_used)))
         self.opt = torch.optim.Adam(self.model.param_groups(cfg.weight_decay), lr=cfg.lr)
         self.hdgs = self.select(0)
         roots = self.hdgs.hdg.roots
         if len(self.model.layers) > 1 and not self.hdgs.identity_roots:  # type: ignore[arg-type]
             raise ShardError(f"--layers: {cfg.model} with roots of one type runs one layer, "
                              f"got {cfg.layers}")
-        self.y = torch.from_numpy(np.asarray(graph.y)[roots])
+        self.y_np = np.asarray(graph.y)[roots]
+        self.task = Task.of(self.y_np, labels.num_classes(np.asarray(graph.y)))
+        self.y = self.task.targets(self.y_np)
         self.masks = {k: torch.from_numpy(v) for k, v in split_masks(graph, roots, cfg.seed).items()}
         self.train_idx = torch.nonzero(self.masks["train"]).view(-1)  # once, not every step
         self.train_y = self.y.index_select(0, self.train_idx)
@@ -68,7 +71,7 @@ class Trainer:
         self.model.train()
         self.opt.zero_grad()
         out = self.model(self.x, self.hdgs, self.timer, step=(self.cfg.seed, epoch))
-        loss = F.cross_entropy(out.index_select(0, self.train_idx), self.train_y)
+        loss = self.task.loss(out.index_select(0, self.train_idx), self.train_y)
         with self.timer.stage("backward"):
             loss.backward()
             self.opt.step()
@@ -77,15 +80,20 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
-        pred = self.model(self.x, self.hdgs).argmax(1)
-        return {f"{k}_acc": float((pred[m] == self.y[m]).float().mean()) if int(m.sum()) else
-                float("nan") for k, m in self.masks.items()}
+        z = self.model(self.x, self.hdgs).numpy()
+        return {f"{k}_acc": self.task.score(self.task.counts(z[m.numpy()], self.y_np[m.numpy()]))
+                for k, m in self.masks.items()}
 
 
-def train(cfg: NAUConfig, graph: TypedGraph) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    """Train on one rank; return the per-epoch series and the summary."""
+def train(cfg: NAUConfig, graph: TypedGraph, comm: Communicator | None = None
+          ) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Train on one rank (``comm``: one rank, default :func:`shardgnn.comm.serial`); return the
+    per-epoch series and the summary."""
+    comm = comm or serial()
     t0 = time.perf_counter()
     check_inputs(cfg, graph)
+    if not cfg.feature_norm_used:
+        decide_features(comm, cfg, graph, np.arange(graph.num_nodes, dtype=np.int64))
     tr = Trainer(cfg, graph)
     first = tr.timer.reset()
     hist: dict[str, list[float]] = {k: [] for k in SERIES}
@@ -93,7 +101,11 @@ def train(cfg: NAUConfig, graph: TypedGraph) -> tuple[dict[str, list[float]], di
     nan_epoch = 0
     last: dict[str, float] = {"train_acc": float("nan"), "val_acc": float("nan"),
                               "test_acc": float("nan")}
-    for ep in range(cfg.epochs):
+    start = 0
+    if cfg.resume:
+        start, hist, best, last, nan_epoch = resume.load(comm, cfg, tr.model, tr.opt,
+                                                         SERIES)
+    for ep in range(start, cfg.epochs):
         te = time.perf_counter()
         loss = tr.step(ep)
         dt = time.perf_counter() - te
@@ -112,6 +124,9 @@ def train(cfg: NAUConfig, graph: TypedGraph) -> tuple[dict[str, list[float]], di
         if ep % 10 == 0 or ep == cfg.epochs - 1:
             _log.get().info(f"nau {cfg.model} epoch {ep}: loss {loss:.4f} val {last['val_acc']:.4f} "
                      f"({dt * 1e3:.1f} ms)")
+        if cfg.checkpoint_every and (ep + 1) % cfg.checkpoint_every == 0:
+            resume.save(comm, cfg, tr.model, tr.opt, ep + 1, hist,
+                        resume.scalars(best, last, nan_epoch))
     mem = memory_report(tr.hdgs.hdg, graph.nbytes())
     summary: dict[str, Any] = {
         "model": cfg.model, "aggregation": cfg.aggregation, "epochs": cfg.epochs,
@@ -120,7 +135,9 @@ def train(cfg: NAUConfig, graph: TypedGraph) -> tuple[dict[str, list[float]], di
         "test_acc": best["test_acc"], "final": last,
         "first_selection_time": first["neighbor_selection"],
         "median_epoch_time": float(np.median(hist["epoch_time"])) if cfg.epochs else 0.0,
-        "total_time": time.perf_counter() - t0, **mem, **tr.model.extra_state()}
+        "total_time": time.perf_counter() - t0, **mem, **tr.model.extra_state(),
+        "feature_norm": cfg.feature_norm_used, **tr.task.attrs(),
+        "resumed_after_epoch": start}
     for s in ("neighbor_selection", "aggregation", "update", "backward"):
         summary[f"total_{s}"] = float(np.sum(hist[f"t_{s}"])) + (first[s] if s ==
                                                                   "neighbor_selection" else 0)
@@ -138,7 +155,7 @@ def main(comm: Communicator, cfg: NAUConfig, command: str = "") -> dict[str, Any
 
         return main_dist(comm, cfg, command)
     graph = load_dataset(cfg.data, tuple(cfg.exclude_edge_types))
-    hist, summary = train(cfg, graph)
+    hist, summary = train(cfg, graph, comm)
     summary["peak_rss_bytes"] = peak_rss_bytes()
     with ResultWriter(comm, cfg.out, config={"engine": "nau", **asdict(cfg)},
                       command=command) as rw:

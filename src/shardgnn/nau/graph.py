@@ -94,13 +94,18 @@ class TypedGraph:
 
     @property
     def num_classes(self) -> int:
-        """Classes of the labels (largest label + 1; 0 without labels)."""
-        return int(self.y.max(initial=-1)) + 1 if self.y is not None else 0
+        """Classes of the labels (largest label + 1, or the columns of multi-label ``y``; 0
+        without labels)."""
+        from shardgnn.io import labels
+
+        return labels.num_classes(self.y) if self.y is not None and self.y.size else 0
 
     @property
     def labelled_per_type(self) -> np.ndarray:
         """Labelled vertices of each node type."""
-        lab = self.node_type[self.y >= 0] if self.y is not None else self.node_type
+        from shardgnn.io import labels
+
+        lab = self.node_type[labels.labelled(self.y)] if self.y is not None else self.node_type
         return np.bincount(lab, minlength=len(self.node_type_names))
 
     def adjacent_types(self, target: int) -> list[int]:

@@ -150,10 +150,12 @@ class PartGraph:
         parts = [_move_rows(comm, self.indptr, self.indices, self.edge_type, dest, go)]
         if self.directed:
             parts.append(_move_rows(comm, self.in_indptr, self.in_indices, None, dest, go))
-        cols = [self.y.astype(np.int64)] + [self.masks[k].astype(np.int64) for k in sorted(self.masks)]
+        ycols = self.y.reshape(self.y.shape[0], -1).astype(np.int64)  # multi-label: C columns
+        cols = [ycols] + [self.masks[k].astype(np.int64)[:, None] for k in sorted(self.masks)]
         if self.split is not None:
-            cols.append(self.split.astype(np.int64))
-        vert = np.stack([self.own] + cols, 1)
+            cols.append(self.split.astype(np.int64)[:, None])
+        vert = np.concatenate([self.own[:, None]] + cols, 1)
+        c = ycols.shape[1]
         vk, _ = route(comm, dest[go], vert[go], "nau_migrate")
         gid = np.concatenate([self.own[keep], vk[:, 0]])
         order = np.argsort(gid, kind="stable")
@@ -163,11 +165,12 @@ class PartGraph:
                    [(self.indptr, self.indices, self.edge_type),
                     (self.in_indptr, self.in_indices, None)], parts)]
         (ip, ii, ie), (jp, ji, _) = out[0], out[-1] if self.directed else out[0]
-        masks = {k: data[:, 2 + i].astype(bool) for i, k in enumerate(sorted(self.masks))}
+        masks = {k: data[:, 1 + c + i].astype(bool) for i, k in enumerate(sorted(self.masks))}
+        y = data[:, 1:1 + c].copy() if self.y.ndim == 2 else data[:, 1].copy()
         split = data[:, -1].astype(np.int8) if self.split is not None else None
         return replace(self, owner=new_owner, own=data[:, 0].copy(), indptr=ip, indices=ii,
                        edge_type=ie, in_indptr=jp if self.directed else ip,
-                       in_indices=ji if self.directed else ii, y=data[:, 1].copy(),
+                       in_indices=ji if self.directed else ii, y=y.astype(self.y.dtype),
                        masks=masks, split=split, _lid=None)
 
 
@@ -237,11 +240,13 @@ def _summary(comm: "Communicator | None", n: int, own: np.ndarray, indptr: np.nd
              num_types: int) -> tuple[int, np.ndarray, np.ndarray]:
     """The class count, the (types x types) adjacency and the labelled vertices per type over
     every rank (``comm`` None: this part is the whole graph). Collective over comm."""
+    from shardgnn.io import labels
+
     st = np.repeat(node_type[own], np.diff(indptr)).astype(np.int64)
     adj = np.bincount(st * num_types + node_type[indices], minlength=num_types * num_types)
-    lab = np.bincount(node_type[own][y >= 0], minlength=num_types).astype(np.int64)
+    lab = np.bincount(node_type[own][labels.labelled(y)], minlength=num_types).astype(np.int64)
     vec = np.concatenate([adj.astype(np.int64), lab])
-    top = int(y.max(initial=-1))
+    top = int(y.shape[1]) - 1 if y.ndim == 2 else int(y.max(initial=-1))  # multi-label: columns
     if comm is not None:
         comm.allreduce(vec)
         top = int(comm.allreduce_scalar(top, "max"))

@@ -13,14 +13,15 @@ from shardgnn.nau.aggregation import MODES
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.layer import NAUModel
 from shardgnn.registry import NAU_MODELS
-from shardgnn.train import guards
-from shardgnn.train.config import TrainConfig, raise_first
+from shardgnn.io import labels
+from shardgnn.train import features, guards
+from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
 
 
 @dataclass(kw_only=True)
-class NAUConfig(TrainConfig):
-    """Resolved configuration of one NAU run (see ``docs/nau.md``); the common options and their
-    defaults come from :class:`shardgnn.train.config.TrainConfig`."""
+class NAUConfig(TrainConfig, CheckpointOptions):
+    """Resolved configuration of one NAU run (see ``docs/nau.md``); the common and checkpoint
+    options and their defaults come from :mod:`shardgnn.train.config`."""
 
     out: str
     model: str = "gcn"
@@ -37,7 +38,6 @@ class NAUConfig(TrainConfig):
     anchor_sets: int = 16
     anchor_hops: int = 2
     exclude_edge_types: tuple[str, ...] = ()
-    normalize_features: bool = False
     # distributed runs (nau/dist_engine.py; docs/nau-distributed.md)
     partition: str | None = None
     pipeline: bool = True
@@ -70,7 +70,11 @@ class NAUConfig(TrainConfig):
             (self.balance_every >= 0, "--balance-every", ">= 0", self.balance_every),
             (self.balance_tolerance >= 0, "--balance-tolerance", ">= 0", self.balance_tolerance),
             (self.balance_plans >= 1, "--balance-plans", ">= 1", self.balance_plans),
-            (self.balance_chunks >= 1, "--balance-chunks", ">= 1", self.balance_chunks)])
+            (self.balance_chunks >= 1, "--balance-chunks", ">= 1", self.balance_chunks)]
+            + self.checkpoint_checks())
+        if self.resume and self.balance:
+            raise ShardError("--resume: expected no --balance (the owner map ADB balancing "
+                             "makes is not checkpointed), got --balance")
 
 
 def target_type(graph: Any, name: str | None) -> int:
@@ -104,10 +108,10 @@ def split_masks(graph: TypedGraph, roots: np.ndarray, seed: int) -> dict[str, np
     labelled roots."""
     if graph.y is None:
         raise ShardError("expected labels (y.npy) to train on, found none")
-    y = graph.y[roots]
+    known = labels.labelled(graph.y[roots])
     if all(k in graph.masks for k in ("train", "val", "test")):
-        return {k: graph.masks[k][roots] & (y >= 0) for k in ("train", "val", "test")}
-    lab = np.flatnonzero(y >= 0)
+        return {k: graph.masks[k][roots] & known for k in ("train", "val", "test")}
+    lab = np.flatnonzero(known)
     perm = np.random.default_rng(seed).permutation(lab)
     a, b = int(0.6 * perm.size), int(0.8 * perm.size)
     out = {k: np.zeros(roots.size, bool) for k in ("train", "val", "test")}
@@ -124,13 +128,13 @@ def split_codes(comm: Any, part: Any, is_root: np.ndarray, seed: int) -> np.ndar
     vertex of ``part`` (``is_root``: which owned vertices are roots): the dataset's masks, else
     the same seeded 60/20/20 split of the labelled roots as one rank draws (their ids gathered
     on every rank). Collective over comm."""
-    y = np.asarray(part.y)
+    known = labels.labelled(part.y)
     out = np.zeros(part.own.size, np.int8)
     if all(k in part.masks for k in SPLIT_BITS):
         for k, b in SPLIT_BITS.items():
-            out[np.asarray(part.masks[k]) & (y >= 0) & is_root] |= b
+            out[np.asarray(part.masks[k]) & known & is_root] |= b
         return out
-    lab = np.sort(comm.allgatherv(part.own[is_root & (y >= 0)]))
+    lab = np.sort(comm.allgatherv(part.own[is_root & known]))
     perm = np.random.default_rng(seed).permutation(lab)
     a, b = int(0.6 * perm.size), int(0.8 * perm.size)
     for ids, bit in ((perm[:a], 1), (perm[a:b], 2), (perm[b:], 4)):
@@ -146,7 +150,7 @@ def check_inputs(cfg: NAUConfig, graph: TypedGraph) -> None:
     from pathlib import Path
 
     d = Path(cfg.data)
-    classes = int(graph.y.max()) + 1 if graph.y is not None and graph.y.size else 0
+    classes = labels.num_classes(graph.y) if graph.y is not None and graph.y.size else 0
     bad = guards.first([
         guards.feature_finding(d / "x.npy", graph.x) if graph.x is not None else None,
         guards.label_finding(d / "y.npy", graph.y, classes, graph.masks)
@@ -166,9 +170,9 @@ class _OwnRows:
 
 
 def input_rows(cfg: NAUConfig, graph: Any, ids: np.ndarray) -> np.ndarray:
-    """The float32 input features of the vertices ``ids`` (sorted unique; rows normalised with
-    ``--normalize-features``), read from ``x.npy`` when the graph leaves it on disk and then
-    checked for NaN/inf (the first bad row among ``ids`` is reported). Rank-local."""
+    """The float32 input features of the vertices ``ids`` (sorted unique; preprocessed as
+    ``cfg.feature_norm_used`` says), read from ``x.npy`` when the graph leaves it on disk and
+    then checked for NaN/inf (the first bad row among ``ids`` is reported). Rank-local."""
     from pathlib import Path
 
     x = graph.feature_rows(ids)
@@ -176,6 +180,28 @@ def input_rows(cfg: NAUConfig, graph: Any, ids: np.ndarray) -> np.ndarray:
         bad = guards.feature_finding(Path(cfg.data) / "x.npy", _OwnRows(ids, x), rows=ids)
         if bad is not None:
             raise ShardError(bad.message)
-    if cfg.normalize_features:
-        x = x / np.maximum(np.abs(x).sum(axis=1, keepdims=True), 1e-12)
-    return np.ascontiguousarray(x, dtype=np.float32)
+    return np.ascontiguousarray(features.apply(x, cfg.feature_norm_used), dtype=np.float32)
+
+
+class FeatureRows:
+    """``graph``'s feature rows by sorted id blocks (held or read from disk), as
+    :func:`shardgnn.train.features.stats` reads them."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.shape = (graph.num_nodes, graph.num_features)
+
+    def __getitem__(self, ids: np.ndarray) -> np.ndarray:
+        return self.graph.feature_rows(np.asarray(ids, np.int64))
+
+
+def decide_features(comm: Any, cfg: NAUConfig, graph: Any, ids: np.ndarray) -> None:
+    """Resolve ``--feature-norm`` over every rank's rows ``ids`` into ``cfg.feature_norm_used``;
+    rows left on disk are checked for NaN/inf first (every rank fails with the first bad row).
+    Collective over comm."""
+    from pathlib import Path
+
+    rows = FeatureRows(graph)
+    if graph.x is None:
+        guards.agree_first(comm, guards.feature_finding(Path(cfg.data) / "x.npy", rows, ids))
+    cfg.feature_norm_used, _ = features.decide(comm, cfg.feature_norm, [(rows, ids)])

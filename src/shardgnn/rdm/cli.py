@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardgnn.comm import Communicator
+from shardgnn.comm import MPI_PATHS, Communicator
+from shardgnn.device import DEVICE_KINDS
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 from shardgnn.train.config import default_of
+from shardgnn.train.guards import parse_size
 
 #: Engines this module runs (registered in :data:`shardgnn.registry.ENGINES`).
 ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
@@ -30,8 +32,20 @@ epochs and keep the fastest; 'model': take the predicted-fastest order. (The
 authors' code uses the same letter positions for L=2: fwd1, fwd2, bwd2, bwd1.)"""
 
 
+def replicas_arg(text: str) -> int | str:
+    """argparse type of ``--replicas``: an integer or ``auto``."""
+    t = str(text).strip().lower()
+    if t == "auto":
+        return t
+    try:
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
+
+
 def add_arguments(parser: Any) -> None:
     """Add the RDM engine's own options (the shared ones live in cli/train.py)."""
+    from shardgnn.rdm.backend import LEGACY_BACKENDS, SPMM_KERNELS
     from shardgnn.rdm.main import RDMConfig
 
     def d(name: str) -> Any:
@@ -45,26 +59,46 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--memo", action=argparse.BooleanOptionalAction, default=d("memo"),
                    help="keep A^T H from an SpMM-first forward layer to form that layer's weight "
                    "gradient without another SpMM (default: on)")
-    g.add_argument("--replicas", type=int, default=d("replicas"), metavar="R",
+    g.add_argument("--replicas", type=replicas_arg, default=d("replicas"), metavar="R|auto",
                    help="copies of A (rdm): R must divide P; R = P (default) replicates A on "
                    "every rank, R < P forms P/R row panels of R ranks each and redistributes "
-                   "inside a panel's rank group (1.5D); cagnet1d always uses R = 1")
+                   "inside a panel's rank group (1.5D); auto: the largest R the memory allows "
+                   "(the RDM paper's R_A = P(M - H_all)/G, M = --memory-budget); cagnet1d "
+                   "always uses R = 1")
+    g.add_argument("--memory-budget", type=parse_size, default=None, metavar="SIZE",
+                   help="--replicas auto: bytes per rank for A and the dense tiles, e.g. 20G "
+                   "(default: 90%% of the device's memory shared by the ranks using it: a GPU's "
+                   "total memory, or the node's available memory on --device cpu)")
     g.add_argument("--bias", action=argparse.BooleanOptionalAction, default=d("bias"),
                    help="learnable bias in every GCN layer (default: on)")
     g.add_argument("--dtype", choices=("float32", "float64"), default=d("dtype"),
                    help=f"floating-point type of features, weights and A (default: {d('dtype')})")
-    g.add_argument("--backend", choices=("torch", "scipy", "cuda", "cupy"), default=d("backend"),
-                   help="kernels: torch (CPU, torch sparse CSR SpMM; default), scipy (CPU, scipy "
-                   "CSR SpMM), cuda (torch on the GPU), cupy (torch tensors, cuSPARSE via CuPy)")
+    g.add_argument("--device", choices=DEVICE_KINDS, default=d("device"),
+                   help="where this rank's tensors live: cpu (default) or cuda (a GPU per rank, "
+                   "see --device-id; docs/devices.md)")
+    g.add_argument("--device-id", default=d("device_id"), metavar="local-rank|N",
+                   help="--device cuda: local-rank (default: the rank's number on its node, "
+                   "from the launcher, modulo the GPUs it sees; one GPU per rank under srun "
+                   "--gpus-per-task=1) or GPU number N")
+    g.add_argument("--spmm", choices=SPMM_KERNELS, default=d("spmm"),
+                   help="SpMM library: torch (default; CPU or GPU, cuSPARSE on a GPU), scipy "
+                   "(CPU), cupy (GPU; cuSPARSE through CuPy, whose public spmm writes a "
+                   "column-major product that costs a transposing copy per call: slower than "
+                   "torch, kept to compare libraries)")
+    g.add_argument("--mpi-path", choices=MPI_PATHS, default=d("mpi_path"),
+                   help="how GPU buffers cross MPI: host (default; staged through pinned host "
+                   "memory, works with any MPI) or direct (device pointers; needs a CUDA-aware "
+                   "MPI: docs/devices.md says how to tell)")
+    g.add_argument("--backend", choices=tuple(LEGACY_BACKENDS), default=None,
+                   help="deprecated: torch = --device cpu --spmm torch, scipy = --device cpu "
+                   "--spmm scipy, cuda = --device cuda --spmm torch, cupy = --device cuda "
+                   "--spmm cupy")
     g.add_argument("--partition", default=None, metavar="DIR",
                    help="partition store (meta.json + part-*.h5): renumber vertices so each "
                    "partition is a contiguous range; row panels follow partition boundaries. "
                    "nau: an edge-cut store with at least one partition per rank (partition i "
                    "on rank i mod P) whose owned vertices, with their edges, give each rank its "
                    "part of the structure and its roots (default: a hash of the vertex id)")
-    g.add_argument("--feature-norm", choices=("row", "none"), default=d("feature_norm"),
-                   help="feature preprocessing: row divides each row of X by its L1 norm (GCN's "
-                   "standard; default), none uses x.npy as stored")
     g.add_argument("--chunk", type=int, default=d("chunk"),
                    help=f"edges read per chunk while streaming the edge file (default: {d('chunk')})")
     g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from perfmodel.engine_schedule import LayoutStore
 from shardgnn.comm import Communicator
@@ -24,6 +25,7 @@ from shardgnn.rdm.backend import Backend
 from shardgnn.rdm.layout import Grid
 from shardgnn.rdm.redistribute import Redistribution
 from shardgnn.rdm.schedule import BYTE_KINDS, OTHER, Order, backward, forward, parse_order
+from shardgnn.train.metrics import Task
 
 __all__ = ["BYTE_KINDS", "TIME_KINDS", "Accounting", "GraphState", "TensorOps", "Trainer"]
 
@@ -50,6 +52,7 @@ class GraphState:
     mask_totals: dict[str, int]
     nnz: int = 0
     _x_cache: dict[str, torch.Tensor] = field(default_factory=dict)
+    _row_cache: dict[str, torch.Tensor] = field(default_factory=dict)
     plans: dict[tuple[int, str], Redistribution] = field(default_factory=dict)
 
 
@@ -99,6 +102,7 @@ class Trainer:
         self.adam_v = backend.zeros(self.params.shape)
         self.adam_t = 0
         self.last_logits: torch.Tensor | None = None
+        self.task = Task.of(graph.labels, self.widths[-1])
 
     # ------------------------------------------------------------------ public API
     def set_order(self, order: Order | str) -> None:
@@ -143,16 +147,19 @@ class Trainer:
                 "bytes": dict(self.acct.bytes), "grad_time": t1 - t0}
 
     def evaluate(self, graph: GraphState | None = None) -> tuple[np.ndarray, dict[str, int]]:
-        """Forward pass without dropout; returns (local correct counts per mask, bytes)."""
+        """Forward pass without dropout; returns (this rank's score counts of the train, val
+        and test masks one after the other, bytes): :meth:`Task.counts` without its row count,
+        which the mask totals give (so single-label runs all-reduce 4 float64, as the
+        perfmodel counts)."""
         g = graph or self.graph
         saved = dict(self.acct.bytes), dict(self.acct.time)
         self.acct.reset()
         ops = TensorOps(self, g, self.step_count, train=False)
-        logits = ops.get(forward(ops, self.order, False, False), "row")
-        pred = logits.argmax(dim=1).cpu().numpy() if logits.shape[0] else np.zeros(0, np.int64)
-        ok = pred == g.labels
-        counts = np.array([float(np.count_nonzero(ok & g.masks[k])) if k in g.masks else 0.0
-                           for k in ("train", "val", "test")])
+        z = ops.get(forward(ops, self.order, False, False), "row").detach().cpu().numpy()
+        k = self.task.num_counts - 1
+        counts = np.concatenate([self.task.counts(z[g.masks[m]], g.labels[g.masks[m]])[:k]
+                                 if m in g.masks else np.zeros(k)
+                                 for m in ("train", "val", "test")])
         ev = dict(self.acct.bytes)
         self.acct.bytes.clear()
         self.acct.bytes.update(saved[0])
@@ -161,7 +168,8 @@ class Trainer:
         return counts, ev
 
     def reduce_metrics(self, loss_local: float, counts: np.ndarray) -> tuple[np.ndarray, int]:
-        """All-reduce [loss sum, correct train, val, test] (4 float64). Collective over comm."""
+        """All-reduce [loss sum, score counts of train, val, test] (float64). Collective over
+        comm."""
         buf = np.array([loss_local, *counts], dtype=np.float64)
         b0 = sum(self.comm.bytes.values())
         self.comm.allreduce(buf)
@@ -359,10 +367,19 @@ class TensorOps(LayoutStore):
 
     def loss_grad(self, z: str, out: str) -> None:
         logits = self.get(z, "row")
-        y = torch.from_numpy(self.g.labels).to(logits.device)
-        w = self.be.tensor(self.g.loss_w)
+        cache = self.g._row_cache
+        if "labels" not in cache:   # on the device once per graph, not once per step
+            cache["labels"] = self.be.device.tensor(self.g.labels, np.int64)
+            cache["loss_w"] = self.be.tensor(self.g.loss_w)
+        y, w = cache["labels"], cache["loss_w"]
         if logits.shape[0] == 0:
             self._put(out, "row", torch.zeros_like(logits), self.width_of[z])
+            return
+        if y.dim() == 2:   # multi-label: mean over classes of BCE with logits, per row
+            t = y.to(logits.dtype)
+            self.loss_sum = float((w * (F.softplus(logits) - logits * t).mean(dim=1)).sum())
+            dz = (torch.sigmoid(logits) - t) * (w[:, None] / logits.shape[1])
+            self._put(out, "row", dz, self.width_of[z])
             return
         logp = torch.log_softmax(logits, dim=1)
         rows = torch.arange(logits.shape[0], device=logits.device)

@@ -14,9 +14,11 @@ import numpy as np
 from shardgnn.comm import Communicator
 from shardgnn.errors import input_error
 from shardgnn.graph.csr import CSR, add_self_loops, csr_from_pairs, gcn_values
+from shardgnn.io import labels
 from shardgnn.io.canonical import EdgeStream, GraphMeta, load_node_array
 from shardgnn.partition.store import open_store
 from shardgnn.rdm.layout import Grid
+from shardgnn.train import features
 
 
 @dataclass
@@ -149,7 +151,8 @@ class NodeData:
         if "train" not in self.masks:
             raise input_error(self.dir / "train_mask.npy", "missing; expected a boolean train mask")
         self.num_features = int(self.x.shape[1])
-        self.num_classes = int(meta.num_classes) if meta.num_classes else int(np.max(self.y)) + 1
+        self.num_classes = int(meta.num_classes) if meta.num_classes else \
+            labels.num_classes(self.y)
 
     def _old(self, lo: int, hi: int) -> np.ndarray | slice:
         return slice(lo, hi) if self.renum is None else self.renum.old_of_new[lo:hi]
@@ -168,7 +171,7 @@ class NodeData:
         blk = self._take(self.x, idx)
         out = np.asarray(blk[:, cols[0]:cols[1]], dtype=np.float64)
         if self.feature_norm == "row":
-            out *= row_scale(blk)[:, None]
+            out *= features.row_scale(blk)[:, None]
         return out
 
     def features(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
@@ -182,7 +185,12 @@ class NodeData:
         return self._rows(np.asarray(old, dtype=np.int64), cols)
 
     def labels(self, rows: tuple[int, int]) -> np.ndarray:
+        """Labels of rows [lo, hi) (int64; (n, C) rows of a multi-label dataset)."""
         return self._take(self.y, self._old(*rows)).astype(np.int64)
+
+    def rows(self, rows: tuple[int, int]) -> np.ndarray | slice:
+        """The dataset rows of (renumbered) vertices [lo, hi)."""
+        return self._old(*rows)
 
     def mask(self, name: str, rows: tuple[int, int]) -> np.ndarray | None:
         m = self.masks.get(name)
@@ -199,10 +207,4 @@ class NodeData:
         return out
 
 
-def row_scale(x: np.ndarray) -> np.ndarray:
-    """1 / sum_j |x_ij| per row (1 for all-zero rows): GCN's row normalisation of features."""
-    s = np.abs(np.asarray(x, dtype=np.float64)).sum(axis=1)
-    return 1.0 / np.where(s > 0, s, 1.0)
-
-
-__all__ = ["Renumbering", "read_partition", "load_panel", "NodeData", "row_scale"]
+__all__ = ["Renumbering", "read_partition", "load_panel", "NodeData"]

@@ -13,20 +13,27 @@ from typing import Any
 
 import numpy as np
 
+from perfmodel import memory
 from shardgnn import log
-from shardgnn.comm import Communicator
+from shardgnn.comm import MPI_PATHS, Communicator, peak_rss_bytes
+from shardgnn.device import DEVICE_KINDS, LOCAL_RANK, Device, parse_device_id, ranks_sharing
+from shardgnn.device import select as select_device
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.canonical import read_meta
 from shardgnn.io.results import ResultWriter
-from shardgnn.rdm.backend import Backend
+from shardgnn.rdm.backend import LEGACY_BACKENDS, SPMM_KERNELS, Backend
 from shardgnn.rdm.engine import BYTE_KINDS, TIME_KINDS, GraphState, Trainer
 from shardgnn.rdm.graph import NodeData, Renumbering, load_panel, read_partition
 from shardgnn.rdm import autoorder, resume
 from shardgnn.rdm.layout import Grid, panels_from_parts
 from shardgnn.rdm.schedule import Order, cagnet_order, parse_order
-from shardgnn.train import guards
+from shardgnn.train import features, guards
 from shardgnn.train.config import (CheckpointOptions, SaintOptions, TrainConfig, from_args,
                                    raise_first)
+
+
+#: ``--replicas auto``: R from the memory budget (:func:`resolve_replicas`).
+AUTO = "auto"
 
 
 @dataclass(kw_only=True)
@@ -39,14 +46,18 @@ class RDMConfig(TrainConfig, CheckpointOptions, SaintOptions):
     out: str | None = None
     order: str = "alt"
     memo: bool = True
-    replicas: int = 0
+    replicas: int | str = 0
+    memory_budget: int = 0
     bias: bool = True
     dtype: str = "float32"
-    backend: str = "torch"
+    device: str = "cpu"
+    device_id: str = LOCAL_RANK
+    spmm: str = "torch"
+    mpi_path: str = "host"
+    backend: str | None = None
     partition: str | None = None
     chunk: int = 1 << 20
     saint: str | None = None
-    feature_norm: str = "row"
 
 
 def default_order(layers: int) -> Order:
@@ -76,18 +87,69 @@ def validate(cfg: RDMConfig, size: int) -> None:
                 + cfg.saint_checks())
     if cfg.engine == "cagnet1d" and cfg.replicas not in (0, 1):
         raise ShardError(f"--replicas: the cagnet1d engine uses R = 1 (A in row blocks), got {cfg.replicas}")
-    r = cfg.replicas or size
-    if r < 1 or size % r:
-        raise ShardError(f"--replicas: expected R dividing the number of ranks P={size}, got {r}")
+    auto = cfg.replicas == AUTO
+    if not auto:
+        r = int(cfg.replicas) or size
+        if r < 1 or size % r:
+            raise ShardError(f"--replicas: expected R dividing the number of ranks P={size} "
+                             f"or auto, got {r}")
+    if cfg.memory_budget and not auto:
+        raise ShardError(f"--memory-budget: expected --replicas auto (the budget sets R), got "
+                         f"--replicas {cfg.replicas or size}")
+    if cfg.memory_budget < 0:
+        raise ShardError(f"--memory-budget: expected bytes > 0, got {cfg.memory_budget}")
+    validate_device(cfg)
     if cfg.saint is not None:
         if cfg.saint not in ("node", "edge", "rw"):
             raise ShardError(f"--saint: expected node, edge or rw, got {cfg.saint!r}")
-        if (cfg.replicas or size) != size or cfg.engine != "rdm":
+        if auto or (int(cfg.replicas) or size) != size or cfg.engine != "rdm":
             raise ShardError("--saint: expected --engine rdm with A replicated (--replicas P); "
                              f"got engine {cfg.engine} with R={cfg.replicas}")
-    if cfg.feature_norm not in ("row", "none"):
-        raise ShardError(f"--feature-norm: expected row or none, got {cfg.feature_norm!r}")
     resolve_order(cfg.order, cfg.layers, cfg.engine)
+
+
+def validate_device(cfg: RDMConfig) -> None:
+    """The device options, checked identically on every rank (raises ShardError)."""
+    if cfg.device not in DEVICE_KINDS:
+        raise ShardError(f"--device: expected one of {', '.join(DEVICE_KINDS)}, got {cfg.device!r}")
+    parse_device_id(cfg.device_id)
+    if cfg.spmm not in SPMM_KERNELS:
+        raise ShardError(f"--spmm: expected one of {', '.join(SPMM_KERNELS)}, got {cfg.spmm!r}")
+    if cfg.mpi_path not in MPI_PATHS:
+        raise ShardError(f"--mpi-path: expected one of {', '.join(MPI_PATHS)}, got {cfg.mpi_path!r}")
+    if cfg.device == "cpu" and str(cfg.device_id) != LOCAL_RANK:
+        raise ShardError(f"--device-id {cfg.device_id}: expected --device cuda (it picks a GPU), "
+                         "got --device cpu")
+    if cfg.device == "cpu" and cfg.mpi_path == "direct":
+        raise ShardError("--mpi-path direct: expected --device cuda (host buffers always go to "
+                         "MPI as they are), got --device cpu")
+
+
+def resolve_replicas(comm: Communicator, cfg: RDMConfig, meta: Any, widths: list[int],
+                     dev: Device) -> int:
+    """R: ``--replicas`` as given (0: P), or for ``auto`` the RDM paper's R_A from the memory
+    budget per rank (``--memory-budget``, default: 90% of the device's memory shared by the
+    ranks on it; the smallest over ranks). Collective over comm for ``auto``."""
+    P = comm.size
+    if cfg.engine == "cagnet1d":
+        return 1
+    if cfg.replicas != AUTO:
+        return int(cfg.replicas) or P
+    budget = cfg.memory_budget or int(0.9 * dev.memory_bytes() / ranks_sharing(comm, dev))
+    budget = int(comm.allreduce_scalar(budget, "min"))
+    item = np.dtype(cfg.dtype).itemsize
+    dense = memory.dense_bytes(widths, meta.num_nodes, P, item)
+    graph = memory.graph_bytes(meta.num_nodes, meta.num_edges, item)
+    r = memory.replicas_for_memory(P, budget, dense, graph)
+    if r == 0:
+        raise ShardError(f"--replicas auto: expected A ({graph / 2**20:.1f} MiB per copy) and "
+                         f"the dense tiles ({dense / 2**20:.1f} MiB per rank) to fit in "
+                         f"{budget / 2**20:.1f} MiB per rank with R = 1, got too little memory "
+                         f"(more ranks or a larger --memory-budget)")
+    log.get().info("--replicas auto: R = %d of P = %d (budget %.1f MiB per rank, dense tiles "
+                   "%.1f MiB, A %.1f MiB per copy)", r, P, budget / 2**20, dense / 2**20,
+                   graph / 2**20)
+    return r
 
 
 @dataclass
@@ -104,19 +166,33 @@ def build(comm: Communicator, cfg: RDMConfig) -> Built:
     """Load this rank's share of the graph and make a Trainer. Collective over comm."""
     comm.run_agreed(validate, cfg, comm.size)
     meta = comm.run_agreed(read_meta, cfg.data)
-    nd = comm.run_agreed(NodeData, cfg.data, meta, None, cfg.feature_norm)
-    be = comm.run_agreed(Backend, cfg.backend, cfg.dtype)
+    nd = comm.run_agreed(NodeData, cfg.data, meta, None)
+    if cfg.backend and comm.rank == 0:
+        log.get().warning("--backend is deprecated: --backend %s means --device %s --spmm %s",
+                          cfg.backend, cfg.device, cfg.spmm)
+    dev = select_device(comm, cfg.device, cfg.device_id)
+    be = comm.run_agreed(Backend, cfg.spmm, cfg.dtype, dev)
+    comm.set_mpi_path(cfg.mpi_path, comm.force_staging)
+    if cfg.mpi_path == "direct" and comm.rank == 0 and not comm.cuda_aware():
+        log.get().warning("--mpi-path direct: this MPI does not report CUDA support "
+                          "(MPIX_Query_cuda_support); it may crash on device buffers "
+                          "(docs/devices.md)")
     P = comm.size
-    R = 1 if cfg.engine == "cagnet1d" else (cfg.replicas or P)
+    f0 = nd.num_features
+    widths = [f0] + [cfg.hidden] * (cfg.layers - 1) + [nd.num_classes]
+    R = resolve_replicas(comm, cfg, meta, widths, dev)
     renum: Renumbering | None = None
     bounds: tuple[int, ...] = ()
     if cfg.partition:
         renum = comm.run_agreed(read_partition, cfg.partition, meta.num_nodes,
                                 meta.num_edges)
         bounds = comm.run_agreed(panels_from_parts, renum.part_sizes, P // R)
-        nd = NodeData(cfg.data, meta, renum, cfg.feature_norm)
+        nd = NodeData(cfg.data, meta, renum)
     grid = Grid(meta.num_nodes, P, R, bounds)
     check_node_data(comm, nd, grid)
+    lo, hi = grid.row_range(comm.rank)   # the row tiles cover every vertex once
+    nd.feature_norm, _ = features.decide(comm, cfg.feature_norm, [(nd.x, nd.rows((lo, hi)))])
+    cfg.feature_norm_used = nd.feature_norm
     i, j = grid.position(comm.rank)
     row_comm = comm.split(i, j)
     col_comm = comm.split(j, i)
@@ -125,8 +201,6 @@ def build(comm: Communicator, cfg: RDMConfig) -> Built:
     panel, stats = load_panel(comm, cfg.data, grid, renum, cfg.chunk)
     setup_bytes = {k: comm.bytes[k] - b0.get(k, 0) for k in comm.bytes}
     graph = make_graph_state(grid, panel, nd, be, comm.rank)
-    f0 = nd.num_features
-    widths = [f0] + [cfg.hidden] * (cfg.layers - 1) + [nd.num_classes]
     order = resolve_order(cfg.order, cfg.layers, cfg.engine) or default_order(cfg.layers)
     tr = Trainer(comm, row_comm, col_comm, graph, widths, be, order, memo=cfg.memo, bias=cfg.bias,
                  dropout=cfg.dropout, lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
@@ -221,7 +295,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
                            "times": np.zeros((E, len(TIME_KINDS))),
                            "bytes": np.zeros((E, len(BYTE_KINDS)), dtype=np.int64),
                            "nan_loss_epoch": 0}
-    totals = g.mask_totals
+    totals, task = g.mask_totals, tr.task
     lg = log.get()
     start = resume.restore_history(rec, resumed, comm.rank) if resumed else 0
     if resumed:
@@ -237,7 +311,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
                 byt[k] = byt.get(k, 0) + v
             tms += np.array([s["times"][k] for k in TIME_KINDS])
         do_eval = cfg.eval_every > 0 and ((e + 1) % cfg.eval_every == 0 or e == E - 1)
-        counts = np.zeros(3)
+        counts = np.zeros(3 * (task.num_counts - 1))
         t0 = time.perf_counter()
         if do_eval:
             counts, evb = tr.evaluate(g)
@@ -248,9 +322,11 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
         byt["allreduce_metrics"] = byt.get("allreduce_metrics", 0) + mb
         rec["loss"][e] = metrics[0]
         if do_eval:
+            K = task.num_counts - 1   # the counts without rows: the mask totals
             for q, k in enumerate(("train", "val", "test")):
                 if totals.get(k):
-                    rec[f"{k}_acc"][e] = metrics[1 + q] / totals[k]
+                    rec[f"{k}_acc"][e] = task.score(
+                        np.append(metrics[1 + q * K:1 + (q + 1) * K], totals[k]))
         rec["epoch_time"][e] = t_epoch
         rec["times"][e] = tms
         rec["bytes"][e] = [byt.get(k, 0) for k in BYTE_KINDS]
@@ -279,8 +355,19 @@ def write_train(comm: Communicator, w: ResultWriter, cfg: RDMConfig, built: Buil
     panel = comm.gatherv(np.array([[built.info["panel_rows"], built.info["panel_nnz"]]], dtype=np.int64))
     spmm_t = comm.gatherv(np.ascontiguousarray(rec["times"][None, :, 0]))
     setup = comm.gather_obj(built.info["setup_bytes"])
+    tr = built.trainer
+    dev = tr.be.device
+    stage = sum(sum(c.stage_seconds.values()) for c in {id(c): c for c in
+                                                         (comm, tr.row_comm, tr.col_comm)}.values())
+    mem = comm.gatherv(np.array([[dev.peak_memory_bytes() if dev.is_cuda else 0,
+                                  peak_rss_bytes()]], dtype=np.int64))
+    staged = comm.gatherv(np.array([stage], dtype=np.float64))
     if comm.rank != 0:
         return
+    if dev.is_cuda:
+        w.dataset("train/peak_device_memory_per_rank", mem[:, 0])
+    w.dataset("train/peak_rss_per_rank", mem[:, 1])
+    w.dataset("train/stage_seconds_per_rank", staged)
     w.dataset("train/epoch", np.arange(1, E + 1))
     for k in ("loss", "train_acc", "val_acc", "test_acc", "eval_time"):
         w.dataset(f"train/{k}", rec[k])
@@ -294,13 +381,13 @@ def write_train(comm: Communicator, w: ResultWriter, cfg: RDMConfig, built: Buil
     w.dataset("train/panel_rows", panel[:, 0])
     w.dataset("train/panel_nnz", panel[:, 1])
     w.dataset("train/spmm_time_per_rank", spmm_t.T)
-    tr = built.trainer
-    w.attrs("train", {"order": str(tr.order), "widths": list(tr.widths), "replicas": built.info["replicas"],
+    w.attrs("train", {"device": str(dev), "mpi_path": cfg.mpi_path,"order": str(tr.order), "widths": list(tr.widths), "replicas": built.info["replicas"],
                       "panels": built.info["panels"], "panel_bounds": built.info["panel_bounds"],
                       "memo": cfg.memo, "spmm_kernel": tr.be.name, "dtype": cfg.dtype,
                       "setup_bytes": {k: int(sum(s.get(k, 0) for s in setup)) for k in setup[0]},
                       "setup_seconds": built.info["setup_seconds"],
                       "epochs_run": E, "nan_loss_epoch": int(rec["nan_loss_epoch"]),
+                      "feature_norm": cfg.feature_norm_used, **tr.task.attrs(),
                       "resumed_after_epoch": int(built.resumed["epoch"]) if built.resumed else 0,
                       "bytes_convention": "per-rank counters summed over ranks; alltoallv counts "
                                           "bytes sent to other ranks, bcast/allreduce count the "
@@ -341,8 +428,21 @@ def config_from_args(args: Any) -> RDMConfig:
         if str(order).lower() != "alt":
             raise ShardError(f"--order {order} and --order-from: expected one of them, got both")
         order = order_from_results(args.order_from, args.layers)
+    extra: dict[str, Any] = {}
+    backend = getattr(args, "backend", None)
+    given = getattr(args, "given_options", None)
+    if backend is not None and (given is None or "backend" in given):
+        both = [f"--{o.replace('_', '-')}" for o in ("device", "spmm")
+                if given is not None and o in given]
+        if both:
+            raise ShardError(f"--backend is replaced by --device and --spmm; expected either "
+                             f"--backend or {' and '.join(both)}, got both")
+        if backend not in LEGACY_BACKENDS:
+            raise ShardError(f"--backend: expected one of {', '.join(LEGACY_BACKENDS)}, got "
+                             f"{backend!r}")
+        extra["device"], extra["spmm"] = LEGACY_BACKENDS[backend]
     return from_args(RDMConfig, args, data=str(args.data), engine=args.engine.lower(),
-                     order=order, eval_every=eval_every)
+                     order=order, eval_every=eval_every, **extra)
 
 
 __all__ = ["RDMConfig", "build", "main", "config_from_args", "default_order"]

@@ -82,8 +82,13 @@ class ReferenceGCN:
         """(logits, loss, flat gradient) of a training forward/backward at ``step``."""
         flat = self.params.clone().requires_grad_(True)
         logits = self.forward(flat, step, True)
-        logp = torch.log_softmax(logits, dim=1)
-        loss = -(self.w * logp[torch.arange(logits.shape[0]), self.y]).sum()
+        if self.y.dim() == 2:   # multi-label: per row, the mean over classes of BCE with logits
+            t = self.y.clamp(min=0).to(logits.dtype)
+            loss = (self.w * torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, t, reduction="none").mean(dim=1)).sum()
+        else:
+            logp = torch.log_softmax(logits, dim=1)
+            loss = -(self.w * logp[torch.arange(logits.shape[0]), self.y]).sum()
         loss.backward()
         grad = flat.grad
         if grad is None:

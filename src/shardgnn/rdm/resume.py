@@ -57,7 +57,8 @@ def save(comm: Communicator, cfg: Any, tr: Any, rec: dict[str, Any], epochs_done
                         "nan_loss_epoch": np.int64(rec["nan_loss_epoch"]),
                         **{s: np.stack([r[s] for r in ranks]) for s in RANK_SERIES}}}
         try:
-            checkpoint.write_state(checkpoint_path(cfg), ENGINE, k, _config(cfg, comm.size), state)
+            checkpoint.write_state(checkpoint_path(cfg), ENGINE, k,
+                                   {**_config(cfg, comm.size), "widths": list(tr.widths)}, state)
         except (OSError, ShardError) as exc:
             err = f"{checkpoint_path(cfg)}: could not write the checkpoint ({exc})"
     comm.agree(not err, err)

@@ -16,17 +16,18 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from shardgnn import keyed, log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError
+from shardgnn.io import labels
 from shardgnn.io.results import ResultWriter
 from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_data, open_store,
                                         owner_ranks, read_mask)
 from shardgnn.sampling.service import GatherApplySampler, store_weights
-from shardgnn.train import checkpoint, guards, models, sync
+from shardgnn.train import checkpoint, features, guards, models, sync
+from shardgnn.train.metrics import Task
 from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
 
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time", "sample_time",
@@ -83,12 +84,15 @@ class _Run:
         from shardgnn.io.canonical import read_meta
 
         gm = read_meta(ds)
-        classes = int(gm.num_classes or (int(self.y.rows.max(initial=-1)) + 1))
+        classes = int(gm.num_classes or labels.num_classes(self.y.rows))
         classes = int(comm.allreduce_scalar(classes, "max"))
         own = self.x.owned
         guards.check_features(comm, ds / "x.npy", self.x.rows)
         inmask = {k: np.isin(own, v) for k, v in self.masks.items()}
         guards.check_labels(comm, ds / "y.npy", self.y.rows, classes, inmask, row_ids=own)
+        self.task = Task(bool(gm.multilabel or np.ndim(self.y.rows) == 2), classes)
+        cfg.feature_norm_used, _ = features.decide(comm, cfg.feature_norm, [(self.x.rows, None)])
+        self.x.rows = features.apply(self.x.rows, cfg.feature_norm_used)
         self.model = comm.run_agreed(_build_model, cfg, int(self.x.rows.shape[1]), classes)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
                                     weight_decay=cfg.weight_decay)
@@ -161,7 +165,8 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
     steps = -(-order.size // cfg.batch_size)
     torch.set_rng_state(run.torch_rng)
     run.model.train()
-    loss_sum, correct, count = 0.0, 0, 0
+    loss_sum, count = 0.0, 0
+    counts = np.zeros(run.task.num_counts)
     for s in range(steps):
         seeds = _slice(order, s, cfg.batch_size, comm)
         step = (epoch - 1) * steps + s
@@ -170,15 +175,16 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
         st["sample_time"] += time.perf_counter() - t0
         st["sampled_edges"] += sum(b.num_edges for b in mb.hops)
         t1, f0 = time.perf_counter(), st["fetch_time"]
-        labels = torch.from_numpy(run.y.fetch(seeds, op_name="fetch"))
+        ys = run.y.fetch(seeds, op_name="fetch")
         st["fetch_time"] += time.perf_counter() - t1
         run.opt.zero_grad()
         out = _forward(run, mb, st, step)
-        loss = F.cross_entropy(out, labels, reduction="sum") if seeds.size else out.sum() * 0.0
+        loss = (run.task.loss(out, run.task.targets(ys), reduction="sum") if seeds.size
+                else out.sum() * 0.0)
         loss.backward()
         st["compute_time"] += time.perf_counter() - t1 - (st["fetch_time"] - f0)
         loss_sum += float(loss.detach())
-        correct += int((out.argmax(1) == labels).sum()) if seeds.size else 0
+        counts += run.task.counts(out, ys)
         count += int(seeds.size)
         t2 = time.perf_counter()
         sync.allreduce_grads(comm, run.model, seeds.size)
@@ -188,28 +194,29 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
     run.torch_rng = torch.get_rng_state()
     tot = comm.allreduce_scalar(count)
     st["loss"] = comm.allreduce_scalar(loss_sum) / tot if tot else float("nan")
-    st["train_acc"] = comm.allreduce_scalar(correct) / tot if tot else float("nan")
+    comm.allreduce(counts)
+    st["train_acc"] = run.task.score(counts)
     st["steps"] = steps
     return st
 
 
 def _evaluate(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int) -> dict[str, float]:
-    """Accuracy on val/test over sampled blocks (fanouts as in training). Collective over comm."""
+    """The score (accuracy or micro-F1) on val/test over sampled blocks (fanouts as in
+    training). Collective over comm."""
     run.model.eval()
     out: dict[str, float] = {}
     step = EVAL_STEP0 + epoch  # one step for the whole evaluation: a vertex's sample does not
     with torch.no_grad():       # depend on the batch (or rank) that holds it
         for name in ("val", "test"):
             order = _share(run.masks[name], cfg.seed, epoch, False)
-            correct = 0
+            counts = np.zeros(run.task.num_counts)
             for s in range(-(-order.size // cfg.eval_batch_size)):
                 seeds = _slice(order, s, cfg.eval_batch_size, comm)
                 mb = run.sampler.sample(seeds, cfg.fanouts, step=step)
-                labels = run.y.fetch(seeds, op_name="fetch")
-                pred = _forward(run, mb, {"fetch_time": 0.0}).argmax(1).numpy()
-                correct += int((pred == labels).sum()) if seeds.size else 0
-            tot = run.masks[name].size
-            out[f"{name}_acc"] = comm.allreduce_scalar(correct) / tot if tot else float("nan")
+                ys = run.y.fetch(seeds, op_name="fetch")
+                counts += run.task.counts(_forward(run, mb, {"fetch_time": 0.0}), ys)
+            comm.allreduce(counts)
+            out[f"{name}_acc"] = run.task.score(counts)
     return out
 
 
@@ -305,7 +312,8 @@ def _write(comm: Communicator, cfg: SampledConfig, run: _Run, hist: dict[str, An
                "nan_loss_epoch": int(hist.get("nan_loss_epoch", 0)),
                "total_epoch_time": float(np.nansum(hist["epoch_time"])),
                "sampled_edges": float(np.nansum(hist["sampled_edges"])),
-               "feature_bytes_owned": run.x.nbytes}
+               "feature_bytes_owned": run.x.nbytes, "feature_norm": cfg.feature_norm_used,
+               **run.task.attrs()}
     ops = sorted({k for d in hist["bytes"] for k in d})
     load = np.asarray(hist["load"], dtype=np.int64).reshape(-1, 3)
     with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:

@@ -34,6 +34,10 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 1
     allow_nan_loss: bool = False
+    feature_norm: str = "auto"
+    #: the preprocessing ``feature_norm`` resolved to (``row`` / ``none``), set by the engine
+    #: before training (:func:`shardgnn.train.features.decide`); not an option
+    feature_norm_used: str = ""
 
     def common_checks(self, min_eval_every: int = 1) -> list[Check]:
         """Checks of the common options (``--eval-every`` at least ``min_eval_every``)."""
@@ -48,12 +52,14 @@ class TrainConfig:
                 (wd_finite and self.weight_decay >= 0, "--weight-decay", "a finite number >= 0",
                  self.weight_decay),
                 (self.eval_every >= min_eval_every, "--eval-every", f">= {min_eval_every}",
-                 self.eval_every)]
+                 self.eval_every),
+                (self.feature_norm in ("auto", "row", "none"), "--feature-norm",
+                 "auto, row or none", self.feature_norm)]
 
 
 @dataclass(kw_only=True)
 class CheckpointOptions:
-    """`--checkpoint`, `--checkpoint-every`, `--resume` (every engine but nau)."""
+    """`--checkpoint`, `--checkpoint-every`, `--resume` (every engine)."""
 
     checkpoint: str | None = None
     checkpoint_every: int = 0

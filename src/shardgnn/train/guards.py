@@ -26,6 +26,22 @@ BLOCK_ROWS = 1 << 16
 
 
 # ---------------------------------------------------------------------------- option types
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """argparse type: bytes from '123', '512K', '64M', '2G' or '1.5T' (binary units; a trailing B/iB ok)."""
+    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    try:
+        value = float(t[:len(t) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return int(value)
+
+
 def finite_float(low: float | None = None, *, low_inclusive: bool = True,
                  high: float | None = None, high_inclusive: bool = False
                  ) -> Callable[[str], float]:
@@ -148,25 +164,41 @@ def label_finding(path: str | Path, y: np.ndarray, num_classes: int,
                   masks: Mapping[str, np.ndarray | None], row_ids: np.ndarray | None = None,
                   what: Callable[[int], str] | None = None, order: int = 0) -> Finding | None:
     """A :class:`Finding` for the first bad label of ``y``: outside [0, num_classes) and not
-    :data:`UNLABELLED`, or unlabelled inside a mask. ``row_ids[i]`` is the row of ``y[i]`` in
-    ``path`` (default ``i``). Rank-local."""
+    :data:`UNLABELLED`, or unlabelled inside a mask. Multi-label ``y`` ((N, C) rows,
+    :mod:`shardgnn.io.labels`) must have ``num_classes`` columns of 0/1, or be a row of -1
+    (unlabelled). ``row_ids[i]`` is the row of ``y[i]`` in ``path`` (default ``i``).
+    Rank-local."""
     y = np.asarray(y)
     ids = np.arange(y.shape[0], dtype=np.int64) if row_ids is None else np.asarray(row_ids)
-    bad = ((y < 0) | (y >= num_classes)) & (y != UNLABELLED)
     hit: tuple[int, str] | None = None
-    if bad.any():
-        i = int(np.argmin(np.where(bad, ids, np.iinfo(np.int64).max)))
-        hit = (int(ids[i]), f"label {int(y[i])}, expected a class in [0, {num_classes}) or "
-               f"{UNLABELLED} (unlabelled)")
+    if y.ndim == 2:   # multi-label rows (shardgnn.io.labels)
+        if y.shape[1] != num_classes:
+            return Finding((order, -1), f"{path}: multi-label y with {y.shape[1]} columns, "
+                           f"expected {num_classes} (one per class)")
+        unlabelled = (y == UNLABELLED).all(axis=1)
+        bad = ~unlabelled & ~((y == 0) | (y == 1)).all(axis=1)
+        want = "0 or 1 per class (a row of -1: unlabelled)"
+        if bad.any():
+            i = int(np.argmin(np.where(bad, ids, np.iinfo(np.int64).max)))
+            v = y[i][(y[i] != 0) & (y[i] != 1)][0]
+            hit = (int(ids[i]), f"multi-label value {int(v)}, expected {want}")
+    else:
+        unlabelled = y == UNLABELLED
+        bad = ((y < 0) | (y >= num_classes)) & ~unlabelled
+        want = f"a class in [0, {num_classes})"
+        if bad.any():
+            i = int(np.argmin(np.where(bad, ids, np.iinfo(np.int64).max)))
+            hit = (int(ids[i]), f"label {int(y[i])}, expected a class in [0, {num_classes}) or "
+                   f"{UNLABELLED} (unlabelled)")
     for name, m in masks.items():
         if m is None:
             continue
-        hole = np.asarray(m, dtype=bool) & (y == UNLABELLED)
+        hole = np.asarray(m, dtype=bool) & unlabelled
         if hole.any():
             i = int(np.argmin(np.where(hole, ids, np.iinfo(np.int64).max)))
             if hit is None or int(ids[i]) < hit[0]:
                 hit = (int(ids[i]), f"unlabelled vertex ({UNLABELLED}) in the {name} mask, "
-                       f"expected a class in [0, {num_classes})")
+                       f"expected {want}")
     if hit is None:
         return None
     r, problem = hit

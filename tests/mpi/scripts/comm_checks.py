@@ -139,16 +139,19 @@ for mc in (2**31 - 1, 7):
 from shardgnn.rdm.layout import Grid  # noqa: E402
 from shardgnn.rdm.redistribute import Redistribution  # noqa: E402
 
-for mc in (2**31 - 1, 7):
+for mc, staged in ((2**31 - 1, False), (7, False), (2**31 - 1, True), (7, True)):
     w = world(mc)
+    w.set_mpi_path("host", force_staging=staged)   # staged: as GPU tensors cross MPI
+    tag = f"mc={mc} staged={staged}"
     g = Grid(11, w.size, w.size)
     full = np.arange(11 * 5, dtype=np.float64).reshape(11, 5)
     to_col, to_row = (Redistribution(w, g, w.rank, 5, s) for s in ("row", "col"))
     r0, r1 = g.row_range(w.rank)
     c0, c1 = g.col_range(5, w.rank)
     t = to_col(torch.from_numpy(full[r0:r1].copy()))
-    check(np.array_equal(t.numpy(), full[:, c0:c1]), f"redistribution row->col mc={mc}")
-    check(np.array_equal(to_row(t).numpy(), full[r0:r1]), f"redistribution col->row mc={mc}")
+    check(np.array_equal(t.numpy(), full[:, c0:c1]), f"redistribution row->col {tag}")
+    check(np.array_equal(to_row(t).numpy(), full[r0:r1]), f"redistribution col->row {tag}")
+    check((w.stage_seconds["redistribute"] > 0) == staged, f"redistribution staging {tag}")
 
 # the tiny-count default constructor still wraps WORLD
 check(Communicator(max_count=7).size == comm.size, "Communicator() is WORLD")

@@ -16,7 +16,8 @@ import numpy as np
 
 from shardgnn.comm import world
 from shardgnn.io.canonical import edge_memmap, load_node_array, read_meta
-from shardgnn.rdm.graph import read_partition, row_scale
+from shardgnn.rdm.graph import read_partition
+from shardgnn.train.features import row_scale
 from shardgnn.rdm.main import RDMConfig, build
 from shardgnn.rdm.reference import ReferenceGCN
 from shardgnn.rdm.schedule import all_orders, epoch_bytes, parse_order
@@ -34,10 +35,11 @@ def rel(a, b):
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)) if b.size else 0.0
 
 
-def reference_for(data, tr, g, dtype, p, seed):
+def reference_for(data, tr, g, dtype, p, seed, norm):
     meta = read_meta(data)
     x = load_node_array(data, "x", meta, mmap=False)
-    x = x * row_scale(x)[:, None]
+    if norm == "row":   # the engine's --feature-norm choice (auto: row for count features)
+        x = x * row_scale(x)[:, None]
     y = load_node_array(data, "y", meta, mmap=False)
     tm = load_node_array(data, "train_mask", meta, mmap=False)
     w = tm.astype(np.float64) / max(int(tm.sum()), 1)
@@ -65,7 +67,8 @@ def run_one(data, spec, report):
             built = build(comm, cfg)
             tr, g = built.trainer, built.graph
             perm = read_partition(cfg.partition, meta.num_nodes).new_of_old if cfg.partition else None
-            ref = reference_for(data, tr, g, dt, drop, 3) if rank == 0 else None
+            ref = (reference_for(data, tr, g, dt, drop, 3, built.node_data.feature_norm)
+                   if rank == 0 else None)
             if rank == 0:
                 r_logits, r_loss, r_grad = ref.gradients(0)
             orders = all_orders(L) if case["orders"] == "all" else [parse_order(o, L) for o in case["orders"]]
@@ -110,7 +113,8 @@ def run_one(data, spec, report):
                             dropout=0.5, seed=5, replicas=cv.get("replicas", 0))
             built = build(comm, cfg)
             tr = built.trainer
-            ref = reference_for(data, tr, built.graph, cv["dtype"], 0.5, 5) if rank == 0 and rep == 0 else None
+            ref = (reference_for(data, tr, built.graph, cv["dtype"], 0.5, 5,
+                                 built.node_data.feature_norm) if rank == 0 and rep == 0 else None)
             losses = []
             for ep in range(cv["epochs"]):
                 st = tr.train_step()

@@ -16,6 +16,7 @@ from shardgnn.partition.streaming.pipeline import (ALGORITHMS, WRITE_MEMORY_FRAC
                                                    WRITE_MEMORY_MIN, AutoParts,
                                                    PartitionConfig, main)
 from shardgnn.partition.streaming.spring import SpringParams
+from shardgnn.train.guards import parse_size
 
 __all__ = ["ALGORITHMS", "add_arguments", "run", "config_from_args", "parse_size"]
 
@@ -176,22 +177,6 @@ def add_arguments(parser: Any) -> None:
                    help="--parts auto: GiB per device kept for GNN computation (default: 2/3 of "
                    "M); p = q when graph+features on disk fit in q*(M-T), else the smallest "
                    "multiple of q whose parts fit in M-T")
-
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def parse_size(text: str) -> int:
-    """Bytes from '123', '512K', '64M', '2G' or '1.5T' (binary units; a trailing B/iB ok)."""
-    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
-    try:
-        value = float(t[:len(t) - len(unit)]) * _UNITS[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
-    return int(value)
 
 
 def config_from_args(args: argparse.Namespace) -> PartitionConfig:
