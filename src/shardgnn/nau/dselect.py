@@ -39,7 +39,7 @@ from shardgnn.nau.layer import Records
 from shardgnn.nau.part import PartGraph
 from shardgnn.nau.selection import (anchor_member, anchor_records, gather_rows, instance_ks,
                                     root_uniforms, topk_visits)
-from shardgnn.sampling.kernels import draw01, vertex_key
+from shardgnn.keyed import draw01, vertex_key
 
 #: Walks a rank starts per round of :func:`walk_topk` (bounds the walk rows in flight).
 WALKS_PER_ROUND = 1 << 18
