@@ -97,3 +97,31 @@ def cora_work(tmp_path_factory):
                   "--fanouts", "5,5", "--checkpoint-every", 1, "--out", root / "s.h5"]):
         assert main([str(a) for a in args]) == 0, args
     return root
+
+
+@pytest.fixture(scope="module")
+def comm():
+    """This process's world communicator (one rank under plain pytest)."""
+    from shardgnn.comm import world
+
+    return world()
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory):
+    """Cora written as a canonical dataset with seeded 5-column features, 3 classes and masks:
+    (directory, normalised edges, |V|, features)."""
+    import numpy as np
+
+    from shardgnn.io.canonical import write_dataset
+    from shardgnn.io.rawedges import normalise, raw_pairs
+
+    edges, n = normalise(raw_pairs(INPUTS / "cora"))
+    rng = np.random.default_rng(0)
+    x = rng.random((n, 5)).astype(np.float32)
+    y = rng.integers(0, 3, n)
+    masks = {"train_mask": rng.random(n) < 0.5, "val_mask": rng.random(n) < 0.2,
+             "test_mask": rng.random(n) < 0.3}
+    d = tmp_path_factory.mktemp("cora")
+    write_dataset(d, edges, n, x=x, y=y, masks=masks)
+    return d, edges, n, x

@@ -31,13 +31,15 @@ of other modules only when their file changes too (or the cache is cleared).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numba
 import numpy as np
-import torch
 
 from shardgnn.jit import kernel_threads
+
+if TYPE_CHECKING:   # torch is imported by the functions using it: the NumPy side
+    import torch    # (partitioning kernels) runs without loading it
 
 #: splitmix64's increment (the golden ratio times 2**64) and its finaliser's multipliers.
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -219,6 +221,8 @@ _T_GOLDEN, _T_M1, _T_M2 = _i64(GOLDEN), _i64(_M1), _i64(_M2)
 
 def _mix64_(x: torch.Tensor) -> torch.Tensor:
     """:func:`mix64_torch` in place on ``x`` (one temporary of x's size)."""
+    import torch
+
     t = torch.empty_like(x)
     for s, m in ((30, _T_M1), (27, _T_M2), (31, 0)):
         torch.bitwise_right_shift(x, s, out=t)
@@ -231,6 +235,8 @@ def _mix64_(x: torch.Tensor) -> torch.Tensor:
 
 def mix64_torch(x: torch.Tensor) -> torch.Tensor:
     """:func:`mix64` of int64 words (the uint64 bits), elementwise, on x's device."""
+    import torch
+
     return _mix64_(x.to(torch.int64, copy=True))
 
 
@@ -247,6 +253,8 @@ def vertex_key_torch(seed: int, step: int, layer: int, v: torch.Tensor,
                      salt: int) -> torch.Tensor:
     """:func:`vertex_key` of every vertex of the int64 tensor ``v``, as int64 words on v's
     device (the per-stream part is computed once on the host, a scalar)."""
+    import torch
+
     h = _mix64_(v.to(torch.int64) ^ _stream_prefix(seed, step, layer))
     h ^= _i64(int(salt) + int(GOLDEN))
     return _mix64_(h)
@@ -254,6 +262,8 @@ def vertex_key_torch(seed: int, step: int, layer: int, v: torch.Tensor,
 
 def draw_bits_torch(keys: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """:func:`draw_bits` of streams ``keys`` at draw numbers ``cols`` (broadcast; int64)."""
+    import torch
+
     x = _mix64_(keys + (cols.to(torch.int64) + 1) * _T_GOLDEN)
     x >>= 11
     x &= (1 << 53) - 1
@@ -261,6 +271,8 @@ def draw_bits_torch(keys: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
 
 
 def _rows_torch(gids_or_row0: Any, nrows: int, device: Any) -> torch.Tensor:
+    import torch
+
     if isinstance(gids_or_row0, torch.Tensor):
         return gids_or_row0.to(device=device, dtype=torch.int64)
     if np.ndim(gids_or_row0) == 0:
@@ -275,6 +287,8 @@ TORCH_CHUNK = 1 << 24
 
 def _keep_rows_torch(rows: torch.Tensor, col0: int, ncols: int, seed: int, step: int,
                      layer: int, th: int) -> torch.Tensor:
+    import torch
+
     keys = vertex_key_torch(seed, step, layer, rows, DROP_SALT)
     cols = torch.arange(col0, col0 + ncols, dtype=torch.int64, device=rows.device)
     return draw_bits_torch(keys[:, None], cols[None, :]) >= th
@@ -285,6 +299,8 @@ def keep_mask_torch(gids_or_row0: Any, col0: int, ncols: int, seed: int, step: i
     """:func:`keep_mask` computed by torch on ``device`` (bool, (rows, ncols)): the same bits.
     ``gids_or_row0``: an int64 tensor or array of global row ids, or an int ``row0`` with
     ``nrows``. Works in chunks of rows of at most :data:`TORCH_CHUNK` elements."""
+    import torch
+
     if device is None:
         device = gids_or_row0.device if isinstance(gids_or_row0, torch.Tensor) else "cpu"
     rows = _rows_torch(gids_or_row0, nrows, device)
@@ -304,6 +320,8 @@ def dropout_torch(x: torch.Tensor, gids_or_row0: Any, col0: int, seed: int, step
     """Inverted dropout of the 2-D block ``x`` (rows: global ids or an int ``row0``; global
     columns ``col0..``) computed on x's device: ``x * mask`` with :func:`dropout_mask`'s bits
     (the scale ``1 / (1 - p)`` in x's dtype)."""
+    import torch
+
     keep = keep_mask_torch(gids_or_row0, col0, x.shape[1], seed, step, layer, p,
                            nrows=x.shape[0], device=x.device)
     scale = torch.tensor(_scale(p), dtype=torch.float64).to(device=x.device, dtype=x.dtype)

@@ -213,8 +213,15 @@ def test_cli_end_to_end_and_errors(graphs, tmp_path):
         g = f["partition"]
         assert g.attrs["algo"] == "dne" and g["peak_rss_bytes"].shape == (2,)
         assert {"rf", "eb", "vb", "iterations", "seconds_partition"} <= set(g.attrs)
+        assert g.attrs["memory_bytes"] > 0 and g.attrs["peak_rss_max_bytes"] > 0
     bad = run_cli(2, ["partition", path, "--algo", "adadne", "--parts", "3", "--out",
                       tmp_path / "bad"], timeout=120, check=False)
     assert bad.returncode == 2
     assert "--parts: expected a positive multiple of the 2 ranks" in bad.stderr
     assert not (tmp_path / "bad").exists()
+    # a --memory below what a rank holds before loading: refused on every rank, no store
+    small = run_cli(2, ["partition", path, "--algo", "dne", "--parts", "2", "--memory", "32M",
+                        "--out", tmp_path / "small"], timeout=120, check=False)
+    assert small.returncode == 2
+    assert small.stderr.count("--memory 32 MiB: too small for") == 2
+    assert not (tmp_path / "small").exists()

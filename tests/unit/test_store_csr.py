@@ -121,34 +121,42 @@ def fa_entries(path):
         return f["indices"].shape[0]
 
 
-def test_count_group_equals_one_partition_counts(tmp_path):
+def test_plan_counts_equal_numpy_and_drop_lonely_replicas(tmp_path):
     rng = np.random.default_rng(5)
-    n, p = 400, 11
+    n, p = 400, 70   # two presence words
     e = _graph(rng, n, 2000)
     csr = _csr_files(tmp_path, e, n, 2)
     owner = rng.integers(0, p, n)
     present = rng.random((n, p)) < 0.4
     present[np.arange(n), owner] = True
-    pres = np.zeros((n, 1), np.uint64)
+    present[n - 1] = True   # isolated: a replica with no neighbour anywhere
+    pres = np.zeros((n, 2), np.uint64)
     for i in range(p):
-        pres[present[:, i], 0] |= np.uint64(1 << i)
-    buf = [np.empty(64, np.int32)]
+        pres[present[:, i], i // 64] |= np.uint64(1 << (i % 64))
+    both = np.concatenate([e, e[:, ::-1]])
     with csr:
-        for group in ([0, 1, 2, 3, 4, 5, 6, 7], [8, 10], [9]):
-            n_own, n_tot = store_csr.count_group(csr, pres, owner, group, chunk=8)
-            for s, i in enumerate(group):
-                want = store_csr._count_one(csr, np.flatnonzero(owner == i),
-                                            np.flatnonzero(present[:, i]), buf)
-                np.testing.assert_array_equal(n_own[s], want[0])
-                np.testing.assert_array_equal(n_tot[s], want[1])
-            # the same counts by row ranges in a thread pool
-            with ThreadPoolExecutor(3) as pool:
-                got = store_csr.count_group(csr, pres, owner, group, chunk=8, pool=pool,
-                                            threads=3)
-            np.testing.assert_array_equal(got[0], n_own)
-            np.testing.assert_array_equal(got[1], n_tot)
-        with pytest.raises(ValueError, match="group"):
-            store_csr.count_group(csr, pres, owner, list(range(9)))
+        for i in (0, 5, 64, 69):
+            owned, halo = store_csr.members(pres, owner, i)
+            np.testing.assert_array_equal(owned, np.flatnonzero(owner == i))
+            np.testing.assert_array_equal(halo, np.flatnonzero(present[:, i] & (owner != i)))
+            inside = present[:, i]
+            # the oracle: a replica stays only with a neighbour in the partition
+            deg_in = np.bincount(both[inside[both[:, 1]], 0], minlength=n)
+            keep = halo[deg_in[halo] > 0]
+            assert keep.shape[0] < halo.shape[0]   # the case is exercised
+            gid = np.concatenate([owned, keep])
+            loc = np.zeros(n, bool)
+            loc[gid] = True
+            own = owner == i
+            for threads in (0, 3):
+                with ThreadPoolExecutor(max(1, threads)) as pool:
+                    reader = store_csr._Reader(csr, 8, pool if threads else None, threads)
+                    pl = store_csr.plan(reader, i, owned, halo)
+                np.testing.assert_array_equal(pl.gid, gid)
+                tot = np.bincount(both[loc[both[:, 1]], 0], minlength=n)[gid]
+                np.testing.assert_array_equal(np.diff(pl.indptr), tot)
+                np.testing.assert_array_equal(
+                    pl.n_own, np.bincount(both[own[both[:, 1]], 0], minlength=n)[gid])
 
 
 def test_csr_check_reports_missing_file(tmp_path):

@@ -7,6 +7,7 @@ from typing import Any
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.comm import Communicator
 from shardgnn.io import outputs
+from shardgnn.partition import budget
 from shardgnn.partition.streaming import cli as streaming_cli
 from shardgnn.partition.vertexcut import cli as vertexcut_cli
 from shardgnn.registry import PARTITIONERS
@@ -45,6 +46,18 @@ def add_parser(sub: Any) -> None:
                    help="results HDF5 file for the run's metrics (default: OUT/results.h5)")
     p.add_argument("--chunk", type=int, default=1 << 20,
                    help="edges read per chunk; bounds streaming memory (default: 1048576)")
+    p.add_argument("--memory", type=streaming_cli.parse_size, default=None, metavar="SIZE",
+                   help="peak resident memory per rank, e.g. 8G: the streaming partitioners "
+                   "size their buffers and threads to it and keep the graph's CSR on disk, "
+                   "built and read in buckets, when it does not fit (slower, same partition), "
+                   "and refuse a budget below their O(|V|) state (64 + 4p bytes per vertex) beside "
+                   "what the rank holds after start-up; the vertex-cut partitioners hold their "
+                   "edge shard in memory: they refuse a budget below it (12 bytes per edge of "
+                   "|E|/P) and warn when the peak went over. Default: "
+                   f"{budget.MEMORY_FRACTION:g} of the node's available memory (MemAvailable, "
+                   "or less under a cgroup limit) divided by the ranks on the node, at least "
+                   f"{budget.MEMORY_MIN >> 20}M; the value used and the peak reached are in "
+                   "meta.json and the results file")
     streaming_cli.add_arguments(p)
     vertexcut_cli.add_arguments(p)
     p.set_defaults(func=run)

@@ -9,25 +9,29 @@ bidirected edge list grouped by source — together the ranks' files are the gra
 gets its smaller neighbours from earlier blocks, then its larger ones). From it, partition i is
 written with two reads of the rows it needs and no sort:
 
-1. **count**: for every vertex of V_i, its neighbours in V_i and, among them, the owned ones
-   (the local ids: owned vertices first, then the replicas that have a neighbour in V_i, each
-   group ascending — the same as the spill writer's);
+1. **plan**: one read of the CSR rows of V_i counts, per vertex of V_i, its neighbours in V_i
+   and, among them, the owned ones, at its local id (owned vertices first, then the replicas
+   that have a neighbour in V_i, each group ascending — the same as the spill writer's);
 2. **fill**: rows are cut into buckets of at most ``budget`` bytes of indices; for each, the
    global rows from the first to the last one it needs are read once, ascending (a bucket of
    owned rows or of replica rows spans one ascending range of the CSR, the one bucket that
-   holds both spans both; with one bucket, the usual case, the CSR is read once) and each
-   neighbour in V_i is placed at its row's owned cursor or replica cursor. A sorted global row maps to owned ids ascending
-   then replica ids ascending: the row comes out sorted with no sort.
+   holds both spans both) and each neighbour in V_i is placed at its row's owned cursor or
+   replica cursor. A sorted global row maps to owned ids ascending then replica ids
+   ascending: the row comes out sorted with no sort. Each bucket is written as soon as it is
+   filled (with worker threads, while they fill the next one).
 
-The CSR is read in blocks of rows (``os.preadv`` into one reused buffer, sequential); memory is
-O(|V|) (a state byte, two counts and the local id per vertex of the graph) plus the bucket
-plus the block. The content equals the spill writer's (``store_write``), checked by the tests
-and ``run/bench/partition/streaming_identity.py``.
+The CSR is read in blocks of rows (``os.preadv`` into one reused buffer per thread,
+sequential; a rank's own rows held in memory are read in place). Memory: half a byte per vertex
+of the graph (the rank table of the local ids) and 21 bytes per vertex of the partition (local
+ids, indptr, owned counts) plus the buckets plus the blocks; no array per vertex and
+partition. The content equals the spill writer's (``store_write``), checked by the tests and
+``run/bench/partition/streaming_identity.py``.
 """
 from __future__ import annotations
 
 import errno
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -136,50 +140,6 @@ DIRECT_ALIGN = 4096
 DIRECT_MIN = 16 << 20
 #: Bytes per direct ``pwrite``.
 DIRECT_BLOCK = 64 << 20
-#: Partitions counted together by :func:`count_group` (one byte lane each in a uint64).
-GROUP = 8
-#: SWAR table: byte b -> the uint64 whose byte lane k is bit k of b.
-_SPREAD = np.array([sum(((b >> k) & 1) << (8 * k) for k in range(8)) for b in range(256)],
-                   np.uint64)
-
-
-def count_group(csr: GlobalCSR, pres: np.ndarray, owner: np.ndarray, group: list[int],
-                chunk: int = 1 << 20, pool: Any = None,
-                threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Row counts of up to :data:`GROUP` partitions by one read of the CSR (open). Rank-local.
-
-    ``pres``: (|V|, words) uint64, bit i of vertex v set when v belongs to partition i;
-    ``owner``: (|V|,) partition of every vertex. Returns (n_own, n_tot), each (len(group),
-    |V|) int32: row s holds, for every vertex x of partition ``group[s]``, its neighbours
-    owned by / belonging to that partition (0 for the other vertices) — what
-    :func:`write_partition_csr` counts for one partition. 8 bytes per vertex per partition,
-    plus 2 per vertex. With a thread ``pool``, the rows are cut into ``threads`` ranges of
-    about equal entries, counted concurrently (each its own read buffer).
-    """
-    if not 0 < len(group) <= GROUP:
-        raise ValueError(f"group: expected 1 to {GROUP} partitions, got {len(group)}")
-    n = csr.indptr.shape[0] - 1
-    # per vertex: low byte = the group partitions holding it, high byte = the one owning it
-    lanes = np.zeros(n, np.uint16)
-    for s, i in enumerate(group):
-        bit = (pres[:, i // 64] >> np.uint64(i % 64)) & np.uint64(1)
-        lanes |= bit.astype(np.uint16) << np.uint16(s)
-        lanes[owner == i] |= np.uint16(1 << (8 + s))
-    n_own = np.zeros((len(group), n), np.int32)
-    n_tot = np.zeros((len(group), n), np.int32)
-
-    def count(x0: int, x1: int) -> None:
-        buf = [np.empty(4 * max(1, int(chunk)), csr.dtype)]
-        for xa, xb, tgt in csr.blocks(x0, x1, buf[0].shape[0], buf):
-            _count_lanes(xa, xb, csr.indptr, tgt, lanes, _SPREAD, n_own, n_tot)
-
-    cuts = row_ranges(csr.indptr, 0, n, threads if pool is not None else 1)
-    if len(cuts) > 2:
-        for f in [pool.submit(count, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]:
-            f.result()
-    else:
-        count(0, n)
-    return n_own, n_tot
 
 
 def row_ranges(indptr: np.ndarray, x0: int, x1: int, k: int) -> np.ndarray:
@@ -191,64 +151,39 @@ def row_ranges(indptr: np.ndarray, x0: int, x1: int, k: int) -> np.ndarray:
     return np.unique(np.concatenate([[x0], cuts, [x1]]).astype(np.int64))
 
 
-def write_partitions_csr(out: Path, mine: list[int], parts: int, owner: np.ndarray,
-                         pres: np.ndarray, csr: GlobalCSR, node_data: dict[str, np.ndarray],
-                         chunk: int = 1 << 20, budget: int = 256 << 20,
-                         compression: str = "none", edge_attrs: Any = None,
-                         syncer: Any = None, threads: int = 0) -> dict[int, dict[str, Any]]:
-    """Write partitions ``mine`` into the folder ``out`` from ``csr`` (open): the same files as
-    :func:`write_partition_csr` for each.
-
-    Their rows are counted up to :data:`GROUP` partitions per read of the CSR
-    (:func:`count_group`, 8 bytes per vertex of the graph and partition) while those counts
-    take at most half of ``budget``; they are then held during the group's writes and taken
-    off the bucket budget, so the write step still holds at most ``budget`` bytes of counts
-    and indices. ``pres`` and ``owner`` as :func:`count_group`.
-
-    ``threads`` = 0: one partition after another on this thread, one indices buffer reused.
-    ``threads`` >= 1: a pool of that many threads counts (each a range of rows) and fills
-    the next partition's indices (each a range of its rows; two indices buffers) while this
-    thread writes the previous partition's file — for every partition whose indices, twice
-    over, fit the budget left (the others as with 0). Rank-local; returns partition -> stats.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    check_compression(compression)
-    n = csr.indptr.shape[0] - 1
-    per = min(GROUP, (int(budget) // 2) // max(1, 8 * n))
-    stats: dict[int, dict[str, Any]] = {}
-    scratch = [np.empty(0, np.int32)]
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="csr-write") as pool:
-        pipe = _Pipeline(csr, pool, max(1, threads), chunk, out, parts, compression,
-                         node_data, edge_attrs, syncer, budget, stats) if threads > 0 else None
-        for g0 in range(0, len(mine), max(1, per)):
-            group = mine[g0:g0 + max(1, per)]
-            counted = count_group(csr, pres, owner, group, chunk, pool if threads else None,
-                                  threads) if per >= 1 else None
-            held = 0 if counted is None else counted[0].nbytes + counted[1].nbytes
-            for s, i in enumerate(group):
-                present = (pres[:, i // 64] >> np.uint64(i % 64)) & np.uint64(1) != 0
-                counts = None if counted is None else (counted[0][s], counted[1][s])
-                owned = np.flatnonzero(owner == i)
-                if pipe is not None and counts is not None and \
-                        pipe.take(i, owned, present, counts, budget - held):
-                    continue
-                if pipe is not None:   # written one bucket after another: buffers freed
-                    pipe.flush()
-                    pipe.release()
-                stats[i] = write_partition_csr(
-                    out / part_name(i), i, parts, owned, present, csr, node_data,
-                    chunk=chunk, budget=budget - held, compression=compression,
-                    edge_attrs=edge_attrs, syncer=syncer, counts=counts, scratch=scratch)
-            if pipe is not None:
-                pipe.flush()   # the counts are dropped next
-            del counted
-    return stats
+@njit(cache=True)
+def members(pres, owner, part):
+    """(owned, present but not owned) vertices of partition ``part``, each ascending: owner
+    ``part``, or bit ``part`` set in the (|V|, words) uint64 presence mask ``pres``."""
+    word = part // 64
+    bit = np.uint64(1) << np.uint64(part % 64)
+    no = 0
+    nh = 0
+    for v in range(owner.shape[0]):
+        if owner[v] == part:
+            no += 1
+        elif pres[v, word] & bit:
+            nh += 1
+    owned = np.empty(no, np.int64)
+    halo = np.empty(nh, np.int64)
+    no = 0
+    nh = 0
+    for v in range(owner.shape[0]):
+        if owner[v] == part:
+            owned[no] = v
+            no += 1
+        elif pres[v, word] & bit:
+            halo[nh] = v
+            nh += 1
+    return owned, halo
 
 
 @dataclass
-class _Plan:
-    """A partition's local ids and CSR shape, ready to be filled (:func:`_plan`)."""
+class Plan:
+    """A partition's local ids and CSR shape, ready to be filled (:func:`plan`): ``gid``
+    (owned first, then the replicas, each ascending), ``indptr`` (local rows), ``n_own``
+    (per local row: its neighbours owned by the partition), the rank table ``tab`` of the
+    local ids and the index dtype ``width``."""
 
     index: int
     num_owned: int
@@ -258,98 +193,271 @@ class _Plan:
     tab: np.ndarray
     width: np.dtype
 
-
-def _plan(index: int, owned: np.ndarray, present: np.ndarray, n: int,
-          counts: tuple[np.ndarray, np.ndarray], width: Any = None) -> _Plan:
-    """Local ids (owned first, then the replicas with a neighbour in the partition, each group
-    ascending) and indptr of partition ``index`` from its counts. Rank-local."""
-    n_own, n_tot = counts
-    owned = np.asarray(owned, dtype=np.int64)
-    rows = np.flatnonzero(present)
-    not_owned = np.ones(n, bool)
-    not_owned[owned] = False
-    halo = rows[not_owned[rows] & (n_tot[rows] > 0)]
-    del rows, not_owned
-    gid = np.concatenate([owned, halo])
-    n_loc = int(gid.shape[0])
-    indptr = np.zeros(n_loc + 1, np.int64)
-    np.cumsum(n_tot[gid], out=indptr[1:])
-    w = np.dtype(width) if width is not None else index_dtype(n_loc)
-    return _Plan(index, int(owned.shape[0]), gid, indptr, n_own, rank_table(n, owned, halo), w)
+    def span(self, lo: int, hi: int) -> tuple[int, int]:
+        """Global rows [x0, x1) spanning local rows [lo, hi) (owned ascending, then replicas
+        ascending): one ascending read covers them."""
+        gid, no = self.gid, self.num_owned
+        x0 = min(int(gid[r]) for r in (lo, max(lo, no)) if r < hi)
+        x1 = max(int(gid[r - 1]) for r in (min(hi, no), hi) if r > lo) + 1
+        return x0, x1
 
 
-def _span(plan: _Plan, lo: int, hi: int) -> tuple[int, int]:
-    """Global rows [x0, x1) spanning local rows [lo, hi) (owned ascending, then replicas
-    ascending): one ascending read covers them."""
-    gid, no = plan.gid, plan.num_owned
-    x0 = min(int(gid[r]) for r in (lo, max(lo, no)) if r < hi)
-    x1 = max(int(gid[r - 1]) for r in (min(hi, no), hi) if r > lo) + 1
-    return x0, x1
+class _Reader:
+    """Reads of ``csr`` by row ranges, on this thread or on a pool of ``threads`` workers, each
+    worker with its own block buffer of ``block`` entries (CSR files only: a rank's rows held in
+    memory are read in place). Rank-local."""
 
+    def __init__(self, csr: GlobalCSR, block: int, pool: Any = None, threads: int = 1) -> None:
+        self.csr, self.block, self.pool = csr, max(1, int(block)), pool
+        self.threads = max(1, int(threads)) if pool is not None else 1
+        self._local = threading.local()
 
-class _Pipeline:
-    """:func:`write_partitions_csr` with threads: fill partition k + 1 in the pool while the
-    calling thread writes partition k's file."""
+    def rows(self, x0: int, x1: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """(xa, xb, targets) of consecutive row ranges covering [x0, x1)."""
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            buf = self._local.buf = [np.empty(0, self.csr.dtype)]
+        return self.csr.blocks(x0, x1, self.block, buf)
 
-    def __init__(self, csr: GlobalCSR, pool: Any, threads: int, chunk: int, out: Path,
-                 parts: int, compression: str, node_data: dict[str, np.ndarray],
-                 edge_attrs: Any, syncer: Any, budget: int,
-                 stats: dict[int, dict[str, Any]]) -> None:
-        self.csr, self.pool, self.threads, self.chunk = csr, pool, threads, chunk
-        self.out, self.parts, self.compression = out, parts, compression
-        self.node_data, self.edge_attrs, self.syncer = node_data, edge_attrs, syncer
-        self.budget, self.stats = budget, stats
-        self.bufs: list[np.ndarray] = [np.empty(0, np.int32), np.empty(0, np.int32)]
-        self.turn = 0
-        self.pending: tuple[_Plan, np.ndarray, list[Any]] | None = None
-
-    def take(self, index: int, owned: np.ndarray, present: np.ndarray,
-             counts: tuple[np.ndarray, np.ndarray], budget: int) -> bool:
-        """Start filling partition ``index`` and write the one before; False (nothing done)
-        when its indices, twice over, do not fit ``budget``."""
-        n = self.csr.indptr.shape[0] - 1
-        plan = _plan(index, owned, present, n, counts)
-        size = int(plan.indptr[-1])
-        if 2 * size * plan.width.itemsize > budget:
-            return False
-        b = self.bufs[self.turn]
-        if b.dtype != plan.width or b.shape[0] < size:
-            b = self.bufs[self.turn] = np.empty(0, np.int32)   # drop the old one first
-            b = self.bufs[self.turn] = aligned_empty(size, plan.width)
-        self.turn ^= 1
-        filled = b[:size]
-        futures = []
-        if size:
-            x0, x1 = _span(plan, 0, int(plan.gid.shape[0]))
-            cuts = row_ranges(self.csr.indptr, x0, x1, self.threads)
-            futures = [self.pool.submit(self._fill, plan, int(a), int(c), filled)
-                       for a, c in zip(cuts[:-1], cuts[1:])]
-        self.flush()
-        self.pending = (plan, filled, futures)
-        return True
+    def run(self, x0: int, x1: int, work: Any) -> list[Any]:
+        """``work(xa, xb)`` over ranges of rows [x0, x1) of about equal entries, one per
+        worker; returns the futures (empty when done here, without a pool)."""
+        if x1 <= x0:
+            return []
+        cuts = row_ranges(self.csr.indptr, x0, x1, self.threads)
+        if self.pool is None:
+            work(int(cuts[0]), int(cuts[-1]))
+            return []
+        return [self.pool.submit(work, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
     def release(self) -> None:
-        """Drop the two indices buffers (nothing may be pending)."""
-        self.bufs = [np.empty(0, np.int32), np.empty(0, np.int32)]
+        """Drop this thread's block buffer (the workers' go with the pool)."""
+        self._local.buf = None
 
-    def _fill(self, plan: _Plan, x0: int, x1: int, filled: np.ndarray) -> None:
-        buf = [np.empty(4 * max(1, int(self.chunk)), self.csr.dtype)]
-        n_loc = int(plan.gid.shape[0])
-        for xa, xb, tgt in self.csr.blocks(x0, x1, buf[0].shape[0], buf):
-            _fill_rows(xa, xb, self.csr.indptr, tgt, plan.tab, 0, n_loc, plan.indptr[0],
-                       plan.indptr, plan.n_own, filled)
 
-    def flush(self) -> None:
-        """Wait for the partition being filled and write its file."""
-        if self.pending is None:
-            return
-        plan, filled, futures = self.pending
-        self.pending = None
-        for f in futures:
-            f.result()
-        self.stats[plan.index] = _write_file(
-            self.out / part_name(plan.index), plan, self.parts, self.compression, [filled],
-            self.node_data, self.edge_attrs, self.syncer, self.budget, self.chunk)
+def plan(reader: _Reader, index: int, owned: np.ndarray, halo: np.ndarray,
+         width: Any = None) -> Plan:
+    """Local ids and indptr of partition ``index`` (vertices ``owned`` and ``halo``, each
+    ascending) by one read of the CSR rows from the first of them to the last: per local row
+    its neighbours in the partition and, among them, the owned ones. A replica with no
+    neighbour in the partition (none, when the presence came from the hop passes) is
+    dropped. Memory: 21 bytes per vertex of the partition plus half a byte per vertex of the
+    graph. Rank-local."""
+    n = reader.csr.indptr.shape[0] - 1
+    owned = np.asarray(owned, dtype=np.int64)
+    halo = np.asarray(halo, dtype=np.int64)
+    for _ in range(2):
+        tab = rank_table(n, owned, halo)
+        gid = np.concatenate([owned, halo])
+        n_own = np.zeros(gid.shape[0], np.int32)
+        n_tot = np.zeros(gid.shape[0], np.int32)
+        if gid.shape[0]:
+            x0 = min(int(a[0]) for a in (owned, halo) if a.shape[0])
+            x1 = max(int(a[-1]) for a in (owned, halo) if a.shape[0]) + 1
+
+            def count(xa: int, xb: int) -> None:
+                for ya, yb, tgt in reader.rows(xa, xb):
+                    _count_local(ya, yb, reader.csr.indptr, tgt, tab, n_own, n_tot)
+
+            for f in reader.run(x0, x1, count):
+                f.result()
+        lonely = n_tot[owned.shape[0]:] == 0
+        if not lonely.any():
+            break
+        halo = halo[~lonely]   # counted again: the local ids of the others moved
+    indptr = np.zeros(gid.shape[0] + 1, np.int64)
+    np.cumsum(n_tot, out=indptr[1:])
+    w = np.dtype(width) if width is not None else index_dtype(int(gid.shape[0]))
+    return Plan(index, int(owned.shape[0]), gid, indptr, n_own, tab, w)
+
+
+class _IndexWriter:
+    """Writes a partition's ``indices`` bucket after bucket, in order, into its open HDF5 file
+    ``tmp``: whole blocks only (4 KiB with ``O_DIRECT`` where the dataset is at least
+    DIRECT_MIN bytes, uncompressed and aligned; a chunk when compressed, so every chunk is
+    compressed once; any length otherwise), the rest carried to the front of the next bucket's
+    buffer, which a bucket starting at entry s fills from ``lead(s)`` on. Rank-local."""
+
+    def __init__(self, tmp: Path, ind: Any, total: int, width: np.dtype,
+                 compression: str) -> None:
+        self.tmp, self.ind, self.total, self.width = tmp, ind, int(total), width
+        self.align = 1
+        self.offset: int | None = None
+        if compression != "none" and total:
+            self.align = int(ind.chunks[0])
+        elif total * width.itemsize >= DIRECT_MIN:
+            offset = ind.id.get_offset()
+            if offset is not None and offset % DIRECT_ALIGN == 0:
+                self.offset = int(offset)
+                self.align = DIRECT_ALIGN // width.itemsize
+        self.carry = np.empty(self.align, width)
+        self.kept = 0
+        self.pos = 0
+
+    def lead(self, start: int) -> int:
+        """Where in its buffer a bucket starting at entry ``start`` begins."""
+        return int(start) % self.align
+
+    def buffer(self, entries: int) -> np.ndarray:
+        """A buffer (aligned for direct writes) for a bucket of up to ``entries`` entries."""
+        return aligned_empty(int(entries) + self.align, self.width)
+
+    def write(self, buf: np.ndarray, size: int) -> None:
+        """Write the next bucket, ``size`` entries filled from ``buf[lead]`` on."""
+        c = self.kept
+        buf[:c] = self.carry[:c]
+        n = c + int(size)
+        last = self.pos + n >= self.total
+        k = n if last else n // self.align * self.align
+        if k:
+            data = buf[:k]
+            if self.offset is None or not write_at(
+                    self.tmp, self.offset + self.pos * self.width.itemsize, data):
+                self.offset = None   # no O_DIRECT here: through HDF5 from now on
+                self.ind[self.pos:self.pos + k] = data
+        self.carry[:n - k] = buf[k:n]
+        self.kept = n - k
+        self.pos += k
+
+
+def write_partitions_csr(out: Path, mine: list[int], parts: int, owner: np.ndarray,
+                         pres: np.ndarray, csr: GlobalCSR, node_data: dict[str, np.ndarray],
+                         chunk: int = 1 << 20, budget: int = 256 << 20,
+                         compression: str = "none", edge_attrs: Any = None,
+                         syncer: Any = None, threads: int = 0,
+                         block: int | None = None) -> dict[int, dict[str, Any]]:
+    """Write partitions ``mine`` into the folder ``out`` from ``csr`` (open): the same files as
+    :func:`write_partition_csr` for each, one after another.
+
+    ``pres``: (|V|, words) uint64, bit i of vertex v set when v belongs to partition i;
+    ``owner``: (|V|,) partition of every vertex. ``budget``: bytes of indices held at once.
+    ``threads`` = 0: everything on this thread, buckets of ``budget`` bytes. ``threads`` >= 1:
+    a pool of that many workers counts each partition's rows and fills each bucket of its
+    indices (each worker a range of rows) while this thread writes the previous bucket: two
+    buckets of half the budget. ``block``: CSR entries per read of a CSR file, per worker
+    (default 4 * ``chunk``). Rank-local; returns partition -> stats.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    check_compression(compression)
+    stats: dict[int, dict[str, Any]] = {}
+    block = 4 * max(1, int(chunk)) if block is None else int(block)
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="csr-write") as pool:
+        reader = _Reader(csr, block, pool if threads > 0 else None, threads)
+        for i in mine:
+            owned, halo = members(pres, owner, i)
+            stats[i] = _write_one(out / part_name(i), i, parts, owned, halo, reader, node_data,
+                                  chunk, budget, compression, None, edge_attrs, syncer)
+        reader.release()
+    return stats
+
+
+def write_partition_csr(path: str | os.PathLike, index: int, parts: int, owned: np.ndarray,
+                        present: np.ndarray, csr: GlobalCSR, node_data: dict[str, np.ndarray],
+                        chunk: int = 1 << 20, budget: int = 256 << 20,
+                        compression: str = "none", width: Any = None,
+                        edge_attrs: Any = None, syncer: Any = None) -> dict[str, Any]:
+    """Write partition ``index`` (the subgraph induced by ``present``) to ``path`` from ``csr``
+    (open), on this thread. Rank-local.
+
+    Parameters
+    ----------
+    owned
+        Sorted global ids owned by the partition.
+    present
+        (|V|,) bool: the partition's vertices (owned and replicas).
+    csr
+        The graph's sorted CSR (:class:`GlobalCSR`, opened).
+    chunk
+        CSR entries read per block (x 4).
+    budget
+        Bytes of indices held at once (one bucket of rows).
+    compression, width, edge_attrs, node_data, parts, syncer
+        As :func:`shardgnn.partition.store_write.write_partition`.
+
+    Returns
+    -------
+    dict
+        {owned, vertices, edges, entries, buckets, index_dtype}.
+    """
+    check_compression(compression)
+    owned = np.asarray(owned, np.int64)
+    mask = np.asarray(present, bool).copy()
+    mask[owned] = False
+    reader = _Reader(csr, 4 * max(1, int(chunk)))
+    return _write_one(Path(path), index, parts, owned, np.flatnonzero(mask), reader, node_data,
+                      chunk, budget, compression, width, edge_attrs, syncer)
+
+
+def _write_one(path: Path, index: int, parts: int, owned: np.ndarray, halo: np.ndarray,
+               reader: _Reader, node_data: dict[str, np.ndarray], chunk: int, budget: int,
+               compression: str, width: Any, edge_attrs: Any, syncer: Any) -> dict[str, Any]:
+    """One partition file: its plan (one read of its CSR rows), then its indices bucket by
+    bucket (each bucket one ascending read of the global rows spanning it), with a pool (two
+    buffers) filled while the previous bucket is written. Rank-local."""
+    import h5py
+
+    pl = plan(reader, index, owned, halo, width)
+    del owned, halo
+    total = int(pl.indptr[-1])
+    two = reader.pool is not None
+    entries = max(1, int(budget) // (2 if two else 1) // pl.width.itemsize)
+    bounds = buckets(pl.indptr, entries)
+    nb = int(bounds.shape[0] - 1)
+    direct = compression == "none" and total * pl.width.itemsize >= DIRECT_MIN
+    with outputs.atomic_file(path, lock=False, durable=syncer is None) as tmp:
+        with h5py.File(tmp, "w", alignment_threshold=DIRECT_MIN,
+                       alignment_interval=DIRECT_ALIGN) as f:
+            ind = begin_part(f, index, parts, pl.num_owned, False, pl.gid, pl.indptr, pl.width,
+                             compression, early=direct)
+            if total:
+                _fill_and_write(pl, bounds, reader, _IndexWriter(tmp, ind, total, pl.width,
+                                                                compression))
+            end_part(f, edge_attrs, node_data, pl.gid, pl.indptr, pl.num_owned, budget, chunk)
+    if syncer is not None:
+        syncer.add(path)
+    return {"owned": pl.num_owned, "vertices": int(pl.gid.shape[0]),
+            "edges": total // 2, "entries": total, "buckets": nb,
+            "index_dtype": pl.width.name}
+
+
+def _fill_and_write(pl: Plan, bounds: np.ndarray, reader: _Reader,
+                    sink: _IndexWriter) -> None:
+    """Fill the buckets ``bounds`` of ``pl`` from the CSR and hand them to ``sink`` in order:
+    with a pool, bucket b + 1 is filled (by the workers, each a range of rows) while bucket b
+    is written. Rank-local."""
+    ptr = reader.csr.indptr
+    sizes = np.diff(pl.indptr[bounds])
+    two = reader.pool is not None and bounds.shape[0] > 2
+    bufs = [sink.buffer(int(sizes.max())) for _ in range(2 if two else 1)]
+    pending: tuple[np.ndarray, int, list[Any]] | None = None
+    for b in range(bounds.shape[0] - 1):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        obase = int(pl.indptr[lo])
+        buf = bufs[b % len(bufs)]
+        out = buf[sink.lead(obase):sink.lead(obase) + int(sizes[b])]
+
+        def fill(xa: int, xb: int, lo: int = lo, hi: int = hi, obase: int = obase,
+                 out: np.ndarray = out) -> None:
+            for ya, yb, tgt in reader.rows(xa, xb):
+                _fill_rows(ya, yb, ptr, tgt, pl.tab, lo, hi, obase, pl.indptr, pl.n_own, out)
+
+        if pending is not None and not two:   # one buffer: write it before refilling it
+            _finish_bucket(sink, *pending)
+            pending = None
+        x0, x1 = pl.span(lo, hi)
+        futures = reader.run(x0, x1, fill)
+        if pending is not None:
+            _finish_bucket(sink, *pending)
+        pending = (buf, int(sizes[b]), futures)
+    if pending is not None:
+        _finish_bucket(sink, *pending)
+
+
+def _finish_bucket(sink: _IndexWriter, buf: np.ndarray, size: int, futures: list[Any]) -> None:
+    for f in futures:
+        f.result()
+    sink.write(buf, size)
 
 
 def aligned_empty(n: int, dtype: Any) -> np.ndarray:
@@ -398,133 +506,10 @@ def write_at(path: Path, offset: int, data: np.ndarray) -> bool:
     return True
 
 
-def _write_file(path: Path, plan: _Plan, parts: int, compression: str,
-                filled: list[np.ndarray], node_data: dict[str, np.ndarray], edge_attrs: Any,
-                syncer: Any, budget: int, chunk: int) -> dict[str, Any]:
-    """Write a partition file whose indices are filled (one bucket). Uncompressed indices of
-    at least DIRECT_MIN bytes go into the closed file with :func:`write_at` (the HDF5 file
-    is laid out with that dataset aligned and allocated, never filled); else through h5py.
-    Rank-local."""
-    import h5py
-
-    data = filled[0]
-    direct = compression == "none" and data.nbytes >= DIRECT_MIN
-    with outputs.atomic_file(path, lock=False, durable=syncer is None) as tmp:
-        with h5py.File(tmp, "w", alignment_threshold=DIRECT_MIN,
-                       alignment_interval=DIRECT_ALIGN) as f:
-            ind = begin_part(f, plan.index, parts, plan.num_owned, False, plan.gid,
-                             plan.indptr, plan.width, compression, early=direct)
-            offset = ind.id.get_offset() if direct else None
-            if offset is None and data.shape[0]:
-                ind[:] = data
-                direct = False
-            end_part(f, edge_attrs, node_data, plan.gid, plan.indptr, plan.num_owned, budget,
-                     chunk)
-        if direct and not write_at(tmp, int(offset), data):  # type: ignore[arg-type]
-            with h5py.File(tmp, "r+") as f:
-                f["indices"][:] = data
-    if syncer is not None:
-        syncer.add(path)
-    return {"owned": plan.num_owned, "vertices": int(plan.gid.shape[0]),
-            "edges": int(plan.indptr[-1]) // 2, "entries": int(plan.indptr[-1]), "buckets": 1,
-            "index_dtype": plan.width.name}
-
-
-def _count_one(csr: GlobalCSR, owned: np.ndarray, rows: np.ndarray,
-               buf: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(n_own, n_tot) of one partition (owned vertices ``owned``, present ``rows``) by one
-    read of the CSR rows from the first to the last of them."""
-    n = csr.indptr.shape[0] - 1
-    tab = rank_table(n, owned, rows)    # presence only: "halo" = every present vertex here
-    n_own = np.zeros(n, np.int32)
-    n_tot = np.zeros(n, np.int32)
-    if rows.shape[0] or owned.shape[0]:
-        first = min(rows[0] if rows.shape[0] else n, owned[0] if owned.shape[0] else n)
-        last = max(rows[-1] if rows.shape[0] else -1, owned[-1] if owned.shape[0] else -1)
-        for xa, xb, tgt in csr.blocks(int(first), int(last) + 1, buf[0].shape[0], buf):
-            _count_rows(xa, xb, csr.indptr, tgt, tab, n_own, n_tot)
-    return n_own, n_tot
-
-
 def usable(directed: bool, hops: int, extra: dict[str, Any]) -> bool:
     """Whether a job's partitions can be written from the CSR: undirected, full neighbourhoods
     (``hops`` >= 1: every partition is an induced subgraph) and a sorted ``edges.bin``."""
     return not directed and hops >= 1 and not extra.get("unsorted", False)
-
-
-def write_partition_csr(path: str | os.PathLike, index: int, parts: int, owned: np.ndarray,
-                        present: np.ndarray, csr: GlobalCSR, node_data: dict[str, np.ndarray],
-                        chunk: int = 1 << 20, budget: int = 256 << 20,
-                        compression: str = "none", width: Any = None,
-                        edge_attrs: Any = None, syncer: Any = None,
-                        counts: tuple[np.ndarray, np.ndarray] | None = None,
-                        scratch: list[np.ndarray] | None = None) -> dict[str, Any]:
-    """Write partition ``index`` (the subgraph induced by ``present``) to ``path`` from ``csr``
-    (open). Rank-local.
-
-    Parameters
-    ----------
-    owned
-        Sorted global ids owned by the partition.
-    present
-        (|V|,) bool: the partition's vertices (owned and replicas).
-    csr
-        The graph's sorted CSR (:class:`GlobalCSR`, opened).
-    chunk
-        CSR entries read per block (x 4).
-    budget, compression, width, edge_attrs, node_data, parts, syncer
-        As :func:`shardgnn.partition.store_write.write_partition`.
-    counts
-        (n_own, n_tot): (|V|,) int32 neighbours of every present vertex owned by / present in
-        the partition (:func:`count_group`); default: counted here by one read of the CSR.
-    scratch
-        ``[array]``: a buffer reused for the indices (grown when too small), so that writing
-        several partitions touches fresh memory once.
-
-    Returns
-    -------
-    dict
-        {owned, vertices, edges, entries, buckets, index_dtype}.
-    """
-    import h5py
-
-    check_compression(compression)
-    n = csr.indptr.shape[0] - 1
-    buf = [np.empty(4 * max(1, int(chunk)), csr.dtype)]
-    if counts is None:
-        counts = _count_one(csr, np.asarray(owned, np.int64), np.flatnonzero(present), buf)
-    plan = _plan(index, owned, present, n, counts, width)
-    del counts
-    gid, indptr, w = plan.gid, plan.indptr, plan.width
-    bounds = buckets(indptr, max(1, int(budget) // w.itemsize))
-    with outputs.atomic_file(path, lock=False, durable=syncer is None) as tmp, \
-            h5py.File(tmp, "w") as f:
-        ind = begin_part(f, index, parts, plan.num_owned, False, gid, indptr, w, compression)
-        for b in range(bounds.shape[0] - 1):
-            lo, hi = int(bounds[b]), int(bounds[b + 1])
-            size = int(indptr[hi] - indptr[lo])
-            if scratch is None or scratch[0].dtype != w or scratch[0].shape[0] < size:
-                out = np.empty(size, w)
-                if scratch is not None:
-                    scratch[0] = out
-            else:
-                out = scratch[0][:size]
-            # one ascending read of the global rows spanning the bucket's owned rows and its
-            # replica rows (each group ascending in global id): every row read once
-            x0, x1 = _span(plan, lo, hi)
-            for xa, xb, tgt in csr.blocks(x0, x1, buf[0].shape[0], buf):
-                _fill_rows(xa, xb, csr.indptr, tgt, plan.tab, lo, hi, indptr[lo], indptr,
-                           plan.n_own, out)
-            if out.shape[0]:
-                ind[int(indptr[lo]):int(indptr[hi])] = out
-            del out
-        del buf
-        end_part(f, edge_attrs, node_data, gid, indptr, plan.num_owned, budget, chunk)
-    if syncer is not None:
-        syncer.add(path)
-    return {"owned": plan.num_owned, "vertices": int(gid.shape[0]),
-            "edges": int(indptr[-1]) // 2, "entries": int(indptr[-1]),
-            "buckets": int(bounds.shape[0] - 1), "index_dtype": w.name}
 
 
 _M1 = np.uint64(0x5555555555555555)
@@ -576,53 +561,30 @@ def rank_table(n: int, owned: np.ndarray, halo: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _count_rows(x0, x1, ptr, tgt, tab, n_own, n_tot):
+def _count_local(x0, x1, ptr, tgt, tab, n_own, n_tot):
     """For rows x0..x1-1 (entries ``tgt``, from ptr[x0]) of the vertices in ``tab`` (owned or
-    present): their neighbours in ``tab`` (``n_tot``) and, among them, the owned (``n_own``)."""
+    replicas): their neighbours in ``tab`` (``n_tot``) and, among them, the owned ones
+    (``n_own``), at their local ids. The table word of the neighbour :data:`FILL_AHEAD`
+    entries on is prefetched."""
     base = ptr[x0]
+    flat = tab.reshape(tab.size)
+    nt = tgt.shape[0]
     for x in range(x0, x1):
-        bit = np.uint64(1) << np.uint64(x & 63)
-        if not (tab[x >> 6, 0] | tab[x >> 6, 1]) & bit:
+        r = _local(tab, x)
+        if r < 0:
             continue
         no = 0
-        nt = 0
+        na = 0
         for k in range(ptr[x] - base, ptr[x + 1] - base):
+            if k + FILL_AHEAD < nt:
+                prefetch(flat, (tgt[k + FILL_AHEAD] >> 6) * 4)
             t = tgt[k]
             b = np.uint64(1) << np.uint64(t & 63)
-            no += (tab[t >> 6, 0] & b) != 0
-            nt += ((tab[t >> 6, 0] | tab[t >> 6, 1]) & b) != 0
-        n_own[x] = no
-        n_tot[x] = nt
-
-
-@njit(cache=True, nogil=True)
-def _count_lanes(x0, x1, ptr, tgt, lanes, spread, n_own, n_tot):
-    """:func:`count_group`'s kernel over rows x0..x1-1 (entries ``tgt``, from ptr[x0]): per
-    neighbour, one uint16 load and two table adds into byte lanes (one per partition), the
-    lanes flushed into the counts every 255 neighbours and at the end of the row."""
-    base = ptr[x0]
-    k = n_tot.shape[0]
-    lo = np.uint64(255)
-    for x in range(x0, x1):
-        px = np.uint64(lanes[x] & 255)
-        if px == 0:
-            continue
-        tot = np.uint64(0)
-        own = np.uint64(0)
-        m = 0
-        for j in range(ptr[x] - base, ptr[x + 1] - base):
-            v = np.uint64(lanes[tgt[j]])
-            tot += spread[v & px]
-            own += spread[(v >> np.uint64(8)) & px]
-            m += 1
-            if m == 255 or j == ptr[x + 1] - base - 1:
-                for s in range(k):
-                    sh = np.uint64(8 * s)
-                    n_tot[s, x] += np.int32((tot >> sh) & lo)
-                    n_own[s, x] += np.int32((own >> sh) & lo)
-                tot = np.uint64(0)
-                own = np.uint64(0)
-                m = 0
+            o = tab[t >> 6, 0] & b
+            no += o != 0
+            na += (o | (tab[t >> 6, 1] & b)) != 0
+        n_own[r] = no
+        n_tot[r] = na
 
 
 #: Neighbour entries looked ahead by :func:`_fill_rows`'s table prefetch.
@@ -633,7 +595,7 @@ FILL_AHEAD = 16
 def _fill_rows(x0, x1, ptr, tgt, tab, lo, hi, obase, indptr, n_own, out):
     """Place the local ids of the present neighbours of every row x0..x1-1 whose local id is in
     [lo, hi) into ``out`` (indices from ``obase`` on): owned ones from the row's start,
-    replicas after the row's n_own owned ones, each in row order. The table word of the
+    replicas after the row's n_own (by local id) owned ones, each in row order. The table word of the
     neighbour :data:`FILL_AHEAD` entries on is prefetched (the table outgrows L2 on big graphs)."""
     base = ptr[x0]
     flat = tab.reshape(tab.size)
@@ -643,7 +605,7 @@ def _fill_rows(x0, x1, ptr, tgt, tab, lo, hi, obase, indptr, n_own, out):
         if r < lo or r >= hi:
             continue
         po = indptr[r] - obase
-        ph = po + n_own[x]
+        ph = po + n_own[r]
         for k in range(ptr[x] - base, ptr[x + 1] - base):
             if k + FILL_AHEAD < nt:
                 prefetch(flat, (tgt[k + FILL_AHEAD] >> 6) * 4)
@@ -668,12 +630,11 @@ def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64),
     ``widths`` (pass timings exclude the JIT)."""
     ptr = np.array([0, 1, 2], np.int64)
     tab = rank_table(2, np.array([0]), np.array([1]))
+    members(np.ones((2, 1), np.uint64), np.zeros(2, np.int64), 0)
     for dt in dtypes:
         tgt = np.array([1, 0], dt)
         n_own = np.zeros(2, np.int32)
         n_tot = np.zeros(2, np.int32)
-        _count_rows(0, 2, ptr, tgt, tab, n_own, n_tot)
+        _count_local(0, 2, ptr, tgt, tab, n_own, n_tot)
         for w in widths:
             _fill_rows(0, 2, ptr, tgt, tab, 0, 2, ptr[0], ptr, n_own, np.empty(2, w))
-        cnt = np.zeros((1, 2), np.int32)
-        _count_lanes(0, 2, ptr, tgt, np.ones(2, np.uint16), _SPREAD, cnt, cnt.copy())

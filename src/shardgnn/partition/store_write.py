@@ -44,6 +44,8 @@ WINDOW = 1 << 18
 ATTR_BYTES = 100
 #: CSR entries per block when looking up edge attributes (bounds the lookup's temporaries).
 ATTR_BLOCK = 1 << 20
+#: Most bytes of node rows (features, labels, masks) copied per block.
+ROWS_BYTES = 64 << 20
 
 
 def index_dtype(num_vertices: int) -> np.dtype:
@@ -176,11 +178,13 @@ def begin_part(f: Any, index: int, parts: int, num_owned: int, directed: bool,
 def end_part(f: Any, edge_attrs: Any, node_data: dict[str, Any], gid: np.ndarray,
              indptr: np.ndarray, num_owned: int, budget: int, chunk: int) -> None:
     """Write the edge attributes and per-vertex rows (features, labels, masks) of a partition
-    whose CSR is in the open HDF5 file ``f``. Rank-local."""
+    whose CSR is in the open HDF5 file ``f``, each block of them within ``budget`` bytes (and
+    at most ROWS_BYTES of node rows). Rank-local."""
     if edge_attrs is not None and edge_attrs.any:
         write_edge_attrs(f, edge_attrs, gid, indptr, max(1, int(budget) // ATTR_BYTES))
     for name, arr in node_data.items():
-        _write_rows(f, name, arr, gid, num_owned, chunk)
+        _write_rows(f, name, arr, gid, num_owned, chunk, min(ROWS_BYTES, int(budget)))
+
 
 def write_edge_attrs(f: Any, attrs: Any, gid: np.ndarray, indptr: np.ndarray,
                      budget: int) -> None:
@@ -493,12 +497,13 @@ def _row_counts_masked(e, masks, byte, bit, rowdeg, mark, directed):
 
 
 def _write_rows(f: Any, name: str, arr: np.ndarray, gid: np.ndarray, num_owned: int,
-                chunk: int) -> None:
-    """Copy rows ``gid`` of a memory-mapped array into dataset ``name``, block by block."""
+                chunk: int, limit: int = 64 << 20) -> None:
+    """Copy rows ``gid`` of a memory-mapped array into dataset ``name``, block by block (at
+    most ``chunk`` rows and ``limit`` bytes, at least one row)."""
     dtype = bool if name.endswith("_mask") else arr.dtype
     ds = f.create_dataset(name, shape=(gid.shape[0],) + arr.shape[1:], dtype=dtype)
-    step = max(1, min(chunk, (64 << 20) // max(1, int(np.prod(arr.shape[1:], dtype=np.int64))
-                                                * arr.dtype.itemsize)))
+    step = max(1, min(chunk, int(limit) // max(1, int(np.prod(arr.shape[1:], dtype=np.int64))
+                                               * arr.dtype.itemsize)))
     for lo in range(0, gid.shape[0], step):
         g = gid[lo:lo + step]
         order = np.argsort(g, kind="stable")

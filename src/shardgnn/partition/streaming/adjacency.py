@@ -15,7 +15,10 @@ holding the edge list:
 3. the clustering then streams that file: line (s, t) for every s in range, t in row s.
 
 Memory per rank: O(|V|) (row pointers of its range, per-sender row cursors: P x range) plus
-one chunk; disk: 4 (int32 ids) or 8 bytes per line of its range, removed after the pass.
+one chunk plus the targets of one bucket of sources: all of them when they fit the pass's
+memory, else as many as fit, one streaming pass per bucket; disk: 4 (int32 ids) or 8 bytes
+per line of its range, removed after the job. Reads of the file go through one buffer of
+about a chunk of lines (no memory map: the pages of a mapped file count in the resident set).
 Directed graphs are not reordered (their stream is already one line per stored edge).
 Functions taking ``comm`` are collective over comm.
 """
@@ -25,6 +28,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import nullcontext as _nothing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -52,6 +56,20 @@ def interleave(edges, out):
         out[2 * k + 1, 1] = u
 
 
+@njit(cache=True, nogil=True)
+def scatter_lines_range(lines, a, b, cursor, out):
+    """:func:`scatter_lines` for the lines whose source is in [a, b) only, ``cursor`` indexed
+    from source ``a`` (one bucket of rows)."""
+    for k in range(lines.shape[0]):
+        s = lines[k, 0]
+        if a <= s < b:
+            out[cursor[s - a]] = lines[k, 1]
+            cursor[s - a] += 1
+
+
+#: Most streaming passes :func:`build` makes when a rank's targets do not fit its memory (its
+#: buckets are then larger than the memory allows).
+MAX_PASSES = 64
 #: Edges looked ahead by the scatter kernels' prefetches.
 SCATTER_AHEAD = 16
 
@@ -175,52 +193,48 @@ class AdjacencyShard:
     chunk: int
     sorted_rows: bool = False   # every row ascending (checked when built): no sort needed
     data: np.ndarray | None = None
+    passes: int = 1   # streaming passes that built it (one per bucket of sources)
 
     def chunks(self) -> Iterator[np.ndarray]:
         """Yield (k, 2) lines (s, t) in stream order, about ``chunk`` lines each."""
-        total = int(self.indptr[-1])
-        if total == 0:
-            return
-        tgt = self.data if self.data is not None else \
-            np.memmap(self.path, dtype=self.dtype, mode="r", shape=(total,))
         src = np.arange(self.lo, self.hi, dtype=self.dtype)
-        s = 0
-        nrows = self.hi - self.lo
-        while s < nrows:
-            end = int(np.searchsorted(self.indptr, self.indptr[s] + self.chunk, side="right")) - 1
-            end = min(max(end, s + 1), nrows)
-            a, b = int(self.indptr[s]), int(self.indptr[end])
-            if b > a:
-                e = np.empty((b - a, 2), self.dtype)
-                e[:, 0] = np.repeat(src[s:end], np.diff(self.indptr[s:end + 1]))
-                e[:, 1] = tgt[a:b]
-                yield e
-            s = end
-        del tgt
+        for s, end, tgt in self.row_blocks():
+            e = np.empty((tgt.shape[0], 2), self.dtype)
+            e[:, 0] = np.repeat(src[s:end], np.diff(self.indptr[s:end + 1]))
+            e[:, 1] = tgt
+            yield e
 
     def row_blocks(self) -> Iterator[tuple[int, int, np.ndarray]]:
         """Yield (s, end, targets of rows s..end-1) for consecutive rows (local, from 0) of
-        about ``chunk`` lines each, in stream order."""
+        about ``chunk`` lines each, in stream order: views of ``data`` when held, else read
+        from the file into one reused buffer (valid until the next block)."""
         total = int(self.indptr[-1])
         if total == 0:
             return
-        tgt = self.data if self.data is not None else \
-            np.memmap(self.path, dtype=self.dtype, mode="r", shape=(total,))
-        s, nrows = 0, self.hi - self.lo
-        while s < nrows:
-            end = int(np.searchsorted(self.indptr, self.indptr[s] + self.chunk, side="right")) - 1
-            end = min(max(end, s + 1), nrows)
-            a, b = int(self.indptr[s]), int(self.indptr[end])
-            if b > a:
-                yield s, end, tgt[a:b]
-            s = end
-        del tgt
+        buf = np.empty(0, self.dtype)
+        with open(self.path, "rb", buffering=0) if self.data is None else _nothing() as fh:
+            s, nrows = 0, self.hi - self.lo
+            while s < nrows:
+                end = int(np.searchsorted(self.indptr, self.indptr[s] + self.chunk,
+                                          side="right")) - 1
+                end = min(max(end, s + 1), nrows)
+                a, b = int(self.indptr[s]), int(self.indptr[end])
+                if b > a:
+                    if self.data is not None:
+                        yield s, end, self.data[a:b]
+                    else:
+                        if buf.shape[0] < b - a:
+                            buf = np.empty(max(b - a, self.chunk), self.dtype)
+                        read_at(fh, a * self.dtype.itemsize, buf[:b - a], self.path)
+                        yield s, end, buf[:b - a]
+                s = end
 
     def sort_rows(self) -> None:
-        """Sort every row of the targets file in place (rows already ascending, as from a
-        sorted ``edges.bin``, are only scanned). Done after the clustering has streamed the
-        file order, before the store write reads it as the graph's sorted CSR. Nothing to do
-        when :func:`build` found every row sorted (``sorted_rows``)."""
+        """Sort every row of the targets in place (rows already ascending, as from a sorted
+        ``edges.bin``, are only scanned). Done after the clustering has streamed the file
+        order, before the store write reads it as the graph's sorted CSR. Nothing to do when
+        :func:`build` found every row sorted (``sorted_rows``). The file is sorted block of
+        rows by block (read, sorted, written back): no more than a block in memory."""
         from shardgnn.partition.store_write import _sort_rows
 
         total = int(self.indptr[-1])
@@ -232,10 +246,11 @@ class AdjacencyShard:
                 self.data.tofile(self.path)
             self.sorted_rows = True
             return
-        tgt = np.memmap(self.path, dtype=self.dtype, mode="r+", shape=(total,))
-        _sort_rows(self.indptr, np.asarray(tgt))
-        tgt.flush()
-        del tgt
+        with open(self.path, "r+b", buffering=0) as fh:
+            for s, end, tgt in self.row_blocks():
+                _sort_rows(self.indptr[s:end + 1], tgt)
+                write_at(fh, int(self.indptr[s]) * self.dtype.itemsize, tgt, self.path)
+        self.sorted_rows = True
 
     def remove(self) -> None:
         self.data = None
@@ -245,20 +260,22 @@ class AdjacencyShard:
 
 def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str | os.PathLike | None,
           timer: passes.PassTimer, memory: int = 0, name: str = "adjacency",
-          hold: bool = False, threads: int = 1) -> AdjacencyShard:
+          hold: bool = False, threads: int = 1, reserve: int = 0) -> AdjacencyShard:
     """Route this rank's lines to the source-range owners and write its range's targets file
-    (module docstring). ``deg``: global degrees. When the range's targets take at most
-    ``memory`` bytes they are scattered in memory and written once, sequentially (scattering
-    straight into the memory-mapped file makes the kernel write dirty pages back while they
-    are still being filled); else into the memory-mapped file. With ``hold``, targets taking
-    at most a quarter of ``memory`` stay in memory (``data``) for the store write, and on one
-    rank no file is written. ``name``: the pass's timer entry. With one rank and ``threads``
-    > 1 the lines are scattered by that many threads, each streaming the whole shard and
-    filling the rows of its own range of sources (about equal lines each): the same file.
-    Collective over comm."""
+    (module docstring). ``deg``: global degrees. ``memory``: bytes the pass may hold. When the
+    range's targets fit it they are scattered in memory and written once, sequentially; else
+    the range is cut into buckets of sources whose targets fit, and each bucket is scattered
+    by its own streaming pass (``memory`` of every rank decides the number of passes, the
+    same on all; the file is the same; the pass's own arrays, :func:`overhead_bytes`, are
+    taken off ``memory`` first). With ``hold``, targets scattered in one bucket that leave
+    ``reserve`` bytes of that room free stay in memory (``data``) for the store write, and on
+    one rank no file is written. ``name``: the pass's timer entry. With one rank and
+    ``threads`` > 1 each bucket is scattered by that many threads, each streaming the whole
+    shard and filling the rows of its own range of sources (about equal lines each): the same
+    file. Collective over comm."""
     t0 = time.perf_counter()
     P, r = comm.size, comm.rank
-    dt = stream.meta.np_dtype
+    dt = np.dtype(stream.meta.np_dtype)
     bounds = source_bounds(deg, P)
     lo, hi = int(bounds[r]), int(bounds[r + 1])
     indptr = np.zeros(hi - lo + 1, np.int64)
@@ -269,36 +286,108 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
     outputs.register_temp(folder)
     path = folder / "targets.bin"
     total = int(indptr[-1])
-    in_memory = total * np.dtype(dt).itemsize <= memory
-    out = np.empty(max(total, 1), dt) if in_memory else \
-        np.memmap(path, dtype=dt, mode="w+", shape=(max(total, 1),))
+    room = max(1, int(memory) - overhead_bytes(stream, P, hi - lo, threads))
+    cuts = bucket_rows(indptr, max(room // dt.itemsize, 1))
+    if len(cuts) - 1 > MAX_PASSES:
+        cuts = bucket_rows(indptr, 0, MAX_PASSES)
+    nb = int(comm.allreduce_scalar(len(cuts) - 1, "max"))
+    if len(cuts) - 1 < nb:   # every rank streams as many passes: split its rows further
+        cuts = bucket_rows(indptr, max(1, -(-total // nb)), nb)
+    cursor = _cursors(stream, comm, deg, bounds, indptr)
+    keep = hold and nb == 1 and (total * dt.itemsize + int(reserve) <= room)
+    ordered = True
+    held = None
+    with open(path, "wb") if not (keep and P == 1) else _nothing() as fh:
+        for k in range(nb):
+            a, b = (int(cuts[k]), int(cuts[k + 1])) if k + 1 < len(cuts) else (hi - lo, hi - lo)
+            base = int(indptr[a])
+            out = np.empty(max(int(indptr[b]) - base, 1), dt)[:int(indptr[b]) - base]
+            _scatter_bucket(stream, comm, bounds, lo + a, lo + b, a == 0 and b == hi - lo,
+                            [c[a:b] - base if base else c[a:b] for c in cursor], out, threads)
+            ordered = ordered and bool(rows_sorted(indptr[a:b + 1], out))
+            if fh is not None:
+                out.tofile(fh)
+            if keep:
+                held = out
+            del out
+    timer.add(name, time.perf_counter() - t0, (stream.hi - stream.lo) * nb)
+    return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk,
+                          sorted_rows=ordered, data=held, passes=nb)
+
+
+def overhead_bytes(stream: EdgeStream, ranks: int, rows: int, threads: int = 1) -> int:
+    """Bytes :func:`build` holds besides its buckets of targets, for a range of ``rows``
+    sources: row pointers, one cursor array per sender and the bucket's cursors (8 bytes per
+    row each), each thread's chunk of lines as read and converted (16 bytes per line of
+    ``--chunk``), and the exchange's buffers (:func:`exchange_bytes`). Pure."""
+    return (8 * (ranks + 2) * int(rows) + 16 * stream.chunk * max(1, int(threads))
+            + exchange_bytes(stream, ranks))
+
+
+def exchange_bytes(stream: EdgeStream, ranks: int) -> int:
+    """Bytes :func:`build` holds for routing one chunk to the other ranks (lines, grouped
+    lines, received lines, destinations). Pure."""
+    rows = 2 * min(stream.chunk, max(stream.hi - stream.lo, 1))
+    item = np.dtype(stream.meta.np_dtype).itemsize
+    return rows * (6 * item + 8) if ranks > 1 else 0
+
+
+def bucket_rows(indptr: np.ndarray, entries: int, count: int | None = None) -> np.ndarray:
+    """Row bounds cutting the rows of ``indptr`` into buckets of at most ``entries`` targets
+    (a longer row alone), or into ``count`` buckets of about equal targets. Pure."""
+    n = indptr.shape[0] - 1
+    if count is not None:
+        want = np.linspace(0, int(indptr[-1]), int(count) + 1)[1:-1]
+        mid = np.searchsorted(indptr, want, side="left")
+        return np.concatenate([[0], np.clip(mid, 0, n), [n]]).astype(np.int64)
+    from shardgnn.partition.store_write import buckets
+
+    return buckets(indptr, entries) if n else np.array([0, 0], np.int64)
+
+
+def _cursors(stream: EdgeStream, comm: Communicator, deg: np.ndarray, bounds: np.ndarray,
+             indptr: np.ndarray) -> list[np.ndarray]:
+    """Where the first line of every source of this rank's range from each sender goes (one
+    array per sender rank; the senders' lines of a source follow each other in rank order).
+    Collective over comm."""
+    P, r = comm.size, comm.rank
     if P == 1:
-        cursor = [indptr[:-1].copy()]
-    else:
-        # lines of each source sent by each lower rank: local counts of this rank's shard,
-        # exchanged so rank r receives every sender's counts for its own range
-        local = np.zeros(deg.shape[0], np.int64)
-        for e in passes.native(stream):
-            K.count_degrees(e, local, False)
-        sizes = np.diff(bounds)
-        got = comm.alltoallv(local, sizes).reshape(P, hi - lo)   # every rank joins, an empty
-        # range included (a rank skipping it left the others waiting)
-        del local
-        before = np.cumsum(got, axis=0) - got
-        cursor = [indptr[:-1] + before[q] for q in range(P)]
-        del got, before
-    buf = np.empty((min(stream.chunk, max(stream.hi - stream.lo, 1)) * 2 if P > 1 else 0, 2),
-                   dt)
+        return [indptr[:-1].copy()]
+    lo, hi = int(bounds[r]), int(bounds[r + 1])
+    # lines of each source sent by each lower rank: local counts of this rank's shard,
+    # exchanged so rank r receives every sender's counts for its own range
+    local = np.zeros(deg.shape[0], np.int64)
+    for e in passes.native(stream):
+        K.count_degrees(e, local, False)
+    got = comm.alltoallv(local, np.diff(bounds)).reshape(P, hi - lo)   # every rank joins, an
+    # empty range included (a rank skipping it left the others waiting)
+    del local
+    before = np.cumsum(got, axis=0) - got
+    return [indptr[:-1] + before[q] for q in range(P)]
+
+
+def _scatter_bucket(stream: EdgeStream, comm: Communicator, bounds: np.ndarray, a: int, b: int,
+                    whole: bool, cursor: list[np.ndarray], out: np.ndarray, threads: int) -> None:
+    """One streaming pass: the targets of this rank's sources [a, b) into ``out`` (``cursor``:
+    each sender's positions in ``out`` of those sources, advanced; ``whole``: [a, b) is every
+    source of the rank). Collective over comm."""
+    P = comm.size
+    if P == 1:
+        if threads > 1 and passes.splittable(stream) and b > a:
+            _scatter_threads(stream, a, b, cursor[0], out, threads)
+        elif whole:   # one rank, one bucket: every line's source is in range
+            for e in passes.native(stream):
+                scatter_edges(e, a, cursor[0], out)
+        else:
+            for e in passes.native(stream):
+                scatter_edges_range(e, a, a, b, cursor[0], out)
+        return
+    dt = np.dtype(stream.meta.np_dtype)
+    buf = np.empty((min(stream.chunk, max(stream.hi - stream.lo, 1)) * 2, 2), dt)
     grouped = np.empty_like(buf)
-    dest = np.empty(buf.shape[0] if P > 1 else 0, np.int64)
+    dest = np.empty(buf.shape[0], np.int64)
     counts = np.zeros(P, np.int64)
-    threaded = P == 1 and threads > 1 and passes.splittable(stream)
-    if threaded:
-        _scatter_threads(stream, lo, hi, indptr, cursor[0], out, threads)
-    for e in () if threaded else passes.lockstep(stream, comm, raw=True):
-        if P == 1:
-            scatter_edges(e, lo, cursor[0], out)
-            continue
+    for e in passes.lockstep(stream, comm, raw=True):
         lines = buf[:2 * e.shape[0]]
         interleave(e, lines)
         group_by_rank(lines, bounds, dest, counts, grouped)
@@ -309,38 +398,51 @@ def build(stream: EdgeStream, comm: Communicator, deg: np.ndarray, scratch: str 
         for q in range(P):
             c = int(recv_counts[q])
             if c:
-                scatter_lines(got[pos:pos + c], lo, cursor[q], out)
+                scatter_lines_range(got[pos:pos + c], a, b, cursor[q], out)
                 pos += c
-    ordered = bool(rows_sorted(indptr, out[:total]))   # one scan while the rows are in cache
-    held = out[:total] if in_memory and hold and 4 * out.nbytes <= memory else None
-    if isinstance(out, np.memmap):
-        out.flush()
-    elif held is None or P > 1:
-        out.tofile(path)
-    del out
-    timer.add(name, time.perf_counter() - t0, stream.hi - stream.lo)
-    return AdjacencyShard(lo=lo, hi=hi, indptr=indptr, path=path, dtype=dt, chunk=stream.chunk,
-                          sorted_rows=ordered, data=held)
 
 
-def _scatter_threads(stream: EdgeStream, lo: int, hi: int, indptr: np.ndarray,
-                     cursor: np.ndarray, out: np.ndarray, threads: int) -> None:
-    """:func:`scatter_edges` of every chunk of ``stream`` by ``threads`` threads, each over
-    the whole stream for the sources of its range (cut by equal lines). Rank-local."""
+def _scatter_threads(stream: EdgeStream, a: int, b: int, cursor: np.ndarray, out: np.ndarray,
+                     threads: int) -> None:
+    """:func:`scatter_edges` of every chunk of ``stream`` for the sources [a, b) (``cursor``
+    indexed from ``a``) by ``threads`` threads, each over the whole stream for the sources of
+    its range (cut by equal lines). Rank-local."""
     from concurrent.futures import ThreadPoolExecutor
 
-    want = np.linspace(0, int(indptr[-1]), threads + 1)[1:-1]
-    cuts = [lo, *(lo + np.searchsorted(indptr, want, side="left")).tolist(), hi]
+    want = np.linspace(int(cursor[0]), int(cursor[-1]), threads + 1)[1:-1]
+    cuts = [a, *(a + np.searchsorted(cursor, want, side="left")).tolist(), b]
 
-    def run(a: int, b: int) -> None:
+    def run(x: int, y: int) -> None:
         for e in passes.native(stream):
-            scatter_edges_range(e, lo, a, b, cursor, out)
+            scatter_edges_range(e, a, x, y, cursor, out)
 
     with ThreadPoolExecutor(threads - 1, thread_name_prefix="adjacency") as pool:
-        futures = [pool.submit(run, int(a), int(b)) for a, b in zip(cuts[1:-1], cuts[2:])]
+        futures = [pool.submit(run, int(x), int(y)) for x, y in zip(cuts[1:-1], cuts[2:])]
         run(int(cuts[0]), int(cuts[1]))
         for f in futures:
             f.result()
+
+
+def read_at(fh: Any, offset: int, out: np.ndarray, path: Path) -> None:
+    """Fill ``out`` with the bytes of the open file ``fh`` from ``offset`` on. Rank-local."""
+    view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    got = 0
+    while got < len(view):
+        n = os.preadv(fh.fileno(), [view[got:]], offset + got)
+        if n <= 0:
+            raise EOFError(f"{path}: shorter than its rows")
+        got += n
+
+
+def write_at(fh: Any, offset: int, data: np.ndarray, path: Path) -> None:
+    """Write the bytes of ``data`` into the open file ``fh`` at ``offset``. Rank-local."""
+    view = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    done = 0
+    while done < len(view):
+        n = os.pwrite(fh.fileno(), view[done:], offset + done)
+        if n <= 0:
+            raise OSError(f"{path}: short write")
+        done += n
 
 
 def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True,
@@ -357,6 +459,7 @@ def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64), cluster: bool = True,
         scatter_edges_range(e, 0, 0, 2, np.array([0, 1], np.int64), np.empty(2, dt))
         rows_sorted(np.array([0, 2], np.int64), lines[:, 1])
         if ranks > 1:
+            scatter_lines_range(lines, 0, 2, np.array([0, 1], np.int64), np.empty(2, dt))
             group_by_rank(lines, np.array([0, 1, 2], np.int64), np.empty(2, np.int64),
                           np.zeros(2, np.int64), np.empty_like(lines))
         for st in (np.int32, np.int64) if cluster else ():

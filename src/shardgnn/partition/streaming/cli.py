@@ -12,9 +12,7 @@ from typing import Any
 from shardgnn.comm import Communicator
 from shardgnn.partition.streaming.baselines import BaselineParams
 from shardgnn.partition.store_write import COMPRESSIONS
-from shardgnn.partition.streaming.pipeline import (ALGORITHMS, WRITE_MEMORY_FRACTION,
-                                                   WRITE_MEMORY_MIN, AutoParts,
-                                                   PartitionConfig, main)
+from shardgnn.partition.streaming.pipeline import ALGORITHMS, AutoParts, PartitionConfig, main
 from shardgnn.partition.streaming.spring import SpringParams
 from shardgnn.train.guards import parse_size
 
@@ -36,33 +34,31 @@ def add_arguments(parser: Any) -> None:
     """Add the streaming partitioners' options to ``parser``."""
     g = parser.add_argument_group(
         "streaming partitioners (spring, hdrf, dbh, greedy, 2ps-l, hash, package.module:Class)",
-        "Memory per rank: O(|V|) for SPRING as Algorithm 1 and Hash (degrees, 16-byte "
-        "clustering state, owners, an (|V|, ceil(p/64)) presence bitmask) plus one chunk of "
-        "edges; O(|V|*p) with --refine (SPRING's default) and for HDRF/DBH/Greedy/2PS-L/user "
-        "classes (an int32 |V| x p count matrix). Default write (--write-from csr; undirected, "
-        "--hops >= 1, sorted edges.bin): every rank keeps its source range of the graph's CSR "
-        "(the adjacency pass's targets file, 4 bytes per bidirected line with int32 ids, in "
-        "memory while built when it fits --write-memory, and held in memory for the write "
-        "when it fits a quarter of it, taken off the write's budget; no file then at P = 1) "
-        "in OUT's temp folder or beside --out, "
-        "and partition i is written by rank i mod P without sorting: one read of the CSR "
-        "counts the rows of up to 8 of the rank's partitions (8 bytes per vertex of the graph "
-        "and partition, taken from --write-memory while they fit half of it), one more read "
-        "fills each partition (by --write-threads worker threads while the previous file is "
-        "written: two partitions' indices held where twice one fits); write-step memory per "
-        "rank: --write-memory (those counts plus the indices) + about 25 bytes per vertex of "
-        "the graph + 16 per vertex of the partition + 4 * --chunk entries per thread. "
-        "Otherwise every rank spills the edges it routes to its "
-        "own files in OUT's temp folder (no exchange; edges held by >= half the partitions "
-        "once, with a presence mask), so that folder must be on a filesystem all ranks share. "
-        "Partition i is written by rank i mod P from them, reading its spill data twice "
-        "(row counts, then the entries) whatever its size: its CSR indices are held in "
-        "buckets of rows of at most --write-memory bytes each; when there is more than one "
-        "bucket, the second read scatters the entries once into one run file per bucket "
-        "beside the spill files (8 bytes per CSR entry, int32 local ids), each read back "
-        "once. Write-step memory per rank: --write-memory + about 17 bytes per vertex of "
-        "the graph (degrees, marks, local-id map) + 16 bytes per vertex of the partition + "
-        "O(--chunk). The edge list is never held in memory.")
+        "Memory per rank: the passes and the write size their buffers from --memory. O(|V|) state: "
+        "degrees, owners, an (|V|, ceil(p/64)) presence bitmask, SPRING's 16-byte clustering "
+        "state and labels; an int32 |V| x p count matrix for HDRF/DBH/Greedy/2PS-L/user "
+        "classes and for SPRING's --refine on more than one rank. Default write (--write-from "
+        "csr; undirected, --hops >= 1, sorted edges.bin): every rank builds its source range "
+        "of the graph's CSR (4 bytes per bidirected line with int32 ids), in memory and kept "
+        "there for the write when it fits the room --memory leaves (no file then at P = 1), "
+        "else in buckets of sources, one streaming pass each, into a file in OUT's temp "
+        "folder or beside --out that is read back in blocks; partition i is written by rank "
+        "i mod P without sorting: one read of its CSR rows counts its rows, then its indices "
+        "are filled and written bucket by bucket (--write-threads workers fill the next "
+        "bucket while the rank writes one). Write-step memory per rank: the buckets (32M of "
+        "indices at most, or --write-memory) + 21 bytes per vertex of the partition + half a "
+        "byte per vertex of the graph + the CSR blocks read (4 * --chunk entries per thread "
+        "at most). Otherwise every rank spills the edges it routes to its own files in OUT's "
+        "temp folder (no exchange; edges held by >= half the partitions once, with a presence "
+        "mask), so that folder must be on a filesystem all ranks share. Partition i is written "
+        "by rank i mod P from them, reading its spill data twice (row counts, then the "
+        "entries) whatever its size: its CSR indices are held in buckets of rows (half the "
+        "room --memory leaves, or --write-memory); when there is more than one bucket, the "
+        "second read scatters the entries once into one run file per bucket beside the spill "
+        "files (8 bytes per CSR entry, int32 local ids), each read back once. Write-step "
+        "memory per rank: the bucket + about 17 bytes per vertex of the graph (degrees, "
+        "marks, local-id map) + 16 bytes per vertex of the partition + O(--chunk). The edge "
+        "list is never held in memory.")
     g.add_argument("--hops", type=int, default=1, choices=(0, 1, 2, 3),
                    help="neighbourhood depth kept with each owned vertex: 1 = its full neighbour "
                    "list (CATGNN), 2/3 = further hops, 0 = no full neighbourhood (a cross edge "
@@ -132,18 +128,18 @@ def add_arguments(parser: Any) -> None:
                    help="2PS-L edge capacity per partition as a multiple of |E|/p "
                    "(default: %(default)s)")
     g.add_argument("--write-memory", type=parse_size, default=None, metavar="SIZE",
-                   help="bytes of CSR indices the store write holds per rank at once (one "
-                   "bucket of rows), e.g. 512M or 2G; a partition whose indices exceed it is "
-                   "written through per-bucket run files (same content). Default: "
-                   f"{WRITE_MEMORY_FRACTION:g} of the node's available memory (MemAvailable) "
-                   "divided by the ranks on the node, at least "
-                   f"{WRITE_MEMORY_MIN >> 20}M; the value used is in meta.json")
+                   help="most bytes of partition indices the store write holds per rank at "
+                   "once (its buckets of rows), e.g. 64M; with the spill writer a partition "
+                   "whose indices exceed it is written through per-bucket run files (same "
+                   "content). Default: from the room --memory leaves (CSR write: a third of "
+                   "it, at most 32M; spill write: half of it); the value used is in "
+                   "meta.json")
     g.add_argument("--write-threads", type=int, default=None, metavar="N",
                    help="worker threads of the CSR store write per rank (--write-from csr): "
-                   "they count the rows and fill the next partition's indices, each a range "
-                   "of rows, while the rank writes the previous partition's file (two "
-                   "partitions' indices held, where twice one fits --write-memory); 0 = one "
-                   "partition after another on the rank's own thread (same files). Default: "
+                   "they count a partition's rows and fill the next bucket of its indices, "
+                   "each a range of rows, while the rank writes the previous bucket (two "
+                   "buckets held); 0 = everything on the rank's own thread, one bucket held "
+                   "(same files). Default: "
                    "the cores the rank may use divided by the ranks on its node, at least 1; "
                    "the value used is in meta.json")
     g.add_argument("--threads", type=int, default=None, metavar="N",
@@ -151,12 +147,12 @@ def add_arguments(parser: Any) -> None:
                    "rank's edges into its own counts) and, with one rank, of the adjacency "
                    "pass (each the rows of a range of sources) and of the refinement from the "
                    "CSR rows (each a range of rows; a cluster pass's extra (#clusters, p) "
-                   "int32 counts per thread also fit a quarter of --write-memory); same output "
-                   "for any N. "
+                   "int32 counts per thread also fit a quarter of the room --memory leaves); "
+                   "same output for any N. "
                    "Python threads running nogil kernels: OMP_NUM_THREADS does not limit "
                    "them. The degree and hop passes use at most as many as let their extra "
-                   "copies (8 bytes per vertex and 64 partitions each) fit a quarter of "
-                   "--write-memory. Default: as --write-threads' default (the cores the rank "
+                   "copies (8 bytes per vertex and 64 partitions each) fit a quarter of the "
+                   "room --memory leaves. Default: as --write-threads' default (the cores the rank "
                    "may use divided by the ranks on its node); the values used are in "
                    "meta.json (threads, pass_copy_threads)")
     g.add_argument("--write-from", choices=("csr", "spill"), default="csr",
@@ -204,7 +200,8 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
                             twops_port=args.twops_port, twops_balance=args.twops_balance,
                             vcut_balance=args.vcut_balance,
                             seed=args.seed),
-        auto=auto, write_memory=args.write_memory, compression=args.store_compression,
+        auto=auto, memory=args.memory, write_memory=args.write_memory,
+        compression=args.store_compression,
         write_from=args.write_from, write_threads=args.write_threads, threads=args.threads)
 
 

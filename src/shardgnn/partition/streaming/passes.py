@@ -17,20 +17,24 @@ import numpy as np
 from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.io.canonical import EDGES, EdgeStream
+from shardgnn.memory import peak_rss_bytes
 from shardgnn.partition.streaming import kernels as K
 
 
 @dataclass
 class PassTimer:
-    """Wall seconds, CPU seconds and edges per named pass (rank-local).
+    """Wall seconds, CPU seconds, edges and peak resident bytes per named pass (rank-local).
 
     The CPU seconds of a pass are the process's CPU time since the previous :meth:`add` (or
     the timer's creation): passes run one after another, so on a shared machine they say
-    what a pass costs when its wall time mostly says how busy the machine was."""
+    what a pass costs when its wall time mostly says how busy the machine was. ``peak[name]``
+    is the process's peak resident set when the pass ended (the peak so far: the first pass
+    whose value reaches the job's peak is where it was reached)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     edges: dict[str, int] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
+    peak: dict[str, int] = field(default_factory=dict)
     mark: float = field(default_factory=time.process_time)
 
     def add(self, name: str, seconds: float, edges: int) -> None:
@@ -38,6 +42,7 @@ class PassTimer:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
         self.edges[name] = self.edges.get(name, 0) + int(edges)
         self.cpu[name] = self.cpu.get(name, 0.0) + now - self.mark
+        self.peak[name] = peak_rss_bytes()
         self.mark = now
 
 
@@ -179,7 +184,11 @@ def owner_bits(owner: np.ndarray, p: int) -> np.ndarray:
     """The (n, words) presence bitmask holding each vertex in its owner's partition only."""
     n = owner.shape[0]
     pres = np.zeros((n, words_for(p)), np.uint64)
-    pres[np.arange(n), owner // 64] = np.left_shift(np.uint64(1), (owner % 64).astype(np.uint64))
+    step = 1 << 20   # blocks of vertices: a few MB of temporaries, whatever |V|
+    for lo in range(0, n, step):
+        o = owner[lo:lo + step]
+        pres[np.arange(lo, lo + o.shape[0]), o // 64] = np.left_shift(
+            np.uint64(1), (o % 64).astype(np.uint64))
     return pres
 
 

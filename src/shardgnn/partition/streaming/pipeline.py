@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 
 from shardgnn import jit, log
-from shardgnn.comm import Communicator, peak_rss_bytes
+from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io import outputs
 from shardgnn.io.canonical import NODE_FILES, GraphMeta, load_node_array, read_meta
 from shardgnn.io.edgeattrs import EdgeAttrs
 from shardgnn.io.results import ResultWriter
-from shardgnn.partition import metrics, store, store_csr, store_write
+from shardgnn.memory import peak_rss_bytes, return_freed_memory, rss_bytes
+from shardgnn.partition import budget, metrics, store, store_csr, store_write
 from shardgnn.partition.streaming import adjacency, kernels, passes, rowrefine
 from shardgnn.partition.streaming.baselines import (BaselineParams, hash_owner, load_user_class,
                                                     vertexcut_owner)
@@ -62,37 +63,12 @@ class PartitionConfig:
     spring: SpringParams = field(default_factory=SpringParams)
     base: BaselineParams = field(default_factory=BaselineParams)
     auto: AutoParts | None = None
-    write_memory: int | None = None   # bytes of CSR indices per bucket; None = write_budget()
+    memory: int | None = None   # peak resident bytes per rank; None = budget.default_memory()
+    write_memory: int | None = None   # most bytes of indices the write holds; None: from memory
     compression: str = "none"
     write_from: str = "csr"   # csr: from the sorted CSR where usable (store_csr); spill: always
     write_threads: int | None = None   # CSR write's worker threads; None = write_threads()
     threads: int | None = None   # threads of the degree, adjacency and hop passes; None = same
-
-
-#: Default share of the node's available memory the store write may hold (split over its ranks).
-WRITE_MEMORY_FRACTION = 0.25
-#: Smallest default write budget per rank.
-WRITE_MEMORY_MIN = 64 << 20
-
-
-def available_memory() -> int:
-    """Bytes of memory available on this machine (MemAvailable, else free pages)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-
-
-def write_budget(comm: Communicator) -> int:
-    """Default bytes of indices per bucket on each rank: WRITE_MEMORY_FRACTION of the node's
-    available memory divided by the ranks on this node (the smallest over ranks, so every
-    rank uses the same), at least WRITE_MEMORY_MIN. Collective over comm."""
-    hosts = comm.allgather_obj(socket.gethostname())
-    mine = available_memory() * WRITE_MEMORY_FRACTION / hosts.count(hosts[comm.rank])
-    return max(WRITE_MEMORY_MIN, int(min(comm.allgather_obj(mine))))
 
 
 def write_threads(comm: Communicator) -> int:
@@ -144,6 +120,8 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
         raise ShardError(f"--threads: expected >= 1, got {cfg.threads}")
     if cfg.write_memory is not None and cfg.write_memory < 1 << 20:
         raise ShardError(f"--write-memory: expected >= 1M bytes, got {cfg.write_memory}")
+    if cfg.memory is not None and cfg.memory < 16 << 20:
+        raise ShardError(f"--memory: expected >= 16M bytes, got {cfg.memory}")
     if cfg.compression not in store_write.COMPRESSIONS:
         raise ShardError(f"--store-compression: expected one of {store_write.COMPRESSIONS}, "
                          f"got {cfg.compression!r}")
@@ -167,22 +145,30 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
 
 
 def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
-            timer: passes.PassTimer, keep: bool, memory: int,
-            threads: int = 1, copy_threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
+            timer: passes.PassTimer, keep: bool, mem: budget.MemoryBudget,
+            threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
     """Owners; ``info["degrees"]`` the global degrees where computed, ``info["adjacency"]``
     SPRING's targets file when ``keep``."""
     n = stream.meta.num_nodes
     if cfg.algo == "hash":
         return hash_owner(n, p, cfg.seed), {}
-    deg = passes.degree_pass(stream, comm, timer, copy_threads)
+    copies = passes.fit_threads(threads, 8 * n, mem.agreed_room(comm) // 4)
+    deg = passes.degree_pass(stream, comm, timer, copies)
     if cfg.algo == "spring":
-        owner, info = spring_owner(stream, comm, deg, p, cfg.spring, timer, keep, memory,
-                                   threads)
+        owner, info = spring_owner(stream, comm, deg, p, cfg.spring, timer, keep, mem.room(),
+                                   threads, _csr_reserve(n, p))
     else:
         user = None if cfg.algo in ALGORITHMS else load_user_class(cfg.algo)
         owner, info = vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user)
     info["degrees"] = deg
+    info["pass_copy_threads"] = copies
     return owner, info
+
+
+def _csr_reserve(n: int, p: int) -> int:
+    """Bytes kept free beside a CSR held in memory until the write: the hop passes' presence
+    masks (three) and the write's state and buckets."""
+    return (budget.WRITE_PER_VERTEX + 24 * passes.words_for(p)) * n + 2 * budget.WRITE_BUCKET
 
 
 def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[str, Any]:
@@ -207,6 +193,7 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
 def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
                t_start: float) -> dict[str, Any]:
     """Owners, refinement, hops, routing and the partition files into ``tmp``. Collective."""
+    return_freed_memory()   # a pass's freed arrays leave the resident set at once
     stream = passes.open_stream(cfg.dataset, comm, cfg.chunk)
     timer = passes.PassTimer()
     use_csr = cfg.write_from == "csr" and store_csr.usable(bool(meta.directed), cfg.hops,
@@ -227,45 +214,57 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
         if cfg.spring.scratch is None:  # the targets file goes beside the output
             cfg = replace(cfg, spring=replace(cfg.spring, scratch=str(Path(cfg.out).absolute().parent)))
     timer.add("jit", time.perf_counter() - t0, 0)
-    budget = cfg.write_memory if cfg.write_memory is not None else write_budget(comm)
+    mem = budget.MemoryBudget(budget.default_memory(comm) if cfg.memory is None else cfg.memory,
+                              given=cfg.memory is not None)
+    _check_floor(comm, mem, meta.num_nodes, p)
     cores = write_threads(comm)
     threads = cfg.threads if cfg.threads is not None else cores
     if cfg.write_threads is None:
         cfg = replace(cfg, write_threads=cores)
-    # the degree and hop passes hold an extra degree / presence array per extra thread: at
-    # most as many as fit a quarter of the write budget
-    copy_threads = passes.fit_threads(threads, 8 * meta.num_nodes * passes.words_for(p),
-                                      budget // 4)
-    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, budget, threads, copy_threads)
+    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, mem, threads)
     info["threads"] = threads
-    info["pass_copy_threads"] = copy_threads
     shard: adjacency.AdjacencyShard | None = info.pop("adjacency", None)
     try:
-        m = _place(comm, cfg, meta, p, tmp, stream, timer, owner, info, shard, use_csr, budget,
-                   threads, copy_threads)
+        m = _place(comm, cfg, meta, p, tmp, stream, timer, owner, info, shard, use_csr, mem,
+                   threads)
     finally:
         if shard is not None:
             shard.remove()
+    m["memory_bytes"] = mem.total
     m["seconds_total"] = time.perf_counter() - t_start
     return m
+
+
+def _check_floor(comm: Communicator, mem: budget.MemoryBudget, n: int, p: int) -> None:
+    """ShardError on every rank when ``mem`` leaves less than the O(|V|) state every job holds
+    at some pass (:func:`budget.floor`) beside what the fullest rank holds now (interpreter,
+    libraries, kernels): no spill makes such a job fit. Collective over comm."""
+    need = budget.floor(n, p)
+    held = int(comm.allreduce_scalar(rss_bytes(), "max"))
+    if held + need > mem.total:
+        per = budget.FLOOR_PER_VERTEX + budget.FLOOR_PER_PART * p
+        raise ShardError(f"--memory {mem.total >> 20} MiB: too small to partition {n} vertices "
+                         f"into {p} parts: a rank holds {held >> 20} MiB now (interpreter, "
+                         f"libraries, kernels) and needs at least {per} bytes per vertex more "
+                         f"({need >> 20} MiB); give at least {-(-(held + need) // (1 << 20))}M")
 
 
 def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
            stream: Any, timer: passes.PassTimer, owner: np.ndarray, info: dict[str, Any],
            shard: adjacency.AdjacencyShard | None, use_csr: bool,
-           budget: int, threads: int = 1, copy_threads: int = 1) -> dict[str, Any]:
+           mem: budget.MemoryBudget, threads: int = 1) -> dict[str, Any]:
     """Refinement, hops and the partition files (from the CSR or the spill); the metrics.
     Collective over comm."""
     deg = info.pop("degrees", None)
     labels = info.pop("labels", None)
+    n = meta.num_nodes
     if cfg.refine and use_csr and comm.size == 1 and deg is not None:
         # one rank: the refinement gathers each vertex's counts from the CSR rows the store
         # write reads (built now instead of after the hops; the same moves as streaming)
         if shard is None:
-            shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr",
-                                    hold=True, threads=threads)
-        _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, shard, threads,
-                budget)
+            shard = adjacency.build(stream, comm, deg, tmp, timer, memory=mem.room(), name="csr",
+                                    hold=True, threads=threads, reserve=_csr_reserve(n, p))
+        _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, shard, threads, mem)
     elif cfg.refine:
         _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, None)
     del labels
@@ -274,20 +273,26 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
         pres = None
         if cfg.hops > 0:
             pres = passes.owner_bits(owner, p)
+            copies = passes.fit_threads(threads, pres.nbytes, mem.agreed_room(comm) // 4)
+            info["pass_copy_threads"] = min(info.get("pass_copy_threads", copies), copies)
             for h in range(cfg.hops):
-                pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}",
-                                       copy_threads)
+                pres = passes.hop_pass(stream, comm, pres, timer, f"hop {h + 1}", copies)
         if use_csr:
             assert pres is not None   # store_csr.usable: --hops >= 1
             if deg is None:
-                deg = passes.degree_pass(stream, comm, timer, copy_threads)
+                deg = passes.degree_pass(stream, comm, timer, passes.fit_threads(
+                    threads, 8 * n, mem.agreed_room(comm) // 4))
             if shard is None:
-                shard = adjacency.build(stream, comm, deg, tmp, timer, memory=budget, name="csr",
-                                        hold=True, threads=threads)
+                shard = adjacency.build(stream, comm, deg, tmp, timer, memory=mem.room(),
+                                        name="csr", hold=True, threads=threads,
+                                        reserve=budget.WRITE_PER_VERTEX * n
+                                        + 2 * budget.WRITE_BUCKET)
+            info["csr_passes"] = shard.passes
+            info["csr_in_memory"] = shard.data is not None
             t0 = time.perf_counter()
             shard.sort_rows()   # no-op scan for a sorted edges.bin; the order is used up now
             timer.add("csr_sort", time.perf_counter() - t0, 0)
-            stats = _write_parts_csr(comm, cfg, meta, tmp, owner, pres, deg, shard, p, budget,
+            stats = _write_parts_csr(comm, cfg, meta, tmp, owner, pres, deg, shard, p, mem,
                                      timer)
             shard.remove()
             return _metrics(comm, meta, p, stats, info, timer)
@@ -304,7 +309,7 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
         if sink is None:   # agree() above raised on every rank when opening the sink failed
             raise ShardError(f"{tmp}: cannot write the spill files")
         sink.set_totals(comm.allgather_obj(sink.tally()))
-        stats = _write_parts(comm, cfg, meta, tmp, owner, sink, p, budget, timer)
+        stats = _write_parts(comm, cfg, meta, tmp, owner, sink, p, mem, timer)
     except BaseException:
         if sink is not None:
             sink.close()
@@ -315,11 +320,12 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
 def _refine(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, stream: Any,
             timer: passes.PassTimer, owner: np.ndarray, labels: list[np.ndarray] | None,
             info: dict[str, Any], rows: adjacency.AdjacencyShard | None, threads: int = 1,
-            budget: int = 0) -> None:
+            mem: budget.MemoryBudget | None = None) -> None:
     """SPRING's restreaming refinement of ``owner`` (in place): ``--refine-clusters`` passes
     per cluster level of ``labels``, then vertex passes; from the CSR ``rows`` of every vertex
     when given (one rank, :mod:`rowrefine`, by ``threads`` threads; a cluster level's extra
-    count copies fit a quarter of ``budget``), else streamed. Collective over comm."""
+    count copies fit a quarter of the room ``mem`` leaves), else streamed. Collective over
+    comm."""
     cap = cfg.refine_balance * meta.num_nodes / p
     rounds = cfg.refine
     show = comm.rank == 0
@@ -332,7 +338,7 @@ def _refine(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, s
             copy = k * (p * rowrefine.count_dtype(int(rows.indptr[-1])).itemsize + 8)
             done = rowrefine.cluster_refine_pass_rows(
                 rows, owner, lab, p, c_rounds, cap, cfg.seed + level, timer, show,
-                passes.fit_threads(threads, copy, budget // 4))
+                passes.fit_threads(threads, copy, (mem.room() if mem else 0) // 4))
         else:
             done = passes.cluster_refine_pass(stream, comm, owner, lab, p, c_rounds, cap,
                                               cfg.seed + level, timer)
@@ -368,15 +374,20 @@ def _metrics(comm: Communicator, meta: GraphMeta, p: int, stats: dict[int, dict[
     m["cpu_seconds_total"] = comm.allgather_obj(time.process_time())
     rss = comm.allgather_obj(peak_rss_bytes())
     m["peak_rss_bytes"] = rss
+    peaks = comm.allgather_obj(timer.peak)
+    m["peak_rss_bytes_per_pass"] = {k: max(c.get(k, 0) for c in peaks) for k in timer.peak}
     return m
 
 
 def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
-                 owner: np.ndarray, sink: store.SpillSink, p: int, budget: int,
+                 owner: np.ndarray, sink: store.SpillSink, p: int, mem: budget.MemoryBudget,
                  timer: passes.PassTimer) -> dict[int, dict[str, Any]]:
-    """Write this rank's partitions from their spill files; all ranks get every count.
-    Collective over comm."""
+    """Write this rank's partitions from their spill files, buckets of indices within half
+    the room ``mem`` leaves beside the writer's O(|V|) state (or ``--write-memory``); all ranks
+    get every count. Collective over comm."""
     t0 = time.perf_counter()
+    room = mem.room() - budget.SPILL_WRITE_PER_VERTEX * meta.num_nodes
+    cap = cfg.write_memory if cfg.write_memory is not None else max(budget.WRITE_MIN, room // 2)
     node_data = {k: a for k in NODE_FILES
                  if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
     stats: dict[int, dict[str, Any]] = {}
@@ -389,9 +400,9 @@ def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp:
             owned = np.flatnonzero(owner == i)
             stats[i] = store_write.write_partition(
                 tmp / store.part_name(i), i, p, owned, sink, bool(meta.directed), node_data,
-                meta.num_nodes, chunk=cfg.chunk, budget=budget, compression=cfg.compression,
+                meta.num_nodes, chunk=cfg.chunk, budget=cap, compression=cfg.compression,
                 edge_attrs=attrs, syncer=bg)
-            stats[i]["budget"] = budget
+            stats[i]["budget"] = cap
             sink.remove(i)
     timer.add("write", time.perf_counter() - t0, sum(s["entries"] for s in stats.values()))
     merged: dict[int, dict[str, Any]] = {}
@@ -403,31 +414,40 @@ def _write_parts(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp:
 
 def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, tmp: Path,
                      owner: np.ndarray, pres: np.ndarray, deg: np.ndarray,
-                     shard: adjacency.AdjacencyShard, p: int, budget: int,
+                     shard: adjacency.AdjacencyShard, p: int, mem: budget.MemoryBudget,
                      timer: passes.PassTimer) -> dict[int, dict[str, Any]]:
     """Write this rank's partitions from every rank's adjacency targets file (the graph's
-    sorted CSR, ``store_csr``); all ranks get every count. Collective over comm."""
+    sorted CSR, ``store_csr``), buckets of indices from the room ``mem`` leaves
+    (:func:`budget.write_bucket`, at most ``--write-memory``); all ranks get every count.
+    Collective over comm."""
     t0 = time.perf_counter()
     node_data = {k: a for k in NODE_FILES
                  if (a := load_node_array(cfg.dataset, k, meta, mmap=True)) is not None}
-    indptr = np.zeros(deg.shape[0] + 1, np.int64)
-    np.cumsum(deg, out=indptr[1:])
+    if comm.size == 1:   # one rank's row pointers are the graph's
+        indptr = shard.indptr
+    else:
+        indptr = np.zeros(deg.shape[0] + 1, np.int64)
+        np.cumsum(deg, out=indptr[1:])
     csr = store_csr.GlobalCSR(indptr, adjacency.source_bounds(deg, comm.size),
                               comm.allgather_obj(str(shard.path)), meta.np_dtype,
                               local=None if shard.data is None else (comm.rank, shard.data))
-    held = 0 if shard.data is None else int(shard.data.nbytes)   # off the write's budget
-    left = max(budget - held, budget // 2)
     bad = csr.check()
     comm.agree(not bad, bad)
     attrs = EdgeAttrs(cfg.dataset, meta)
     threads = cfg.write_threads if cfg.write_threads is not None else write_threads(comm)
+    room = mem.room() - budget.WRITE_PER_VERTEX * meta.num_nodes
+    bucket = budget.write_bucket(room, cfg.write_memory)
+    # CSR entries per read of another rank's file (or of this rank's, when not held), per
+    # worker: at most 4 chunks, within the room the buckets leave
+    item = np.dtype(meta.np_dtype).itemsize
+    block = max(1 << 16, min(4 * cfg.chunk, (room - bucket) // (item * max(1, threads) * 2)))
     with csr, outputs.BackgroundSync() as bg:   # a file's fsync overlaps the next one's build
         stats = store_csr.write_partitions_csr(
             tmp, list(range(comm.rank, p, comm.size)), p, owner, pres, csr, node_data,
-            chunk=cfg.chunk, budget=left, compression=cfg.compression, edge_attrs=attrs,
-            syncer=bg, threads=threads)
+            chunk=cfg.chunk, budget=bucket, compression=cfg.compression, edge_attrs=attrs,
+            syncer=bg, threads=threads, block=block)
     for s in stats.values():
-        s["budget"] = budget
+        s["budget"] = bucket
         s["threads"] = threads
     timer.add("write", time.perf_counter() - t0, sum(s["entries"] for s in stats.values()))
     merged: dict[int, dict[str, Any]] = {}
@@ -443,7 +463,8 @@ def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, t
               "refine": cfg.refine, "refine_frac": cfg.refine_frac,
               "refine_balance": cfg.refine_balance,
               "refine_clusters": cfg.refine_clusters, "seed": cfg.seed, "chunk": cfg.chunk,
-              "ranks": comm.size, "write_memory": m["write_memory_bytes"],
+              "ranks": comm.size, "memory": m["memory_bytes"],
+              "write_memory": m["write_memory_bytes"],
               "write_threads": m["write_threads"],
               "store_compression": cfg.compression}
     doc = store.meta_record(

@@ -168,13 +168,13 @@ def merge_and_assign(cl: Clustering, deg: np.ndarray, p: int,
 
 def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int,
                  params: SpringParams, timer: PassTimer, keep: bool = False,
-                 memory: int = 0, threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
+                 memory: int = 0, threads: int = 1,
+                 reserve: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
     """Owner partition of every vertex by SPRING (``info["labels"]``: merged and streaming
     cluster of every vertex, coarse first). ``memory``: bytes the adjacency order's targets
     may take in memory while built (:func:`adjacency.build`). With ``keep``, its targets
-    (file, or in memory when they take at most a quarter of ``memory``) are kept for the
-    store write (``info["adjacency"]``; the caller removes it). Collective
-    over comm."""
+    (file, or in memory when they leave ``reserve`` bytes of ``memory`` free) are kept for
+    the store write (``info["adjacency"]``; the caller removes it). Collective over comm."""
     tau_vol = params.tau * directed_lines(stream) / p
     # Interleaved (u,v),(v,u): after line (u,v) both ends share a cluster or both volumes
     # exceed tau, so line (v,u) moves nothing and repeats the same richest-neighbour updates;
@@ -186,7 +186,7 @@ def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int
     source = None
     if params.stream_order == "adjacency" and not stream.meta.directed:
         source = adjacency.build(stream, comm, deg, params.scratch, timer, memory=memory,
-                                 hold=keep, threads=threads)
+                                 hold=keep, threads=threads, reserve=reserve)
     try:
         cl = cluster_pass(stream, comm, deg, tau_vol, modes, timer, source=source)
     except BaseException:

@@ -18,8 +18,10 @@ import numpy as np
 from shardgnn import log
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, raise_first
-from shardgnn.io.canonical import check_node_files
+from shardgnn.io.canonical import check_node_files, read_meta
 from shardgnn.io.results import ResultWriter
+from shardgnn.memory import return_freed_memory, rss_bytes
+from shardgnn.partition import budget
 from shardgnn.partition.vertexcut.adaptive import RESPONSES
 from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
 from shardgnn.partition.vertexcut.metrics import distributed_quality
@@ -142,6 +144,7 @@ class VertexCutConfig:
     expansion: ExpansionConfig
     results: str | None = None
     chunk: int = 1 << 20
+    memory: int | None = None   # peak resident bytes per rank; None = budget.default_memory()
 
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:
@@ -150,7 +153,8 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
     if args.chunk < 1:
         raise ShardError(f"--chunk: expected >= 1 edges, got {args.chunk}")
     cfg = VertexCutConfig(dataset=args.dataset, out=args.out, expansion=expansion,
-                          results=args.results, chunk=args.chunk)
+                          results=args.results, chunk=args.chunk,
+                          memory=getattr(args, "memory", None))
     main(comm, cfg)
     return 0
 
@@ -158,10 +162,12 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
     """Load -> expand -> quality -> store -> results; returns the summary. Collective."""
     t_start = time.perf_counter()
+    return_freed_memory()   # freed arrays leave the resident set at once (memory.py)
     ex = cfg.expansion
     # the store points readers at the dataset's node arrays: a wrong row count is refused now,
     # not in the job that samples or trains on the store
     comm.run_agreed(check_node_files, cfg.dataset)
+    mem = _check_memory(comm, cfg)
     shard = load_shard(cfg.dataset, comm, chunk=cfg.chunk)
     t_load = time.perf_counter() - t_start
     _mem("after load")
@@ -183,9 +189,37 @@ def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
                "eb": q["eb"], "vb": q["vb"], "iterations": res.iterations,
                "seconds_partition": res.seconds, "seconds_load": t_load,
                "seconds_store": t_store, "seconds_total": time.perf_counter() - t_start,
-               "peak_rss_max_bytes": int(rss.max()), "num_vertices_covered": q["num_vertices"]}
+               "peak_rss_max_bytes": int(rss.max()), "memory_bytes": mem,
+               "num_vertices_covered": q["num_vertices"]}
+    if comm.rank == 0 and rss.max() > mem:
+        log.get().warning("--memory %d MiB: the fullest rank peaked at %d MiB (the vertex-cut "
+                          "partitioners hold their edge shard in memory)", mem >> 20,
+                          int(rss.max()) >> 20)
     _results(comm, cfg, summary, q, rss)
     return summary
+
+
+#: Bytes per edge of a rank's shard that the vertex-cut partitioners hold at least (the edge
+#: columns and the edge's partition, int32 ids): a budget leaving less is refused.
+SHARD_BYTES_PER_EDGE = 12
+
+
+def _check_memory(comm: Communicator, cfg: VertexCutConfig) -> int:
+    """The budget per rank (``--memory`` or :func:`budget.default_memory`); ShardError on
+    every rank when it leaves less than the edge shard's columns (SHARD_BYTES_PER_EDGE per
+    edge of |E|/P) beside what the fullest rank holds now: the job cannot run within it.
+    Collective over comm."""
+    total = budget.default_memory(comm) if cfg.memory is None else int(cfg.memory)
+    edges = comm.run_agreed(lambda: int(read_meta(cfg.dataset).num_edges))
+    need = SHARD_BYTES_PER_EDGE * -(-edges // comm.size)
+    held = int(comm.allreduce_scalar(rss_bytes(), "max"))
+    if held + need > total:
+        raise ShardError(f"--memory {total >> 20} MiB: too small for {cfg.dataset}: a rank "
+                         f"holds {held >> 20} MiB before loading and its edge shard needs at "
+                         f"least {need >> 20} MiB more ({SHARD_BYTES_PER_EDGE} bytes per edge "
+                         f"of |E|/P = {edges}/{comm.size}); the vertex-cut partitioners keep "
+                         "the shard in memory (no spill)")
+    return total
 
 
 def _store(comm: Communicator, cfg: VertexCutConfig, shard: Any, res: Any,

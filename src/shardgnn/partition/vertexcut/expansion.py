@@ -96,31 +96,41 @@ class _Local:
     """Rank-local pair structure: unique undirected non-loop pairs and their CSR."""
 
     def __init__(self, shard: EdgeShard) -> None:
+        # temporaries are dropped as soon as used: they are several int64 arrays per record,
+        # the rank's peak while the structure is built
         a = np.minimum(shard.src, shard.dst)
         b = np.maximum(shard.src, shard.dst)
         loop = a == b
         self.loop = loop
+        nrec = a.size
         key_a, key_b = a[~loop], b[~loop]
+        del a, b
+        self.rec2pair = np.full(nrec, -1, dtype=kernels.pair_dtype(nrec))   # pairs <= records
         if key_a.size:
             order = np.lexsort((key_b, key_a))
-            sa, sb = key_a[order], key_b[order]
+            sa = key_a[order]
+            del key_a
+            sb = key_b[order]
+            del key_b
             new = np.ones(sa.size, dtype=bool)
             new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
-            pid_sorted = np.cumsum(new) - 1
-            pid = np.empty(sa.size, dtype=np.int64)
-            pid[order] = pid_sorted
             self.pa, self.pb = sa[new], sb[new]
+            del sa, sb
+            pid = np.empty(order.size, dtype=self.rec2pair.dtype)
+            pid[order] = np.cumsum(new) - 1
+            del order, new
+            self.rec2pair[~loop] = pid
+            del pid
         else:
-            pid = np.zeros(0, dtype=np.int64)
             self.pa = self.pb = np.zeros(0, dtype=np.int64)
-        self.rec2pair = np.full(a.size, -1, dtype=np.int64)
-        self.rec2pair[~loop] = pid
         self.lv = np.unique(np.concatenate([self.pa, self.pb]))
         la = np.searchsorted(self.lv, self.pa)
         lb = np.searchsorted(self.lv, self.pb)
-        self.indptr, self.adj = kernels.local_csr(la, lb, self.lv.size)
         self.npairs = self.pa.size
-        self.assign = np.full(self.npairs, -1, dtype=np.int64)
+        self.indptr, self.adj = kernels.local_csr(
+            la, lb, self.lv.size, np.empty(2 * self.npairs, kernels.pair_dtype(self.npairs)))
+        del la, lb
+        self.assign = np.full(self.npairs, -1, dtype=kernels.PART_DTYPE)
 
     def lids(self, v: np.ndarray) -> np.ndarray:
         """Local ids of global vertices, -1 where this rank holds none of their edges."""
@@ -343,7 +353,7 @@ def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionC
     alpha = cfg.balance if cfg.algo == "dne" else cfg.ada_cap
     cap2 = float(2 * edge_cap(total_pairs, p, alpha)) if capped else np.inf
     exp = _Expander(cfg, comm.rank, comm.size, st.score.size)
-    best = np.full(loc.npairs, -1, dtype=np.int64)
+    best = np.full(loc.npairs, -1, dtype=kernels.PART_DTYPE)
     mark = np.zeros(loc.npairs, dtype=bool)
     it = stalled = 0
     logger = log.get()
@@ -419,7 +429,7 @@ def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionC
 def _records(comm: Communicator, shard: EdgeShard, loc: _Local, st: _State,
              cfg: ExpansionConfig) -> np.ndarray:
     """Partition of every local record; self-loops join a partition of their vertex. Collective."""
-    rec_part = np.full(shard.src.size, -1, dtype=np.int64)
+    rec_part = np.full(shard.src.size, -1, dtype=np.int32)
     has = loc.rec2pair >= 0
     rec_part[has] = loc.assign[loc.rec2pair[has]]
     loops = np.flatnonzero(loc.loop)
@@ -432,4 +442,4 @@ def _records(comm: Communicator, shard: EdgeShard, loc: _Local, st: _State,
     allk = comm.allgatherv(keys)
     kernels.apply_updates(allk, np.zeros(allk.size, dtype=np.int64), cfg.parts, st.score,
                           st.member, st.vsize, st.esize2)
-    return rec_part.astype(np.int32)
+    return rec_part

@@ -12,8 +12,10 @@ from numba import njit
 
 
 @njit(cache=True)
-def local_csr(la: np.ndarray, lb: np.ndarray, nloc: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of pair ids per local vertex from the pairs' two local endpoints."""
+def local_csr(la: np.ndarray, lb: np.ndarray, nloc: int,
+              adj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of pair ids per local vertex from the pairs' two local endpoints: (indptr, ``adj``
+    filled; 2 entries per pair, of :func:`pair_dtype`)."""
     deg = np.zeros(nloc + 1, np.int64)
     for e in range(la.size):
         deg[la[e] + 1] += 1
@@ -21,7 +23,6 @@ def local_csr(la: np.ndarray, lb: np.ndarray, nloc: int) -> tuple[np.ndarray, np
     for x in range(nloc):
         deg[x + 1] += deg[x]
     pos = deg[:-1].copy()
-    adj = np.empty(deg[nloc], np.int64)
     for e in range(la.size):
         adj[pos[la[e]]] = e
         pos[la[e]] += 1
@@ -175,15 +176,24 @@ def first_member(v: np.ndarray, member: np.ndarray, nparts: int) -> np.ndarray:
     return out
 
 
+def pair_dtype(npairs: int) -> np.dtype:
+    """Dtype of local pair ids (the local CSR's entries): int32 while 2 * ``npairs`` fits it."""
+    return np.dtype(np.int32 if 2 * int(npairs) < np.iinfo(np.int32).max else np.int64)
+
+
+#: Dtype of a pair's partition (``assign``, the proposals' scratch): -1 or a partition id.
+PART_DTYPE = np.int32
+
+
 def warmup() -> None:
     """Compile or load every kernel once on tiny inputs (keeps JIT time out of timings)."""
     la = np.array([0], np.int64)
     lb = np.array([1], np.int64)
-    indptr, adj = local_csr(la, lb, 2)
-    assign = np.full(1, -1, np.int64)
+    indptr, adj = local_csr(la, lb, 2, np.empty(2, pair_dtype(1)))
+    assign = np.full(1, -1, PART_DTYPE)
     esize2 = np.zeros(2, np.int64)
     member = np.zeros((2, 1), np.uint64)
-    one_hop_propose(la, la, indptr, adj, assign, esize2, np.full(1, -1, np.int64))
+    one_hop_propose(la, la, indptr, adj, assign, esize2, np.full(1, -1, PART_DTYPE))
     two_hop_propose(la, indptr, adj, assign, la, lb, member, esize2, 1.0, 2,
                     np.zeros(1, np.bool_))
     take_quota(la, np.ones(2, np.int64))

@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn.comm import Communicator
+from shardgnn.partition.vertexcut.kernels import PART_DTYPE, pair_dtype
 
 
 @njit(cache=True)
@@ -293,10 +294,12 @@ def warmup() -> None:
     z = np.zeros(1, np.int64)
     work = np.zeros((2, 2), np.int32)
     v2 = np.zeros(2, np.int64)
-    vertex_moves(np.arange(2), np.array([0, 1, 2]), np.zeros(2, np.int64), z, z + 1, z.copy(),
+    adj = np.zeros(2, pair_dtype(1))   # the dtypes expansion._Local uses
+    assign = np.zeros(1, PART_DTYPE)
+    vertex_moves(np.arange(2), np.array([0, 1, 2]), adj, z, z + 1, assign,
                  work, v2, v2.copy(), v2.copy(), v2.copy(), 1.0, 1, v2.copy(),
-                 local_counts(np.array([0, 1, 2]), np.zeros(2, np.int64), z.copy(), 2))
+                 local_counts(np.array([0, 1, 2]), adj, assign.copy(), 2))
     apply_moves(work, np.zeros((0, 4), np.int64), 0, 0, v2.copy(), v2.copy())
-    cnt = count_matrix(z, z + 1, z.copy(), 2, 2)
+    cnt = count_matrix(z, z + 1, assign.copy(), 2, 2)
     column_stats(cnt)
     member_bits(cnt, 1)

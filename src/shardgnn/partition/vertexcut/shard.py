@@ -119,10 +119,21 @@ def load_shard(directory: str | os.PathLike, comm: Communicator, chunk: int = 1 
         sendbuf = np.ascontiguousarray(rec[order])
         parts.append(comm.alltoallv(sendbuf, counts, op_name="redistribute"))
         del rec, sendbuf
-    allrec = np.concatenate(parts) if parts else np.zeros((0, 3), dtype=np.int64)
-    del parts
-    return EdgeShard(src=np.ascontiguousarray(allrec[:, 0]), dst=np.ascontiguousarray(allrec[:, 1]),
-                     etype=allrec[:, 2].astype(np.int32), num_nodes=int(meta.num_nodes),
+    # the columns filled round by round, each round's records freed once copied (no
+    # concatenated (records, 3) copy beside them)
+    total = sum(int(x.shape[0]) for x in parts)
+    src = np.empty(total, np.int64)
+    dst = np.empty(total, np.int64)
+    etype = np.empty(total, np.int32)
+    at = 0
+    parts.reverse()
+    while parts:
+        x = parts.pop()
+        k = x.shape[0]
+        src[at:at + k], dst[at:at + k], etype[at:at + k] = x[:, 0], x[:, 1], x[:, 2]
+        at += k
+        del x
+    return EdgeShard(src=src, dst=dst, etype=etype, num_nodes=int(meta.num_nodes),
                      num_edges=int(meta.num_edges), directed=bool(meta.directed),
                      has_types=bool(meta.edge_types),
                      num_edge_types=max(1, int(meta.num_edge_types)) if meta.edge_types else 1)

@@ -1,0 +1,203 @@
+"""Benchmark: peak memory of `shardgnn partition` per rank, graph-dependent bytes per edge, and
+the `--memory` budget (issue 37).
+
+    python run/bench/partition/partition_memory.py RESULTS.json [--scales 20 22]
+        [--algos spring hdrf 2ps-l] [--budgets 0.5] [--vertexcut adadne:2 adadne:4]
+        [--extra-graph NAME=DATASET_DIR] [--work DIR] [--src DIR --label NAME] [--lock]
+
+Graphs: R-MAT 2^S vertices, 2^(S+4) raw edges (`shardgnn generate rmat --canonical`, seed 0,
+cached under --work), Cora (``inputs/cora`` converted: the fixed cost), and any
+``--extra-graph`` (e.g. ego-Twitter converted). Every run is its own ``mpiexec -n P python -m
+shardgnn partition DATA --parts 8`` under ``/usr/bin/time -v``; one untimed warm-up run on Cora
+first fills numba's cache. Recorded per run: peak RSS of the largest process (``time -v``), the
+ranks' peaks and per-pass peaks from meta.json, the budget the run used (``memory``), whether
+the CSR stayed in memory and in how many passes it was built, wall and CPU seconds, the load
+average. Derived per graph and algorithm: graph-dependent bytes per edge = (peak on the graph
+- peak of the same command on Cora) / undirected edges, and, for each ``--budgets`` fraction f,
+a run with ``--memory`` = f x the default run's peak: its peak / budget and whether its
+partition files equal the default run's byte for byte.
+
+``--lock`` holds ``flock /tmp/shardgnn-bench.lock`` around every timed run (wall times are
+comparable only then, and only with the load average beside them); peak RSS and bytes are fine
+without it. ``--src`` runs another source tree (``PYTHONPATH``), ``--label`` names it; for an
+exported tree (no ``.git``) set ``SHARDGNN_COMMIT`` to its commit so the JSON records it.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import shutil
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run/bench: the shared harness
+import harness
+
+ROOT = harness.ROOT
+LOCK = "/tmp/shardgnn-bench.lock"
+PARTS = 8
+
+
+@contextmanager
+def bench_lock(on: bool) -> Iterator[None]:
+    """Hold LOCK (exclusive) while timing, when ``on``."""
+    if not on:
+        yield
+        return
+    with open(LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def env_for(src: Path | None) -> dict[str, str]:
+    extra = {"PYTHONPATH": str(src / "src")} if src is not None else {}
+    return harness.bench_env(extra)
+
+
+def ensure_rmat(scale: int, work: Path, env: dict[str, str]) -> Path:
+    """R-MAT 2^scale, 2^(scale+4) raw edges, converted (generated once under ``work``)."""
+    data = work / f"rmat{scale}"
+    if not (data / "graph.json").exists():
+        harness.timed(harness.shardgnn(["generate", "rmat", "--scale", scale, "--canonical",
+                                        "--out", data, "--force"]), env)
+    return data
+
+
+def ensure_cora(work: Path, env: dict[str, str]) -> Path:
+    data = work / "cora"
+    if not (data / "graph.json").exists():
+        harness.timed(harness.shardgnn(["convert", ROOT / "inputs" / "cora", "--out", data,
+                                        "--force"]), env)
+    return data
+
+
+def digest(out: Path) -> str:
+    """SHA-256 over the partition files' bytes (a vertex-cut store's part folders included),
+    in name order."""
+    h = hashlib.sha256()
+    for f in sorted(x for x in out.glob("part-*/**/*") if x.is_file()) + \
+            sorted(x for x in out.glob("part-*") if x.is_file()):
+        h.update(str(f.relative_to(out)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def partition(data: Path, algo: str, ranks: int, out: Path, env: dict[str, str], lock: bool,
+              memory: int | None = None, parts: int = PARTS) -> dict[str, Any]:
+    """One timed partition run; its record (peaks, budget, passes, wall, load)."""
+    args = ["partition", data, "--algo", algo, "--parts", parts, "--out", out, "--force"]
+    if memory is not None:
+        args += ["--memory", memory]
+    with bench_lock(lock):
+        rec = harness.timed(harness.shardgnn(args, ranks), env, check=False)
+    rec.pop("stdout_tail", None)
+    rec.update({"algo": algo, "ranks": ranks, "memory_given": memory})
+    meta = out / "meta.json"
+    if rec["returncode"] == 0 and meta.exists():
+        m = json.loads(meta.read_text())
+        met, par = m.get("metrics", {}), m.get("parameters", {})
+        rec.update({k: met.get(k) for k in ("peak_rss_bytes", "peak_rss_bytes_per_pass",
+                                            "csr_in_memory", "csr_passes", "rf",
+                                            "seconds_total")})
+        rec["memory_bytes"] = par.get("memory")
+    res = out / "results.h5"
+    if rec["returncode"] == 0 and rec.get("peak_rss_bytes") is None and res.exists():
+        import h5py
+
+        with h5py.File(res, "r") as f:
+            g = f["partition"]
+            rec["peak_rss_bytes"] = [int(x) for x in g["peak_rss_bytes"][()]]
+            rec["memory_bytes"] = int(g.attrs.get("memory_bytes", 0)) or None
+            rec["rf"] = float(g.attrs["rf"])
+    if rec["returncode"] == 0:
+        rec["digest"] = digest(out)
+    return rec
+
+
+def edges_of(data: Path) -> int:
+    return int(json.loads((data / "graph.json").read_text())["num_edges"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--scales", type=int, nargs="*", default=[20])
+    ap.add_argument("--algos", nargs="*", default=["spring", "hdrf", "2ps-l"])
+    ap.add_argument("--budgets", type=float, nargs="*", default=[0.5],
+                    help="--memory runs at these fractions of the default run's peak")
+    ap.add_argument("--vertexcut", nargs="*", default=[],
+                    help="ALGO:RANKS vertex-cut runs on the R-MAT graphs (e.g. adadne:2)")
+    ap.add_argument("--extra-graph", nargs="*", default=[], metavar="NAME=DIR")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/shardgnn-partition-memory"))
+    ap.add_argument("--src", type=Path, default=None)
+    ap.add_argument("--label", default="this")
+    ap.add_argument("--lock", action="store_true")
+    a = ap.parse_args()
+    load0 = harness.loadavg()
+    a.work.mkdir(parents=True, exist_ok=True)
+    env = env_for(a.src)
+    cora = ensure_cora(a.work, env)
+    out = a.work / "out"
+    partition(cora, "spring", 1, out, env, False)   # warm-up: numba's cache
+    graphs = {f"rmat{s}": ensure_rmat(s, a.work, env) for s in a.scales}
+    graphs.update({k: Path(v) for k, v in (g.split("=", 1) for g in a.extra_graph)})
+    doc: dict[str, Any] = {"label": a.label, "src": str(a.src) if a.src else None,
+                           "parts": PARTS, "lock": a.lock, "graphs": {}, "fixed": {},
+                           "runs": []}
+
+    def save() -> None:
+        harness.write_result(a.results, doc, load0,
+                             src=a.src if a.src is not None and (a.src / ".git").exists()
+                             else None)
+
+    for algo in a.algos:
+        fixed = partition(cora, algo, 1, out, env, a.lock)
+        doc["fixed"][algo] = fixed["max_child_rss_bytes"]
+        doc["runs"].append({"graph": "cora", **fixed})
+        for name, data in graphs.items():
+            m = edges_of(data)
+            doc["graphs"][name] = {"dir": str(data), "num_edges": m}
+            base = partition(data, algo, 1, out, env, a.lock)
+            peak = base["max_child_rss_bytes"]
+            base.update(graph=name, budget_fraction=None,
+                        graph_bytes_per_edge=round((peak - doc["fixed"][algo]) / m, 2))
+            doc["runs"].append(base)
+            save()
+            for f in a.budgets:
+                mem = int(f * peak)
+                r = partition(data, algo, 1, out, env, a.lock, memory=mem)
+                r.update(graph=name, budget_fraction=f)
+                if r["returncode"] == 0:
+                    r["peak_over_budget"] = round(r["max_child_rss_bytes"] / mem, 3)
+                    r["same_partition"] = r["digest"] == base["digest"]
+                doc["runs"].append(r)
+                save()
+    for spec in a.vertexcut:
+        algo, ranks = spec.split(":")
+        fixed = partition(cora, algo, int(ranks), out, env, a.lock)
+        doc["runs"].append({"graph": "cora", **fixed})
+        for name, data in graphs.items():
+            r = partition(data, algo, int(ranks), out, env, a.lock)
+            r["graph"] = name
+            if r["returncode"] == 0:
+                r["graph_bytes_per_rank"] = max(r["peak_rss_bytes"]) - max(fixed["peak_rss_bytes"])
+            doc["runs"].append(r)
+            save()
+    shutil.rmtree(out, ignore_errors=True)
+    save()
+    for r in doc["runs"]:
+        print(json.dumps({k: r.get(k) for k in ("graph", "algo", "ranks", "memory_given",
+                                               "max_child_rss_bytes", "graph_bytes_per_edge",
+                                               "peak_over_budget", "same_partition", "wall_s",
+                                               "returncode")}))
+
+
+if __name__ == "__main__":
+    main()
