@@ -84,10 +84,16 @@ def add_arguments(parser: Any) -> None:
                     f"aggregation at every layer (default: {d('partial_layers')})")
     dg.add_argument("--balance", action=argparse.BooleanOptionalAction, default=d("balance"),
                     help="ADB workload balancing: fit a per-root cost polynomial from timings, "
-                    "migrate roots and their HDGs from overloaded to underloaded ranks once "
+                    "migrate roots with their HDGs and structure from overloaded to underloaded "
+                    "ranks, re-checked every --balance-every epochs "
                     f"(default: {'on' if d('balance') else 'off'})")
     dg.add_argument("--balance-after", type=int, default=d("balance_after"), metavar="E",
-                    help=f"balance before epoch E, after E epochs (default: {d('balance_after')})")
+                    help="first balance check before epoch E, after E epochs (default: "
+                    f"{d('balance_after')})")
+    dg.add_argument("--balance-every", type=int, default=d("balance_every"), metavar="E",
+                    help="re-check the predicted cost balance every E epochs after the first "
+                    "check and migrate again when it is off by more than the tolerance; 0: "
+                    f"check once (default: {d('balance_every')})")
     dg.add_argument("--balance-tolerance", type=float, default=d("balance_tolerance"),
                     metavar="T", help="ranks above (1 + T) x the mean predicted cost are "
                     f"overloaded (default: {d('balance_tolerance')})")

@@ -85,8 +85,9 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--partition", default=None, type=input_path, metavar="DIR",
                    help="partition store (meta.json + part-*.h5): renumber vertices so each "
                    "partition is a contiguous range; row panels follow partition boundaries. "
-                   "nau: an edge-cut store with one partition per rank whose owned vertices "
-                   "give each rank its roots (default: a hash of the vertex id)")
+                   "nau: an edge-cut store with at least one partition per rank (partition i "
+                   "on rank i mod P) whose owned vertices, with their edges, give each rank its "
+                   "part of the structure and its roots (default: a hash of the vertex id)")
     g.add_argument("--chunk", type=int, default=d("chunk"),
                    help=f"edges read per chunk while streaming the edge file (default: {d('chunk')})")
     g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,
