@@ -10,7 +10,8 @@ The distributed NAU engine (``shardgnn.nau.dist_engine``) moves, per layer ``l``
   leaf owner) pair, at every layer, and the gradients of those rows back;
 * the plan exchange when the HDGs are (re)built (``nau_plan``): the requested vertex ids
   (int64, when a layer exchanges rows) and the remote bottom-level edges (two int64 and one
-  float32 each, when a layer uses partial aggregation).
+  float32 each, when a layer uses partial aggregation); with rows, also the model's vertex
+  data of the remote leaves (``nau_vdata``, e.g. GCN's in-degrees).
 
 Bytes are counted by the sender (what :class:`shardgnn.comm.Communicator` counts).
 :func:`epoch_bytes` predicts them per rank from the owner map and each rank's bottom-level
@@ -27,8 +28,8 @@ import numpy as np
 
 def epoch_bytes(owner: np.ndarray, rows: Sequence[np.ndarray], leaves: Sequence[np.ndarray],
                 widths: Sequence[int], pipeline: bool | Sequence[bool], *, in_width: int = 0,
-                build: bool = True, evaluate: bool = True, itemsize: int = 4
-                ) -> dict[str, np.ndarray]:
+                build: bool = True, evaluate: bool = True, itemsize: int = 4,
+                vertex_bytes: int = 0) -> dict[str, np.ndarray]:
     """Predicted bytes sent per rank in one training epoch, by collective name.
 
     Parameters
@@ -50,6 +51,9 @@ def epoch_bytes(owner: np.ndarray, rows: Sequence[np.ndarray], leaves: Sequence[
         and every epoch of models that rebuild their HDGs).
     evaluate
         Count the evaluation forward (``nau_eval_l{l}``).
+    vertex_bytes
+        Bytes of the model's vertex data per vertex (``nau_vdata``: 8 for GCN's int64
+        in-degree, 0 for models without vertex data).
     """
     owner = np.asarray(owner, np.int64)
     p = len(rows)
@@ -72,9 +76,11 @@ def epoch_bytes(owner: np.ndarray, rows: Sequence[np.ndarray], leaves: Sequence[
             add("nau_plan", r, int(remote.sum()) * (16 + 4))
         if build and not all(modes):
             add("nau_plan", r, halo.size * 8)
-            if not modes[0]:
-                for q in range(p):
+            for q in range(p):
+                if not modes[0]:
                     add("nau_x", q, int(halo_src[q]) * in_width * itemsize)
+                if vertex_bytes:
+                    add("nau_vdata", q, int(halo_src[q]) * vertex_bytes)
         for layer, (d, partial) in enumerate(zip(widths, modes)):
             if not partial and layer == 0:
                 continue

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# GPU check in one call: MPI from a carried wheel, the GPU tests at P = 1 and P = 2, and
-# run/bench/rdm/gpu.py (RDM on one GPU vs PyG and the CPU); JSON and logs under OUTDIR.
+# GPU check in one call: MPI from a carried wheel, the GPU tests at P = 1 and P = 2 (RDM, and
+# the averaging, sampled and inference engines), run/bench/rdm/gpu.py (RDM on one GPU vs PyG and
+# the CPU) and run/bench/train/gpu_engines.py (the other engines); JSON and logs under OUTDIR.
 #
-# usage: bash run/gpu_check.sh [OUTDIR] [--small] [--tests-timeout S] [--bench-timeout S]
+# usage: bash run/gpu_check.sh [OUTDIR] [--small] [--only rdm|engines] [--tests-timeout S]
+#          [--bench-timeout S]
 #   OUTDIR: default $OUT (the device tool's output folder), else run/gpu-check-out
-#   --small: run/bench/rdm/gpu.py --small (50 k nodes) instead of CSBM 2 M nodes
+#   --small: both benchmarks' --small (tens of thousands of nodes) instead of millions
+#   --only: the steps of RDM (tests/mpi/test_gpu.py, run/bench/rdm/gpu.py) or of the other
+#           engines (tests/mpi/test_engine_devices.py, run/bench/train/gpu_engines.py) only
 #
-# MPI: when no mpiexec is on PATH, the script installs the MPICH wheel found in .whl/ (git-ignored)
-# into /tmp/mp. Fetch it once on a machine with network access, for the GPU machine's Python:
+# MPI: the venv's MPICH if any, else the MPICH wheel found in .whl/ (git-ignored, installed into
+# /tmp/mp, preferred over a system mpiexec), else mpiexec on PATH. Fetch the wheel once on a
+# machine with network access, for the GPU machine's Python:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --platform manylinux_2_28_x86_64 -d .whl mpich
 # and send .whl with the checkout (the device tool: carry [".whl"]). No install of the project is
@@ -21,13 +26,14 @@ set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-OUTDIR="" SMALL="" TESTS_TIMEOUT=210 BENCH_TIMEOUT=330
+OUTDIR="" SMALL="" ONLY="" TESTS_TIMEOUT=210 BENCH_TIMEOUT=330
 while [ $# -gt 0 ]; do
   case "$1" in
     --small) SMALL=--small ;;
+    --only) ONLY=$2; shift ;;
     --tests-timeout) TESTS_TIMEOUT=$2; shift ;;
     --bench-timeout) BENCH_TIMEOUT=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) OUTDIR=$1 ;;
   esac
   shift
@@ -61,18 +67,19 @@ step() {
 }
 
 # ---------------------------------------------------------------- MPI
+# A carried MPICH wheel wins over an MPI already on PATH: a system Open MPI refuses to run as root
+# and may not be the library mpi4py was built for.
 PYBIN=$(dirname "$(command -v "$PY")")
-if [ -x "$PYBIN/mpiexec" ]; then export PATH=$PYBIN:$PATH; fi   # a venv's own MPICH
-if ! command -v mpiexec > /dev/null; then
-  whl=$(ls .whl/mpich-*.whl 2> /dev/null | head -n 1)
-  if [ -n "$whl" ]; then
-    step mpi-install 120 "$PY" -m pip install -q --no-index --no-deps --prefix /tmp/mp "$whl"
-    export PATH=/tmp/mp/bin:$PYBIN:$PATH
-    export LD_LIBRARY_PATH=/tmp/mp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  else
-    note "no mpiexec on PATH and no .whl/mpich-*.whl: multi-rank steps will fail (see the header)"
-    status=1
-  fi
+whl=$(ls .whl/mpich-*.whl 2> /dev/null | head -n 1)
+if [ -x "$PYBIN/mpiexec" ]; then
+  export PATH=$PYBIN:$PATH   # a venv's own MPICH
+elif [ -n "$whl" ]; then
+  step mpi-install 120 "$PY" -m pip install -q --no-index --no-deps --prefix /tmp/mp "$whl"
+  export PATH=/tmp/mp/bin:$PYBIN:$PATH
+  export LD_LIBRARY_PATH=/tmp/mp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+elif ! command -v mpiexec > /dev/null; then
+  note "no mpiexec on PATH and no .whl/mpich-*.whl: multi-rank steps will fail (see the header)"
+  status=1
 fi
 
 step environment 120 "$PY" - "$OUTDIR/environment.json" <<'EOF'
@@ -104,15 +111,23 @@ CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2> /dev/nu
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider)
 
 if [ "$CUDA" = "1" ]; then
-  step gpu-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu --junitxml="$OUTDIR/gpu-tests.xml" \
-    tests/unit/test_device.py tests/unit/test_rdm_kernels.py tests/mpi/test_gpu.py
-  step gpu-bench "$BENCH_TIMEOUT" "$PY" run/bench/rdm/gpu.py "$OUTDIR/gpu_bench.json" $SMALL \
-    --work /tmp/shardgnn-gpu-bench --timeout 150
+  if [ "$ONLY" != engines ]; then
+    step gpu-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu --junitxml="$OUTDIR/gpu-tests.xml" \
+      tests/unit/test_device.py tests/unit/test_rdm_kernels.py tests/mpi/test_gpu.py
+    step gpu-bench "$BENCH_TIMEOUT" "$PY" run/bench/rdm/gpu.py "$OUTDIR/gpu_bench.json" $SMALL \
+      --work /tmp/shardgnn-gpu-bench --timeout 150
+  fi
+  if [ "$ONLY" != rdm ]; then
+    step engines-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu \
+      --junitxml="$OUTDIR/engines-tests.xml" tests/mpi/test_engine_devices.py
+    step engines-bench "$BENCH_TIMEOUT" "$PY" run/bench/train/gpu_engines.py \
+      "$OUTDIR/gpu_engines.json" $SMALL --work /tmp/shardgnn-gpu-engines --timeout 200
+  fi
 else
   note "no CUDA, GPU steps skipped"
   step staging-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" --junitxml="$OUTDIR/staging-tests.xml" \
     tests/unit/test_device.py tests/mpi/test_comm.py -k "staging or device" \
-    tests/mpi/test_device_engine.py
+    tests/mpi/test_device_engine.py tests/mpi/test_engine_devices.py
 fi
 
 "$PY" - "$OUTDIR" "$CUDA" "$status" <<'EOF'

@@ -390,6 +390,43 @@ class Device:
             pool.give(buf)
         return out
 
+    def upload(self, arr: Any, dtype: Any = None) -> Any:
+        """A torch tensor on this device holding ``arr`` (a numpy array or CPU tensor; cast to
+        the numpy ``dtype`` when given). On a GPU the copy leaves from page-locked memory
+        (torch's caching pinned allocator) without blocking the host: the kernels that read it
+        are queued behind it on the current stream. On the CPU: no copy when nothing is cast."""
+        import torch
+
+        t = arr if isinstance(arr, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(arr))
+        if dtype is not None:
+            t = t.to(getattr(torch, np.dtype(dtype).name))
+        if not self.is_cuda:
+            return t
+        return t.contiguous().pin_memory().to(self.torch, non_blocking=True)
+
+    def seeded_rng_state(self, seed: int) -> Any:
+        """The state of a fresh torch generator of this device seeded with ``seed`` (what
+        :meth:`set_rng_state` takes): the random stream dropout draws from on this device."""
+        import torch
+
+        return torch.Generator(device=self.torch).manual_seed(int(seed)).get_state()
+
+    def get_rng_state(self) -> Any:
+        """The state of torch's default generator of this device (CPU or this GPU)."""
+        import torch
+
+        return torch.cuda.get_rng_state(self.torch) if self.is_cuda else torch.get_rng_state()
+
+    def set_rng_state(self, state: Any) -> None:
+        """Set torch's default generator of this device (from :meth:`get_rng_state` or
+        :meth:`seeded_rng_state`)."""
+        import torch
+
+        if self.is_cuda:
+            torch.cuda.set_rng_state(state, self.torch)
+        else:
+            torch.set_rng_state(state)
+
     def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         import torch
 
@@ -448,6 +485,19 @@ class Device:
 CPU = Device("cpu")
 
 
+def device_of(t: Any) -> Device:
+    """The :class:`Device` a torch tensor lives on."""
+    d = t.device
+    return Device(d.type, None if d.type == "cpu" else d.index)
+
+
+def numpy_of(t: Any) -> np.ndarray:
+    """A torch tensor's values as a numpy array: a view of a CPU tensor (no copy), a host copy
+    of a device tensor (blocking: ordered after the kernels that produced it)."""
+    t = t.detach()
+    return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+
+
 def parse_device_id(text: str | int) -> str | int:
     """``local-rank`` or a device number >= 0 (ShardError otherwise)."""
     t = str(text).strip().lower()
@@ -492,6 +542,23 @@ def select(comm: "Communicator", kind: str = "cpu", device_id: str | int = LOCAL
     return Device("cuda", index)
 
 
+def setup(comm: "Communicator", kind: str = "cpu", device_id: str | int = LOCAL_RANK,
+          mpi_path: str = "host") -> Device:
+    """This rank's device (:func:`select`) and comm's MPI path for device buffers (keeping a
+    staging forced by tests); rank 0 warns when ``direct`` is asked of an MPI that does not
+    report CUDA support. Collective over comm. What every engine calls with its
+    ``--device``, ``--device-id``, ``--mpi-path``."""
+    dev = select(comm, kind, device_id)
+    comm.set_mpi_path(mpi_path, comm.force_staging)
+    if mpi_path == "direct" and comm.rank == 0 and not comm.cuda_aware():
+        from shardgnn import log
+
+        log.get().warning("--mpi-path direct: this MPI does not report CUDA support "
+                          "(MPIX_Query_cuda_support); it may crash on device buffers "
+                          "(docs/devices.md)")
+    return dev
+
+
 def ranks_sharing(comm: "Communicator", device: Device) -> int:
     """How many ranks of comm use the same memory as this one: the same GPU, or (CPU) the same
     node. Collective over comm."""
@@ -503,5 +570,5 @@ def ranks_sharing(comm: "Communicator", device: Device) -> int:
 
 __all__ = ["ArrayKind", "CPU", "DEVICE_KINDS", "Device", "HostBuffers", "LOCAL_RANK",
            "LOCAL_RANK_VARS", "cuda_available", "cupy_available", "cupy_on_torch_stream",
-           "env_local_rank", "host_buffers", "host_view", "kind_of", "local_rank",
-           "parse_device_id", "ranks_sharing", "register_kind", "select"]
+           "device_of", "env_local_rank", "host_buffers", "host_view", "kind_of", "local_rank",
+           "numpy_of", "parse_device_id", "ranks_sharing", "register_kind", "select", "setup"]

@@ -1,9 +1,17 @@
 """`shardgnn run JOB.toml` (issue 13 section 8): stages in one launch, validation, resume after a
 failure, one results file with a group per stage; job-file errors are one line, exit 2."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import h5py
+import numpy as np
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, mpiexec_path, run_cli
 from shardgnn.cli.main import main
 
 JOB = """
@@ -34,7 +42,8 @@ def test_job_runs_validates_and_resumes(tmp_path):
     ok = run_cli(2, ["run", job], timeout=300)
     log = ok.stdout + ok.stderr
     assert "stage 1/3 convert: complete output" in log and "skipped (resuming)" in log
-    assert "stage 2/3 partition: running (not run before)" in log
+    # the failed run had started it with --parts 3000
+    assert "stage 2/3 partition: running (options changed since the earlier run)" in log
     assert "stage 3/3 train: running (the earlier stage partition ran again)" in log
     with h5py.File(tmp_path / "w" / "results.h5", "r") as f:
         assert list(f) == ["convert", "partition", "train"]
@@ -97,3 +106,124 @@ def test_infer_stage_after_sampled_training(tmp_path, capsys):
         assert str(w / "train.h5.ckpt.h5") in argv and str(w / "parts") in argv
     assert main(["run", str(job)]) == 0
     assert "ran nothing, skipped generate, partition, train, infer" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- issue 34: bundled jobs
+def _launch(job, workdir, cwd):
+    """`mpiexec -n 2 shardgnn run JOB --dir WORKDIR` from ``cwd``, in its own process group."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", SHARDGNN_PROGRESS="0")
+    return subprocess.Popen([mpiexec_path(), "-n", "2", sys.executable, "-m", "mpi4py", "-m",
+                             "shardgnn", "run", str(job), "--dir", str(workdir)], cwd=cwd,
+                            env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc, timeout=900):
+    try:
+        out = proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"job hung for {timeout}s:\n{proc.communicate()[0][-3000:]}")
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _checkpoint_epoch(path):
+    try:
+        with h5py.File(path, "r") as f:
+            return int(f.attrs["epoch"])
+    except (OSError, KeyError):
+        return 0
+
+
+def _kill_in_training(proc, ck, after_epoch, sig, timeout=900):
+    """Kill the whole job (every rank, as a batch system does) once the checkpoint holds
+    ``after_epoch`` epochs; returns the job's output."""
+    t0 = time.time()
+    while _checkpoint_epoch(ck) < after_epoch:
+        if proc.poll() is not None:
+            pytest.fail(f"the job ended before epoch {after_epoch}:\n{proc.communicate()[0][-3000:]}")
+        if time.time() - t0 > timeout:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("no checkpoint in time")
+        time.sleep(0.05)
+    os.killpg(proc.pid, sig)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0
+    return out
+
+
+def _embeddings(d):
+    with h5py.File(d / "embeddings.h5", "r") as f:
+        return f["embeddings/emb"][()]
+
+
+def test_bundled_job_killed_in_training_resumes_to_the_same_embeddings(tmp_path):
+    """inputs/citeseer-job.toml (convert -> AdaDNE -> sampled training -> infer) from another
+    folder; killed by SIGTERM, then its resumed run by SIGKILL, during training: the third
+    launch finishes with the embeddings and curve of an uninterrupted run, bit for bit."""
+    job = ROOT / "inputs" / "citeseer-job.toml"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    a, b = tmp_path / "a", tmp_path / "b"
+    _finish(_launch(job, a, elsewhere))
+    ck = b / "train.h5.ckpt.h5"
+    _kill_in_training(_launch(job, b, elsewhere), ck, 1, signal.SIGTERM)
+    assert not (b / "train.h5").exists() and not (b / "embeddings.h5").exists()
+    k = _checkpoint_epoch(ck)
+    out = _kill_in_training(_launch(job, b, elsewhere), ck, k + 2, signal.SIGKILL)
+    assert "resuming from its checkpoint" in out and "skipped (resuming)" in out
+    out = _finish(_launch(job, b, elsewhere))
+    assert "stage 3/4 train: running (the earlier run did not finish; resuming from its " \
+           "checkpoint" in out
+    assert "job citeseer: ran train, infer, skipped convert, partition" in out
+    emb = _embeddings(a)
+    assert emb.shape == (3327, 6) and np.isfinite(emb).all()
+    assert np.array_equal(emb, _embeddings(b))
+    with h5py.File(a / "train.h5", "r") as fa, h5py.File(b / "train.h5", "r") as fb:
+        for key in ("loss", "val_acc", "test_acc"):
+            assert np.array_equal(fa["train"][key][()], fb["train"][key][()]), key
+        assert fa["train/loss"].shape == (10,)
+
+
+def test_demo_job_from_another_folder(tmp_path):
+    """The README's quick start: inputs/cora-job.toml from the raw Planetoid files to every
+    vertex's embedding in one launch on two ranks, run from an unrelated folder."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = _finish(_launch(ROOT / "inputs" / "cora-job.toml", tmp_path / "w", elsewhere))
+    assert "job cora: ran convert, partition, train, perfmodel, train-rdm, partition-vc, " \
+           "sample, train-sampled, infer" in out
+    w = tmp_path / "w"
+    emb = _embeddings(w)
+    assert emb.shape == (2708, 7) and np.isfinite(emb).all()
+    with h5py.File(w / "results.h5", "r") as f:
+        assert f["train-rdm"].attrs["argv"].count(str(w / "parts")) == 1   # --partition fed
+        assert "train" in f["train-rdm"] and "embeddings" in f["infer"]
+    assert json.loads((w / "perfmodel.json").read_text())["orders"]
+    state = json.loads((w / ".shardgnn-job" / "train-rdm.json").read_text())
+    with h5py.File(w / "train-rdm.h5", "r") as f:
+        assert state["order"] == f["train"].attrs["order"]    # the auto choice, recorded
+
+
+def test_order_auto_choice_is_reused(tmp_path, capsys):
+    """A rerun of an --order auto stage (its output gone) trains the order the first run chose;
+    --force chooses again."""
+    job = tmp_path / "o.toml"
+    job.write_text("[job]\ndir = 'w'\n[generate]\ngenerator = 'csbm'\nnodes = 120\nfeatures = 8\n"
+                   "[train]\nengine = 'rdm'\norder = 'auto'\nepochs = 2\n")
+    assert main(["run", str(job)]) == 0
+    w = tmp_path / "w"
+    state = json.loads((w / ".shardgnn-job" / "train.json").read_text())
+    with h5py.File(w / "train.h5", "r") as f:
+        chosen = f["train"].attrs["order"]
+    assert state["order"] == chosen
+    (w / "train.h5").unlink()
+    capsys.readouterr()
+    assert main(["run", str(job)]) == 0
+    err = capsys.readouterr().err
+    assert f"reusing the order {chosen} the earlier run chose" in err
+    with h5py.File(w / "train.h5", "r") as f:
+        assert f["train"].attrs["order"] == chosen and "choice" not in f["perfmodel"].attrs
+    assert main(["run", str(job), "--force"]) == 0
+    assert "reusing the order" not in capsys.readouterr().err

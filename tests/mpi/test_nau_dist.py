@@ -1,13 +1,16 @@
-"""Distributed NAU training (issue 18): P = 2 and P = 4 against the one-rank engine.
+"""Distributed NAU training (issues 18, 36): P = 2 and P = 4 against the one-rank engine.
 
 Two launches of ``scripts/nau_dist_checks.py``: P = 2 runs every check (losses and gradients
 equal to the one-rank engine with the models' default dropout 0.5 for GCN, PinSage, JK-Net, P-GNN
-and MAGNN, all instances and sampled, with partial aggregation at every layer, per layer by the
-byte model (GCN, JK-Net) and off, and for GCN and PinSage with ADB balancing on a skewed
-ownership; exchange bytes equal to the perfmodel prediction and to an independent count
-from the HDGs; ADB migration keeps every root once, moves HDGs intact and keeps the losses; the
-command line with a SPRING-style store, its results file, and bad stores exiting 2 on every
-rank); P = 4 (oversubscribed) repeats the equality (balancing included) and byte checks.
+and MAGNN, all instances and sampled, each rank selecting over its own part of the structure,
+with partial aggregation at every layer, per layer by the byte model (GCN, JK-Net) and off, and
+with online ADB balancing (a check every epoch) on a skewed ownership; exchange bytes equal to
+the perfmodel prediction and to an independent count from the HDGs; parts streamed from the
+edge file equal to the whole graph's rows; ADB migration keeps every root once and moves HDGs,
+rows, labels and splits intact; 4 partitions on 2 ranks; the command line with SPRING-style
+stores, no rank reading the whole edge file, its results file, and bad stores exiting 2 on
+every rank); P = 4 (oversubscribed) repeats the equality (balancing included), byte and part
+checks.
 """
 import json
 
@@ -55,9 +58,11 @@ def p2(tmp_path_factory):
     owner = (np.arange(80) % 3 == 0).astype(np.int64)
     write_store(root / "s2", data, owner, 2, "spring")
     write_store(root / "s4", data, np.arange(80) % 4, 4, "spring")
+    write_store(root / "s1", data, np.zeros(80, np.int64), 1, "spring")
     write_store(root / "so", other, np.arange(50) % 2, 2, "spring")
     nanx = _write_homo(root / "nanx", 80, 1, nan_row=9)  # vertex 9: rank 1 reads it (s2)
-    return _launch(root, 2, ["--cli", data, root / "s2", root / "s4", root / "so", nanx])
+    return _launch(root, 2, ["--cli", data, root / "s2", root / "s4", root / "s1", root / "so",
+                             nanx])
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +78,7 @@ def _equal(res):
             assert v["grad_diff"] < TOL * max(1.0, v["grad_scale"]), (key, v)
             if key.endswith("/balance"):
                 assert v["moved"] > 0, (key, v)
-    for m in ("gcn", "pinsage"):
+    for m in ("gcn", "pinsage", "jknet", "pgnn", "magnn"):
         for pipe in (True, False):
             assert f"{m}/pipeline={pipe}/balance" in res
     assert res["gcn/pipeline=True"]["pipelined"] and not res["gcn/pipeline=False"]["pipelined"]
@@ -114,14 +119,21 @@ def test_balancing_moves_work_only(p2):
     for r in range(2):
         m = p2[f"migration/rank{r}"]
         assert m["moved"] > 0 and m["roots_once"] and m["hdg_equal"], m
+        assert m["rows_equal"] and m["split_equal"], m
 
 
 def test_cli_results_and_bad_inputs(p2):
     good = p2["cli/good"]
     assert good["rc"] == 0 and len(good["loss"]) == 3 and good["t_compute"] == [2, 2]
     assert "nau_fwd_l1" in good["bytes"] and "nau_plan" in good["bytes"]
-    assert "coefficients" in good["adb"]
-    want = {"nosuch": "nosuch", "parts": "expected one partition per rank (2), got 4",
+    assert "coefficients" in good["adb"] and good["checks"] == [1, 2]
+    for name in ("good", "parts4", "pinsage"):  # no rank read the whole edge file
+        v = p2[f"cli/{name}"]
+        assert v["rc"] == 0 and sum(v["structure"]) == v["graph_bytes"], v
+        assert max(v["structure"]) < v["graph_bytes"], v
+    assert "nau_walk_h1" in p2["cli/pinsage"]["bytes"]
+    assert np.max(np.abs(np.subtract(p2["cli/parts4"]["loss"], good["loss"]))) < TOL
+    want = {"nosuch": "nosuch", "parts": "expected at least one partition per rank (2), got 1",
             "graph": "partition store of another graph",
             "nan": "x.npy:row 9: non-finite feature value nan in column 5"}
     for name, text in want.items():
@@ -129,6 +141,23 @@ def test_cli_results_and_bad_inputs(p2):
             v = p2[f"cli/{name}/rank{r}"]
             assert v["rc"] == 2 and not v["written"], v
             assert len(v["lines"]) == 1 and text in v["lines"][0], v
+
+
+def test_parts_streamed_equal_whole_rows(p2, p4):
+    for res, ranks in ((p2, 2), (p4, 4)):
+        keys = [k for k in res if k.startswith("load/")]
+        assert len(keys) == 6 * ranks, keys
+        for k in keys:
+            v = res[k]
+            assert v["bad"] == [] and v["rows"] == v["owned"], (k, v)
+            assert v["entries"] < v["all_entries"], (k, v)
+
+
+def test_partitions_cyclic_over_fewer_ranks(p2):
+    for r in range(2):
+        v = p2[f"cyclic/rank{r}"]
+        assert v["owned_parts"] == [r, r + 2] and v["roots"] > 0, v
+        assert v["loss_diff"] < TOL and v["grad_diff"] < TOL, v
 
 
 def test_rank_reads_only_its_feature_rows(p2):

@@ -27,6 +27,8 @@ def work(tmp_path_factory):
     write_dataset(w / "other", e[:-3], n + 1)
     (w / "bad.txt").write_text(f"3\n{n + 4}\n")
     run_mpi(2, [SCRIPTS / "sampling_store.py", w / "data", w / "store", "4"])
+    run_mpi(2, [SCRIPTS / "sampling_store.py", w / "data", w / "tstore", "4", "typed"])
+    np.save(w / "edges.npy", e)
     wt = rng.integers(0, 3, len(e)).astype(np.float32)  # weight 0: never sampled
     write_dataset(w / "wdata", e, n, edge_weights=wt,
                   masks={"train_mask": mask, "val_mask": ~mask, "test_mask": ~mask})
@@ -56,16 +58,56 @@ def test_bad_inputs_one_line_on_every_rank(work):
     assert not (work / "x.h5").exists()
 
 
-def test_dump_same_at_P1_and_P2(work):
+def _dumps(work, name, args):
+    """`shardgnn sample ARGS --out WORK/NAME{P}.h5` at P = 1 and 2: per P, every column of the
+    dump (name -> array), the /sample attributes and the load's shape."""
     outs = {}
     for P in (1, 2):
-        out = work / f"s{P}.h5"
-        run_cli(P, ["sample", work / "store", "--mask", "train", "--fanouts", "4,-1",
-                    "--batch-size", "7", "--seed", "3", "--out", out])
+        out = work / f"{name}{P}.h5"
+        run_cli(P, ["sample", *args, "--out", out])
         with h5py.File(out) as f:
-            outs[P] = {k: f[f"sample/{k}"][()] for k in ("nodes-0/gid", "nodes-2/gid",
-                                                         "hop-0/src", "hop-1/dst", "hop-1/src_lid")}
-            assert f["sample/load"].shape == (P, 3)
+            cols = {}
+            f["sample"].visititems(lambda k, o: cols.__setitem__(k, o[()])
+                                   if isinstance(o, h5py.Dataset) and k != "load" else None)
+            outs[P] = (cols, dict(f["sample"].attrs), f["sample/load"].shape)
+    return outs
+
+
+def test_dump_same_at_P1_and_P2(work):
+    """The same columns at P = 1 and 2 (P = 2 interleaves the ranks' batches, put back in
+    batch order); format 2: int32 columns, no edge type column on an untyped graph, each
+    batch's rows together and ascending."""
+    dumps = _dumps(work, "s", [work / "store", "--mask", "train", "--fanouts", "4,-1",
+                               "--batch-size", "7", "--seed", "3"])
+    outs = {P: d[0] for P, d in dumps.items()}
+    for P, (_, attrs, load) in dumps.items():
+        assert load == (P, 3)
+        assert attrs["format_version"] == 2 and attrs["batches"] > 2
+        assert not any(k.endswith("etype") for k in outs[P])
+        assert {k for k in outs[P] if k.startswith("hop-1/")} == {
+            f"hop-1/{c}" for c in ("batch", "dst", "src", "dst_lid", "src_lid")}
+        assert all(v.dtype == np.int32 for v in outs[P].values())
+        for g in ("nodes-0", "nodes-2", "hop-0", "hop-1"):
+            assert np.all(np.diff(outs[P][f"{g}/batch"]) >= 0), g
+    assert outs[1].keys() == outs[2].keys()
+    for k in outs[1]:
+        assert np.array_equal(outs[1][k], outs[2][k]), k
+
+
+def test_dump_typed_graph_keeps_edge_types(work):
+    """With --type-fanouts the dump has the etype column (the sampled edges' types), the same
+    at P = 1 and 2."""
+    e = np.load(work / "edges.npy")
+    types = {(int(a), int(b)): int((a + b) % 2) for a, b in e}
+    types.update({(b, a): t for (a, b), t in types.items()})
+    outs = {P: d[0] for P, d in _dumps(work, "t", [
+        work / "tstore", "--mask", "train", "--fanouts", "3,2", "--type-fanouts", "0:3,2 1:2,1",
+        "--batch-size", "9"]).items()}
+    for P in (1, 2):
+        for h in (0, 1):
+            got = [types[(int(d), int(s))] for d, s in zip(outs[P][f"hop-{h}/dst"],
+                                                         outs[P][f"hop-{h}/src"])]
+            assert outs[P][f"hop-{h}/etype"].tolist() == got
     for k in outs[1]:
         assert np.array_equal(outs[1][k], outs[2][k]), k
 

@@ -69,3 +69,34 @@ def test_cli_user_class_and_progress(tmp_path, results):
     meta = json.loads((tmp_path / "o" / "meta.json").read_text())
     assert meta["parts"] == 3 and Path(meta["dataset"]).is_absolute()
     assert (tmp_path / "o" / "results.h5").exists()
+
+
+def test_degenerate_store_refused_on_every_rank(tmp_path):
+    """P = 2: HDRF with CATGNN's settings (no edge cap, the plain owner rule) collapses on an
+    adjacency-ordered power-law stream; every rank prints the one refusal line naming the
+    option, the command exits 2 and nothing is written. --allow-imbalance writes it with one
+    warning line. A vertex-cut outside its limits is refused the same way."""
+    import numpy as np
+
+    from shardgnn.graph.generators import rmat_edges
+    from shardgnn.io.canonical import write_dataset
+    from shardgnn.io.rawedges import normalise
+
+    e, n = normalise(rmat_edges(10, 6000, seed=5).astype(np.int64))
+    write_dataset(tmp_path / "g", np.unique(np.sort(e, axis=1), axis=0), n)
+    out = tmp_path / "o"
+    args = ["partition", tmp_path / "g", "--algo", "hdrf", "--parts", "4", "--out", out,
+            "--vcut-balance", "0", "--owner-balance", "0", "--refine", "0"]
+    proc = run_cli(2, args, check=False, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count(f"{out}: not written: --algo hdrf gave owned vertices") == 2
+    assert proc.stderr.count("--owner-balance 1.05 keeps the owned vertices") == 2
+    assert not list(tmp_path.glob("o*"))
+    proc = run_cli(2, args + ["--allow-imbalance"], timeout=120)
+    assert proc.stderr.count(f"{out}: written (--allow-imbalance)") == 1
+    assert json.loads((out / "meta.json").read_text())["metrics"]["balance_ok"] is False
+    vout = tmp_path / "v"
+    proc = run_cli(2, ["partition", tmp_path / "g", "--algo", "dne", "--parts", "2", "--out",
+                       vout, "--balance-limits", "1,1,1,1"], check=False, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count(f"{vout}: not written: --algo dne") == 2
+    assert not list(tmp_path.glob("v*"))

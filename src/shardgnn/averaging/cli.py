@@ -15,7 +15,7 @@ ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of `shardgnn train`'s shared group this engine takes (see cli/train.py).
 SHARED_OPTIONS: tuple[str, ...] = ("model", "sampler", "eval", "eval_every", "checkpoint_every",
                                    "checkpoint", "resume", "saint_budget", "saint_walk_length",
-                                   "saint_steps", "saint_presample")
+                                   "saint_steps", "saint_presample", "device", "device_id", "mpi_path")
 
 
 def _fanouts(text: str) -> list[int]:
@@ -69,6 +69,33 @@ def add_arguments(parser: Any) -> None:
                    "(default: 25 then 10 for every further layer)")
     g.add_argument("--batch-size", type=int, default=d("batch_size"),
                    help=f"target vertices per mini-batch (default: {d('batch_size')})")
+
+
+def _mode(a: argparse.Namespace) -> str:
+    return str(a.mode or ("minibatch" if a.sampler else "full"))
+
+
+def option_rules(parser: Any) -> None:
+    """Options of this engine that only some of its settings read (Parser.only_if); each
+    holds for the other engines (their own option check applies)."""
+    def when(cond: Any) -> Any:
+        return lambda a: a.engine.lower() not in ENGINES or cond(a)
+
+    sampler = lambda a: a.sampler or "neighbor"  # noqa: E731
+    parser.only_if("ngnn_layers", when(lambda a: a.model.lower().startswith("ngnn-")),
+                   "with --model ngnn-gcn or ngnn-sage")
+    parser.only_if(("sync_every", "average_optimizer"), when(lambda a: a.sync == "avg"),
+                   "with --sync avg")
+    parser.only_if(("cluster_size", "clusters_per_batch"),
+                   when(lambda a: sampler(a) == "cluster"), "with --sampler cluster")
+    parser.only_if(("fanouts", "batch_size"),
+                   when(lambda a: _mode(a) == "minibatch" and sampler(a) == "neighbor"),
+                   "with --mode minibatch and the neighbor sampler (averaging)")
+    parser.only_if(("saint_budget", "saint_steps", "saint_presample"),
+                   when(lambda a: str(sampler(a)).startswith("saint-")),
+                   "with --sampler saint-node, saint-edge or saint-rw (averaging)")
+    parser.only_if("saint_walk_length", when(lambda a: sampler(a) == "saint-rw"),
+                   "with --sampler saint-rw (averaging)")
 
 
 def config_from_args(args: argparse.Namespace) -> AveragingConfig:

@@ -30,6 +30,7 @@ import torch
 
 from shardgnn.averaging.partitions import LocalGraph
 from shardgnn.comm import Communicator
+from shardgnn.device import CPU, Device, numpy_of
 from shardgnn.train import models
 from shardgnn.train.metrics import Task
 
@@ -145,7 +146,8 @@ class DistEvaluator:
 
     def __init__(self, comm: Communicator, graphs: Sequence[LocalGraph], meta: dict[str, Any],
                  model: torch.nn.Module, layers: int, plan: HaloPlan | None = None,
-                 degrees: Sequence[np.ndarray] | None = None, task: Task | None = None) -> None:
+                 degrees: Sequence[np.ndarray] | None = None, task: Task | None = None,
+                 dev: Device | None = None) -> None:
         self.comm = comm
         self.task = task or Task(False, int(meta.get("num_classes", 0)))
         self.graphs = list(graphs)
@@ -153,11 +155,12 @@ class DistEvaluator:
                                                            int(meta["num_nodes"]))
         if degrees is None:
             degrees = store_degrees(self.plan, self.graphs)
-        self.deg = [torch.from_numpy(d) for d in degrees]
+        self.dev = dev or CPU   # the model's device: features, graphs and layer rows live there
+        self.deg = [self.dev.upload(d) for d in degrees]
         self.staged = models.supports(model, "stages")
         field = model.stages() if self.staged else int(layers)
         self.way = "local" if field <= int(meta.get("hops", 1)) else "halo"
-        self.x = [torch.from_numpy(g.x) for g in graphs]
+        self.x = [self.dev.upload(g.x) for g in graphs]
         self._graphs: list[Any] | None = None
         self.time = 0.0
 
@@ -171,7 +174,7 @@ class DistEvaluator:
                 ei = g.edge_index()
                 if self.way == "halo":
                     ei = ei[:, ei[1] < g.num_owned]
-                ei = torch.from_numpy(np.ascontiguousarray(ei))
+                ei = self.dev.upload(ei)
                 if self.staged:
                     out.append(model.stage_graph(ei, g.num_nodes, d))
                 else:
@@ -209,12 +212,13 @@ class DistEvaluator:
                 nxt = []
                 for j, (k, x, sg) in enumerate(zip(owned, self.x, gs)):
                     h = x if recv is None else torch.cat(
-                        [own[j], torch.from_numpy(recv[self.plan.fill[j]])])
+                        [own[j], self.dev.upload(recv[self.plan.fill[j]])])
                     nxt.append(model.stage(i, h, sg)[:k].clone())
                     del h
                 own, recv = nxt, None
                 if i < n - 1:
-                    recv = self.plan.exchange_rows([o.numpy() for o in own])
+                    # replica rows leave the device through host memory (one copy per layer)
+                    recv = self.plan.exchange_rows([numpy_of(o) for o in own])
         return own
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
@@ -224,7 +228,7 @@ class DistEvaluator:
         t0 = time.perf_counter()
         counts = np.zeros((len(SPLITS), self.task.num_counts))
         for g, out in zip(self.graphs, self.logits(model)):
-            z = out.numpy()
+            z = numpy_of(out)
             y = g.y[: g.num_owned]
             for j, k in enumerate(SPLITS):
                 m = getattr(g, f"{k}_mask")[: g.num_owned]

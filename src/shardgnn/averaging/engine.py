@@ -28,11 +28,13 @@ from shardgnn.averaging import average, subgraphs
 from shardgnn.averaging.partitions import (LocalGraph, check_no_hole, global_degrees,
                                            load_partition, read_store_meta)
 from shardgnn.comm import Communicator
+from shardgnn.device import CPU, Device, device_of, numpy_of
 from shardgnn.errors import ShardError, input_error
 from shardgnn.sampling.neighbor import UniformNeighborSampler
 from shardgnn.train import features, guards, models, sync
 from shardgnn.train.metrics import Task
-from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, raise_first
+from shardgnn.train.config import (CheckpointOptions, DeviceOptions, SaintOptions, TrainConfig,
+                                   raise_first)
 
 #: Config fields a resumed run must share with the checkpoint.
 RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",
@@ -45,9 +47,10 @@ EVALS = ("dist", "full", "local", "none")
 
 
 @dataclass(kw_only=True)
-class AveragingConfig(TrainConfig, CheckpointOptions, SaintOptions):
+class AveragingConfig(TrainConfig, CheckpointOptions, SaintOptions, DeviceOptions):
     """Resolved configuration of one averaging run (see ``docs/training.md``); the common,
-    checkpoint and GraphSAINT options and their defaults come from :mod:`shardgnn.train.config`."""
+    checkpoint, GraphSAINT and device options and their defaults come from
+    :mod:`shardgnn.train.config`."""
 
     out: str
     model: str = "gcn"
@@ -80,6 +83,7 @@ class AveragingConfig(TrainConfig, CheckpointOptions, SaintOptions):
             (self.cluster_size >= 1, "--cluster-size", ">= 1", self.cluster_size),
             (self.clusters_per_batch >= 1, "--clusters-per-batch", ">= 1",
              self.clusters_per_batch)] + self.saint_checks() + self.checkpoint_checks())
+        self.device_checks()
         if self.mode == "full" and self.sampler != "neighbor":
             raise ShardError(f"--sampler {self.sampler}: expected --mode minibatch (or no "
                              f"--mode), got --mode full")
@@ -111,14 +115,16 @@ class _Worker:
     deg: torch.Tensor | None = None
     sampler: UniformNeighborSampler | None = None
     batcher: subgraphs.ClusterBatcher | subgraphs.SaintBatcher | None = None
+    dev: Device = CPU
 
 
-def _seeds(seed: int, part: int) -> tuple[torch.Tensor, np.random.Generator]:
-    """Per-partition torch RNG state and numpy generator, derived from (seed, partition)."""
+def _seeds(seed: int, part: int, dev: Device = CPU) -> tuple[torch.Tensor, np.random.Generator]:
+    """Per-partition torch RNG state (of ``dev``'s generator: dropout draws there) and numpy
+    generator, derived from (seed, partition)."""
     ss = np.random.SeedSequence([int(seed), int(part)])
     torch_seed, np_seed = ss.generate_state(2, dtype=np.uint64)
-    g = torch.Generator().manual_seed(int(torch_seed) & ((1 << 63) - 1))
-    return g.get_state(), np.random.default_rng(int(np_seed))
+    state = dev.seeded_rng_state(int(torch_seed) & ((1 << 63) - 1))
+    return state, np.random.default_rng(int(np_seed))
 
 
 def _part_seed(seed: int, part: int) -> int:
@@ -143,16 +149,18 @@ def _load(comm: Communicator, cfg: AveragingConfig) -> tuple[dict[str, Any], lis
 
 
 def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[LocalGraph],
-                  degrees: list[np.ndarray] | None = None, task: Task | None = None
-                  ) -> list[_Worker]:
+                  degrees: list[np.ndarray] | None = None, task: Task | None = None,
+                  dev: Device = CPU) -> list[_Worker]:
     """One worker per local partition. ``degrees``: every local vertex's degree in the whole
     graph per partition (from :func:`shardgnn.averaging.disteval.store_degrees`); without them the
-    models that need them stream the source dataset's edges (stores with ``--hops 0``)."""
+    models that need them stream the source dataset's edges (stores with ``--hops 0``). Models,
+    optimiser state, features, labels and the full-batch graphs live on ``dev``; samplers run
+    on the host and each batch is copied there once."""
     task = task or Task(False, int(meta["num_classes"]))
     torch.manual_seed(cfg.seed)
     base = models.build(cfg.model, int(meta["num_features"]), cfg.hidden,
                         int(meta["num_classes"]), cfg.layers, cfg.dropout, cfg.heads,
-                        cfg.ngnn_layers)
+                        cfg.ngnn_layers).to(dev.torch)
     shared_opt = None
     if cfg.sync == "grad":
         shared_opt = torch.optim.Adam(base.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -170,16 +178,15 @@ def _make_workers(cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Local
         model = base if cfg.sync == "grad" else copy.deepcopy(base)
         opt = shared_opt or torch.optim.Adam(model.parameters(), lr=cfg.lr,
                                              weight_decay=cfg.weight_decay)
-        trng, nrng = _seeds(cfg.seed, g.index)
+        trng, nrng = _seeds(cfg.seed, g.index, dev)
         w = _Worker(graph=g, model=model, opt=opt, torch_rng=trng, np_rng=nrng,
-                    x=torch.from_numpy(g.x), y=task.targets(g.y), train_ids=g.train_ids,
-                    task=task)
+                    x=dev.upload(g.x), y=task.targets(g.y).to(dev.torch), train_ids=g.train_ids,
+                    task=task, dev=dev)
         if cfg.mode == "full":
             if deg is not None:
-                w.deg = torch.from_numpy(deg)
+                w.deg = dev.upload(deg)
             # built once per partition: GCN's normalised adjacency (models.prepare)
-            w.edge_index = models.prepare(model, torch.from_numpy(g.edge_index()), g.num_nodes,
-                                          w.deg)
+            w.edge_index = models.prepare(model, dev.upload(g.edge_index()), g.num_nodes, w.deg)
         elif cfg.sampler == "cluster":
             w.batcher = subgraphs.ClusterBatcher(g, cfg.cluster_size, cfg.clusters_per_batch,
                                                  _part_seed(cfg.seed, g.index))
@@ -233,21 +240,21 @@ class _Stats:
 def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
     """Summed loss of one batch's targets (forward on the full or sampled graph)."""
     if w.sampler is None:
-        out = models.forward(w.model, w.x, w.edge_index, w.deg)[torch.from_numpy(batch)]
+        out = models.forward(w.model, w.x, w.edge_index, w.deg)[w.dev.upload(batch)]
     else:
         t0 = time.perf_counter()
         sub = w.sampler.sample(batch, w.np_rng)
         st.sample_time += time.perf_counter() - t0
         st.sampled_edges += sub.num_edges
-        nodes = torch.from_numpy(sub.nodes)
-        ei = torch.from_numpy(sub.edge_index)
+        nodes = w.dev.upload(sub.nodes)   # the sample moves to the device once
+        ei = w.dev.upload(sub.edge_index)
         plan = (models.trim_plan(sub.hop_counts, sub.edge_index[1], len(w.sampler.fanouts))
                 if models.supports(w.model, "trim") else None)
         if plan is not None:  # only the rows the seeds' outputs depend on, layer by layer
             out = w.model(w.x[nodes], ei, trim=plan)[: sub.num_seeds]
         else:
             out = w.model(w.x[nodes], ei)[: sub.num_seeds]
-    loss = w.task.loss(out, w.y[torch.from_numpy(batch)], reduction="sum")
+    loss = w.task.loss(out, w.y[w.dev.upload(batch)], reduction="sum")
     st.loss_sum += float(loss.detach())
     st.count += int(batch.size)
     return loss
@@ -256,24 +263,25 @@ def _batch_loss(w: _Worker, batch: np.ndarray, st: _Stats) -> torch.Tensor:
 def _subgraph_objective(w: _Worker, b: subgraphs.Batch, st: _Stats) -> torch.Tensor:
     """A Cluster-GCN or GraphSAINT batch's objective: the mean loss over its targets, or
     GraphSAINT's Σ λ_v ℓ_v; weighted models get GraphSAINT's normalised Â."""
-    x = w.x[torch.from_numpy(b.nodes)]
+    dev = w.dev
+    x = w.x[dev.upload(b.nodes)]
     if b.entries is not None and models.supports(w.model, "edge_weight"):
         rows, cols, vals = b.entries
-        out = w.model(x, models.NormAdjacency.from_entries(rows, cols, vals, b.nodes.size))
+        out = w.model(x, models.NormAdjacency.from_entries(rows, cols, vals, b.nodes.size, dev))
     else:
-        out = models.forward(w.model, x, torch.from_numpy(b.edge_index))
-    t = torch.from_numpy(b.targets)
-    ce = w.task.loss(out[t], w.y[torch.from_numpy(b.nodes[b.targets])], reduction="none")
+        out = models.forward(w.model, x, dev.upload(b.edge_index))
+    t = dev.upload(b.targets)
+    ce = w.task.loss(out[t], w.y[dev.upload(b.nodes[b.targets])], reduction="none")
     st.loss_sum += float(ce.detach().sum())
     st.count += int(b.targets.size)
     if b.loss_weight is None:
         return ce.mean()
-    return (ce * torch.from_numpy(b.loss_weight.astype(np.float32))).sum()
+    return (ce * dev.upload(b.loss_weight, np.float32)).sum()
 
 
 def _epoch_avg(w: _Worker, cfg: AveragingConfig, st: _Stats) -> None:
     """One local epoch of one partition's model (mean loss per batch, one Adam step each)."""
-    torch.set_rng_state(w.torch_rng)
+    w.dev.set_rng_state(w.torch_rng)
     w.model.train()
     for batch in _batches(w, cfg, st):
         w.opt.zero_grad()
@@ -282,7 +290,7 @@ def _epoch_avg(w: _Worker, cfg: AveragingConfig, st: _Stats) -> None:
         else:
             (_batch_loss(w, batch, st) / batch.size).backward()
         w.opt.step()
-    w.torch_rng = torch.get_rng_state()
+    w.torch_rng = w.dev.get_rng_state()
 
 
 def _epoch_grad(comm: Communicator, workers: list[_Worker], cfg: AveragingConfig, st: _Stats) -> None:
@@ -299,9 +307,9 @@ def _epoch_grad(comm: Communicator, workers: list[_Worker], cfg: AveragingConfig
         opt.zero_grad()
         for w, plan in zip(workers, plans):
             if s < len(plan):
-                torch.set_rng_state(w.torch_rng)
+                w.dev.set_rng_state(w.torch_rng)
                 _batch_loss(w, plan[s], st).backward()
-                w.torch_rng = torch.get_rng_state()
+                w.torch_rng = w.dev.get_rng_state()
         st.wait(comm)
         b0, t0 = comm.bytes["allreduce"], time.perf_counter()
         sync.allreduce_grads(comm, model, sum(len(p[s]) for p in plans if s < len(p)))
@@ -368,13 +376,15 @@ class _EvalGraph:
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
         """The score (accuracy or micro-F1, :class:`Task`) on the train/val/test masks."""
         model.eval()
-        if self._prepared is None:  # built once (GCN: the normalised adjacency)
-            self._prepared = models.prepare(model, self.edge_index, self.x.shape[0])
+        dev = device_of(next(model.parameters()))
+        if self._prepared is None:  # built once (GCN: the normalised adjacency), on the device
+            self.x = dev.upload(self.x)
+            self._prepared = models.prepare(model, dev.upload(self.edge_index), self.x.shape[0])
         with torch.no_grad():
-            z = models.forward(model, self.x, self._prepared).numpy()
+            z = numpy_of(models.forward(model, self.x, self._prepared))
         out = {}
         for k, m in self.masks.items():
-            mm = m.numpy()
+            mm = numpy_of(m)
             out[f"{k}_acc"] = self.task.score(self.task.counts(z[mm], self.y[mm]))
         return out
 
@@ -391,8 +401,8 @@ def _evaluate_local(comm: Communicator, workers: list[_Worker]) -> dict[str, flo
         g = w.graph
         w.model.eval()
         with torch.no_grad():
-            ei = w.edge_index if w.edge_index is not None else torch.from_numpy(g.edge_index())
-            z = models.forward(w.model, w.x, ei, w.deg).numpy()
+            ei = w.edge_index if w.edge_index is not None else w.dev.upload(g.edge_index())
+            z = numpy_of(models.forward(w.model, w.x, ei, w.deg))
         for q, k in enumerate(("train", "val", "test")):
             m = getattr(g, f"{k}_mask").copy()
             m[g.num_owned:] = False

@@ -30,6 +30,8 @@ from shardgnn.averaging.engine import (
     _Worker,
 )
 from shardgnn.comm import Communicator, peak_rss_bytes
+from shardgnn.device import Device, numpy_of
+from shardgnn.device import setup as device_setup
 from shardgnn.errors import ShardError
 from shardgnn.io.results import ResultWriter
 from shardgnn.train import checkpoint, features, guards
@@ -98,7 +100,7 @@ def _record(history: dict[str, Any], epoch: int, metrics: dict[str, float],
         history.update(best_val_acc=val, best_epoch=epoch,
                        best_test_acc=metrics.get("test_acc", float("nan")),
                        best_train_acc=metrics.get("train_acc", float("nan")),
-                       best_model={k: v.detach().numpy().copy() for k, v in model_state.items()})
+                       best_model={k: numpy_of(v).copy() for k, v in model_state.items()})
 
 
 def _halo(comm: Communicator, meta: dict[str, Any], graphs: list[Any]
@@ -114,14 +116,15 @@ def _halo(comm: Communicator, meta: dict[str, Any], graphs: list[Any]
 
 def _evaluator(comm: Communicator, cfg: AveragingConfig, meta: dict[str, Any], graphs: list[Any],
                workers: list[_Worker], plan: disteval.HaloPlan | None = None,
-               degrees: list[np.ndarray] | None = None) -> disteval.DistEvaluator | None:
+               degrees: list[np.ndarray] | None = None, dev: Device | None = None
+               ) -> disteval.DistEvaluator | None:
     """The distributed evaluator for ``--eval dist`` (refused, on every rank, where it cannot
     be exact). Collective."""
     if cfg.eval != "dist":
         return None
     disteval.check_dist(comm, meta, cfg.data, workers[0].model, cfg.model, cfg.layers)
     return disteval.DistEvaluator(comm, graphs, meta, workers[0].model, cfg.layers, plan,
-                                  degrees, workers[0].task)
+                                  degrees, workers[0].task, dev)
 
 
 def _task(comm: Communicator, meta: dict[str, Any], graphs: list[Any]) -> Task:
@@ -184,7 +187,8 @@ def _run_epoch(comm: Communicator, cfg: AveragingConfig, workers: list[_Worker],
 
 def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[str, Any]:
     """Train on the partition store ``cfg.data``; write ``cfg.out``. Collective over comm."""
-    cfg.validate()
+    comm.run_agreed(cfg.validate)
+    dev = device_setup(comm, cfg.device, cfg.device_id, cfg.mpi_path)
     meta, mine, graphs = _load(comm, cfg)
     guards.check_partitions(comm, cfg.data, graphs, int(meta["num_classes"]))
     task = _task(comm, meta, graphs)
@@ -198,9 +202,9 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
     alpha = comm.run_agreed(average.averaging_weights, counts)
     weights = [float(alpha[g.index]) for g in graphs]
     plan, degrees = _halo(comm, meta, graphs)
-    workers = comm.run_agreed(_make_workers, cfg, meta, graphs, degrees, task)
+    workers = comm.run_agreed(_make_workers, cfg, meta, graphs, degrees, task, dev)
     evalg = (_eval_graph(comm, cfg, meta, task)
-             or _evaluator(comm, cfg, meta, graphs, workers, plan, degrees))
+             or _evaluator(comm, cfg, meta, graphs, workers, plan, degrees, dev))
     del plan, degrees
     start, history = 1, _new_history()
     if cfg.resume:
@@ -225,10 +229,11 @@ def main(comm: Communicator, cfg: AveragingConfig, command: str = "") -> dict[st
             stop = guards.nan_loss_stop(history, epoch, m["loss"], cfg)  # loss all-reduced
             if stop:
                 break
-            if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
+            if cfg.checkpoint_due(epoch, cfg.epochs):
                 _save(comm, cfg, ckpt, epoch, workers, history)
         summary = _summary(comm, cfg, history, counts, alpha, mine, sampled_edges)
-        summary.update(task.attrs(), feature_norm=cfg.feature_norm_used)
+        summary.update(task.attrs(), feature_norm=cfg.feature_norm_used, device=str(dev),
+                       mpi_path=cfg.mpi_path)
         summary.update(_extras(comm, workers, evalg))
         _write(rw, comm, history, summary)
     comm.agree(not stop, stop)
@@ -288,3 +293,4 @@ def _write(rw: ResultWriter, comm: Communicator, history: dict[str, Any], summar
     for k, v in (history.get("best_model") or {}).items():
         rw.dataset(f"train/best_model/{k}", np.asarray(v))
     rw.per_rank("train/peak_rss", peak_rss_bytes())
+    rw.per_rank("train/stage_seconds", float(sum(comm.stage_seconds.values())))

@@ -11,6 +11,7 @@ from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
 from shardgnn import log
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.convert import ConvertOptions, NodeData, convert_source, run_on_root
@@ -70,10 +71,10 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("convert", help=SUMMARY["convert"],
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", nargs="?", default=None,
+    p.add_argument("src", nargs="?", default=None, type=input_path,
                    help="input file, Planetoid / OGB / RecBole folder, or .toml descriptor "
                    "(none with --pyg)")
-    p.add_argument("--out", required=True, help="output dataset directory (must not exist "
+    p.add_argument("--out", required=True, type=output_path, help="output dataset directory (must not exist "
                    "unless --force)")
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="input format (default: from the file name)")
@@ -95,7 +96,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-weights", action="store_true",
                    help="ignore a weight column / 'weight' array / CSR values (default: store "
                    "them as float32 edge_weight.bin; merged duplicates keep the largest weight)")
-    p.add_argument("--node-types", default=None, metavar="FILE[:COLUMN]",
+    p.add_argument("--node-types", default=None, type=input_path, metavar="FILE[:COLUMN]",
                    help="node types: .npy (one int per node, new-id order) or CSV/TSV 'id,type' "
                    "with original ids and integer types or type names (unlisted nodes get 0); "
                    "FILE:COLUMN takes the type from the named header column of a node table "
@@ -103,10 +104,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--node-type-names", default=None, metavar="A,B,...",
                    help="names of node types 0, 1, ... (or the numbering of the names in a "
                    "--node-types CSV; default: sorted names)")
-    p.add_argument("--features", default=None, metavar="F.npy",
+    p.add_argument("--features", default=None, type=input_path, metavar="F.npy",
                    help="(nodes, f) feature matrix for an edge-list input, rows in new-id order "
                    "(= original id order when ids are 0..n-1); stored as float32, NaN rejected")
-    p.add_argument("--labels", default=None, metavar="FILE",
+    p.add_argument("--labels", default=None, type=input_path, metavar="FILE",
                    help="labels: .npy (one int per node, new-id order; an (N, C) 0/1 array: "
                    "multi-label rows, PPI/Yelp-shaped) or CSV 'id,label' with original ids "
                    "(nodes without a line get -1)")
@@ -122,7 +123,7 @@ def add_parser(sub: Any) -> None:
                    "function) called with root=--root and the --pyg-arg values, or a Data / "
                    "HeteroData object (docs/formats.md); e.g. torch_geometric.datasets:Planetoid "
                    "--root data --pyg-arg name=Cora")
-    p.add_argument("--root", default=None, metavar="DIR",
+    p.add_argument("--root", default=None, type=input_path, metavar="DIR",
                    help="--pyg: the dataset's root folder (passed as root=)")
     p.add_argument("--pyg-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="--pyg: a keyword argument of the dataset class (repeatable; numbers "
@@ -130,12 +131,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--pyg-split", type=int, default=0, metavar="K",
                    help="--pyg: column K of 2-D train/val/test masks (datasets with several "
                    "splits; default: 0)")
+    p.only_if(("root", "pyg_arg", "pyg_split"), lambda a: a.pyg is not None, "with --pyg")
     p.add_argument("--chunk-edges", type=int, default=DEFAULT_CHUNK_EDGES,
                    help="edges per streamed chunk (default: 4194304; text blocks of "
                    "min(16*chunk, 16 MiB) bytes); bounds memory")
     p.add_argument("--merge-memory", type=int, default=1 << 23,
                    help="keys held by the k-way merge buffers (default: 8388608 = 64 MiB)")
-    p.add_argument("--tmp-dir", default=None,
+    p.add_argument("--tmp-dir", default=None, type=output_path,
                    help="folder for sorted runs (default: inside the output's temp folder)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory "
                    "when it is an earlier shardgnn output (graph.json or meta.json) or empty; "
@@ -157,6 +159,19 @@ def build_source(src: Path, fmt: str | None, args: argparse.Namespace,
     edge_types = args.edge_types or bool(desc and desc.edge_types)
     if edge_types and fmt not in ("snap", "csv", "recbole"):
         raise ShardError(f"--edge-types: expected a text or CSV input, got format {fmt!r}")
+    brings_types = fmt == "recbole" or bool(args.node_types or (desc and desc.node_types))
+    ignored = [(args.no_weights and fmt == "planetoid", "--no-weights",
+                "inputs with edge weights (not Planetoid)"),
+               (args.structure_only and not (fmt in ("planetoid", "recbole") or (
+                   fmt == "npz" and is_csr_npz(src))),
+                "--structure-only", "Planetoid, RecBole and GNN-benchmark .npz inputs"),
+               (args.edge_type_names and not edge_types and fmt != "recbole", "--edge-type-names",
+                "typed edges (--edge-types or a RecBole input)"),
+               (args.node_type_names and not brings_types, "--node-type-names",
+                "node types (--node-types or a RecBole input)")]
+    for bad, opt, what in ignored:
+        if bad:
+            raise ShardError(f"{opt}: applies to {what}, got format {fmt!r}; it would be ignored")
     if fmt == "planetoid":
         from shardgnn.io.planetoid import load_planetoid
 
@@ -275,9 +290,16 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     nodes.features_path = Path(feats) if feats else None
     nodes.labels_path = Path(labels) if labels else None
     split = args.split or (desc.split if desc else None)
+    if args.split_seed is not None and not split:
+        raise ShardError("--split-seed: applies with --split (or a descriptor's split), got "
+                         "none; it would be ignored")
     nodes.split = tuple(split) if split else None  # type: ignore[assignment]
     nodes.split_seed = args.split_seed if args.split_seed is not None else (
         desc.split_seed if desc else 0)
+    if args.merge_memory < 1:
+        raise ShardError(f"--merge-memory: expected >= 1 keys, got {args.merge_memory}")
+    if args.tmp_dir is not None:
+        _check_folder(Path(args.tmp_dir), "--tmp-dir")
     conv = desc.convert if desc else {}
     directed = bool(args.directed or conv.get("directed", False))
     num_nodes = args.num_nodes if args.num_nodes is not None else (desc.num_nodes if desc else None)
@@ -301,6 +323,15 @@ def _convert(args: argparse.Namespace) -> dict[str, Any]:
     if desc is not None and desc.expected and not (args.keep_self_loops or args.keep_duplicates):
         info["expected_ok"] = _check_expected(desc, meta.num_nodes, meta.num_edges, directed)
     return info
+
+
+def _check_folder(path: Path, opt: str) -> None:
+    """``path`` is a folder or can be made one (no part of it is a file)."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ShardError(f"{opt} {path}: expected a folder, got the file {p} in the way")
+            return
 
 
 def _file_column(spec: str) -> tuple[Path, str | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.cli.commands import SUMMARY
 from shardgnn.comm import Communicator
 
@@ -29,9 +30,9 @@ NAU checkpoints hold models with their own neighbour selection: they are not exp
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("export", help=SUMMARY["export"], description=HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", metavar="SRC", help="checkpoint file (model) or partition store folder")
+    p.add_argument("src", metavar="SRC", type=input_path, help="checkpoint file (model) or partition store folder")
     p.add_argument("--to", required=True, choices=("pyg",), help="target format: pyg")
-    p.add_argument("out", metavar="OUT", help="OUT.pt (model) or output folder (partitions)")
+    p.add_argument("out", metavar="OUT", type=output_path, help="OUT.pt (model) or output folder (partitions)")
     p.add_argument("--force", action="store_true",
                    help="replace an earlier export of the same kind (never other files)")
     p.set_defaults(func=run)

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import output_path
 from shardgnn.io.convert import run_on_root as on_root
 from shardgnn.comm import Communicator, peak_rss_bytes
+from shardgnn.errors import ShardError
 from shardgnn.io import outputs
 from shardgnn.graph import generators as gen
 
@@ -73,9 +75,11 @@ def add_parser(sub: Any) -> None:
                    help="write a canonical dataset directory instead of a .npy edge array")
     r.add_argument("--directed", action="store_true",
                    help="with --canonical: keep edge directions (default: undirected)")
-    r.add_argument("--out", required=True, help="output .npy file (or directory with --canonical)")
+    r.add_argument("--out", required=True, type=output_path,
+                   help="output .npy file (or directory with --canonical)")
     r.add_argument("--force", action="store_true", help="replace an existing output (an "
                    "earlier shardgnn output only: a .npy this command wrote, or a dataset)")
+    r.only_if("directed", lambda a: a.canonical, "with --canonical")
     r.set_defaults(func=run)
 
     c = gs.add_parser("csbm", help="contextual stochastic block model dataset",
@@ -95,6 +99,10 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--feature-snr", type=float, default=1.0,
                    help="norm of each class mean; noise is N(0, I) (default: 1.0)")
     _add_split_and_output(c, "train fraction")
+    c.only_if(("avg_degree", "homophily"), lambda a: a.p_in is None,
+              "without --p-in/--p-out (they set the edge probabilities)")
+    c.only_if("p_out", lambda a: a.p_in is not None, "with --p-in")
+    c.only_if("feature_snr", lambda a: a.features > 0, "with --features > 0")
 
     h = gs.add_parser("hetero", help="heterogeneous dataset with a planted metapath signal",
                       description=HETERO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,6 +119,7 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--feature-snr", type=float, default=0.0,
                    help="norm of the target class means in the features (default: 0: none)")
     _add_split_and_output(h, "train fraction of targets")
+    h.only_if("feature_snr", lambda a: a.features > 0, "with --features > 0")
 
 
 def _add_split_and_output(p: Any, train_help: str) -> None:
@@ -119,13 +128,15 @@ def _add_split_and_output(p: Any, train_help: str) -> None:
     p.add_argument("--val", type=float, default=0.2, help="validation fraction (default: 0.2)")
     p.add_argument("--test", type=float, default=0.2, help="test fraction (default: 0.2)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--out", required=True, help="output dataset directory")
+    p.add_argument("--out", required=True, type=output_path, help="output dataset directory")
     p.add_argument("--force", action="store_true", help="replace an existing output directory "
                    "(an earlier shardgnn dataset or an empty folder only)")
     p.set_defaults(func=run)
 
 
 def _rmat(args: argparse.Namespace) -> dict[str, Any]:
+    if args.chunk < 1:
+        raise ShardError(f"--chunk: expected >= 1 edges per step, got {args.chunk}")
     m = args.edges if args.edges is not None else args.edge_factor * (1 << args.scale)
     out = Path(args.out)
     if args.canonical:

@@ -5,8 +5,10 @@ import argparse
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.io import outputs
+from shardgnn.train.config import add_device_arguments
 
 HELP = """\
 Compute the embedding (the model's last-layer output) of every vertex with a model trained by
@@ -30,11 +32,12 @@ last layer as the virtual dataset /embeddings/emb, per-layer timings and cache s
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("infer", help=SUMMARY["infer"],
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", metavar="CHECKPOINT",
+    p.add_argument("checkpoint", type=input_path, metavar="CHECKPOINT",
                    help="checkpoint of `train --engine sampled|averaging|rdm|cagnet1d` "
-                   "(--checkpoint-every)")
-    p.add_argument("store", metavar="VPARTS", help="vertex-cut partition store directory")
-    p.add_argument("--out", required=True,
+                   "(--checkpoint or --checkpoint-every)")
+    p.add_argument("store", type=input_path, metavar="VPARTS",
+                   help="vertex-cut partition store directory")
+    p.add_argument("--out", required=True, type=output_path,
                    help="results file (HDF5, written atomically): /embeddings/emb, /infer; an "
                    "existing file only with --force, and only an earlier shardgnn output")
     p.add_argument("--force", action="store_true",
@@ -43,7 +46,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fanouts", default=None,
                    help="neighbours per vertex and hop, first hop first (as in training), -1 = "
                    "all; one per layer (default: -1 at every hop: full neighbourhoods)")
-    p.add_argument("--layers-dir", default=None, metavar="DIR",
+    p.add_argument("--layers-dir", default=None, type=output_path, metavar="DIR",
                    help="where the per-layer embedding files go, on a filesystem every rank "
                    "sees (default: OUT.layers)")
     p.add_argument("--cache-chunks", type=int, default=-1, metavar="N",
@@ -80,20 +83,28 @@ def add_parser(sub: Any) -> None:
                    help="--samplewise only: infer a seeded subset of about F of every rank's "
                    "targets (the others' rows are NaN) to time the baseline per target on "
                    "graphs where it would take too long (default: 1 = all)")
-    p.add_argument("--score-edges", default=None, metavar="EDGEFILE",
+    p.add_argument("--score-edges", default=None, type=input_path, metavar="EDGEFILE",
                    help="also score these edges (text lines 'u v [type]' or an (m, 2|3) .npy) "
                    "from their final embeddings: by the trained decoder of a --task link "
                    "checkpoint, else the dot product; layerwise reads the stored embeddings, "
                    "--samplewise infers each batch of edges' endpoints from their sampled "
                    "subgraphs (--batch-size edges per batch): /infer/scores")
-    p.add_argument("--dataset", default=None, metavar="DIR",
+    p.add_argument("--dataset", default=None, type=input_path, metavar="DIR",
                    help="the converted dataset the store was cut from (features; default: the "
                    "path in the store's meta.json)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the neighbour sampling when --fanouts samples (default: 0)")
+    add_device_arguments(p.add_argument_group("device (layerwise inference; docs/devices.md)"))
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="recompute every layer even when complete layer files of the same job "
                    "are in the layers directory")
+    p.only_if(("batch_size", "target_fraction"), lambda a: bool(a.samplewise),
+              "with --samplewise")
+    p.only_if(("cache_chunks", "cache_policy", "order", "resume"), lambda a: not a.samplewise,
+              "to layerwise inference (not with --samplewise)")
+    p.only_if("seed", lambda a: a.fanouts is not None and any(
+        t.strip() not in ("-1", "") for t in str(a.fanouts).split(",")),
+        "when --fanouts samples (a value other than -1)")
     p.set_defaults(func=run)
 
 
@@ -108,7 +119,8 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                       compression=args.compression, samplewise=args.samplewise,
                       batch_size=args.batch_size, target_fraction=args.target_fraction,
                       score_edges=args.score_edges,
-                      dataset=args.dataset, seed=args.seed, resume=args.resume)
+                      dataset=args.dataset, seed=args.seed, resume=args.resume,
+                      device=args.device, device_id=args.device_id, mpi_path=args.mpi_path)
     layers = cfg.layers_root()
     # both outputs checked and locked for the whole run: a second job on either fails at once
     with outputs.claim(comm, [(cfg.out, "file"), (layers, "dir")], args.force,

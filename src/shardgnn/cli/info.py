@@ -1,7 +1,8 @@
-"""`shardgnn info DIR [--json]`: counts, degree statistics and node data of a canonical dataset.
+"""`shardgnn info DIR [--json]`: counts, degree statistics and node data of a canonical dataset;
+on a partition store, its partitions' sizes and balances.
 
-SPMD: every rank streams its share of the edge file; degrees are summed with one allreduce and
-rank 0 prints.
+SPMD: every rank streams its share of the edge file (or reads its share of the partitions);
+the counts are summed with one allreduce and rank 0 prints.
 """
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from typing import Any
 import numpy as np
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path
 from shardgnn.comm import Communicator
 from shardgnn.graph.stats import degree_summary, stream_degrees
 from shardgnn.io import canonical as cn
+from shardgnn.io.sidecar import read_sidecar
+from shardgnn.partition import metrics
 
 
 def add_parser(sub: Any) -> None:
@@ -25,8 +29,13 @@ def add_parser(sub: Any) -> None:
                        "statistics (max, mean, median, p90, p99, isolated nodes, power-law tail "
                        "exponent by the Clauset-Shalizi-Newman MLE), feature/label shapes, "
                        "class count and mask sizes. Under mpiexec every rank streams its share "
-                       "of edges.bin; memory: 16 bytes per node per rank plus one chunk.")
-    p.add_argument("dir", help="dataset directory written by `shardgnn convert`")
+                       "of edges.bin; memory: 16 bytes per node per rank plus one chunk. On a "
+                       "partition store (written by `shardgnn partition`): algorithm, RF, and "
+                       "per partition its owned vertices, vertex copies and edge copies with "
+                       "their ratio to the mean, then the balances both ways (max/mean and "
+                       "min/mean) in the summary line.")
+    p.add_argument("dir", type=input_path, help="dataset directory written by `shardgnn convert`, or a partition "
+                   "store written by `shardgnn partition`")
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: num_nodes, "
                    "num_edges, directed, degree, ... see docs/ingest.md)")
     p.add_argument("--chunk", type=int, default=1 << 22,
@@ -159,9 +168,83 @@ def render(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def store_info(directory: str, comm: Communicator) -> dict[str, Any] | None:
+    """The info dict of a partition store (None when ``directory`` holds no ``meta.json``):
+    per partition its owned vertices, vertex copies and edge copies, each rank reading the
+    partitions i = rank (mod P), and the balances both ways. Vertex-cut stores: a vertex is
+    owned by the partition :func:`owners.owner_partitions` picks among those holding it (a
+    vertex without edges by gid mod p), and RF counts the vertices with an edge, as the
+    partitioner reports it. Collective over comm."""
+    d = Path(directory)
+    if not (d / "meta.json").is_file() or (d / cn.SIDECAR).is_file():
+        return None
+    from shardgnn.partition import store as edgecut
+    from shardgnn.partition.vertexcut import store as vertexcut
+
+    fmt = comm.run_agreed(lambda: read_sidecar(d / "meta.json").get("format"))
+    if fmt == vertexcut.FORMAT:
+        return _vertexcut_info(d, comm)
+    st = comm.run_agreed(edgecut.open_store, d)   # any other format: the edge-cut reader's error
+    p = st.parts
+    sizes = np.zeros((p, 3), np.int64)
+    rows = comm.run_agreed(lambda: [(i, st.sizes(i)) for i in range(comm.rank, p, comm.size)])
+    for i, row in rows:
+        sizes[i] = row
+    comm.allreduce(sizes, "sum")
+    meta = st.meta
+    return _summary(str(d), "edge-cut", str(meta.get("algorithm", "?")), meta, sizes,
+                    int(meta.get("num_nodes") or sizes[:, 0].sum()))
+
+
+def _vertexcut_info(d: Path, comm: Communicator) -> dict[str, Any]:
+    """:func:`store_info` of a vertex-cut store. Collective over comm."""
+    from shardgnn.partition.vertexcut.owners import owner_partitions
+    from shardgnn.partition.vertexcut.store import PartitionStore
+    from shardgnn.sampling.directory import partition_directory
+
+    st = comm.run_agreed(PartitionStore, d)
+    p, n = st.num_parts, st.num_nodes
+    parts = comm.run_agreed(lambda: [st.partition(i) for i in range(comm.rank, p, comm.size)])
+    sizes = np.zeros((p, 3), np.int64)
+    undirected = not bool(st.meta.get("directed"))
+    for pt in parts:
+        entries = int(np.asarray(pt.out_indptr)[-1])
+        sizes[pt.index, 1:] = (int(pt.global_id.shape[0]),
+                               entries // 2 if undirected else entries)
+    comm.allreduce(sizes, "sum")
+    memb = partition_directory(comm, parts, n, p)
+    sizes[:, 0] = np.bincount(owner_partitions(memb, p), minlength=p)
+    covered = int(np.count_nonzero(memb.any(axis=1)))   # RF over the vertices with an edge
+    return _summary(str(d), "vertex-cut", str(st.meta.get("algo", "?")), st.meta, sizes, covered)
+
+
+def _summary(path: str, kind: str, algo: str, meta: dict[str, Any], sizes: np.ndarray,
+             num_nodes: int) -> dict[str, Any]:
+    m = metrics.summarize(sizes[:, 0], sizes[:, 1], sizes[:, 2], num_nodes)
+    return {"path": path, "store": kind, "algorithm": algo, "parts": int(sizes.shape[0]),
+            "num_nodes": meta.get("num_nodes", num_nodes), "num_edges": meta.get("num_edges"),
+            **m}
+
+
+def render_store(info: dict[str, Any]) -> str:
+    """Human-readable lines of :func:`store_info`."""
+    lines = [f"store        {info['path']}  ({info['store']}, --algo {info['algorithm']}, "
+             f"{info['parts']} partitions)",
+             f"graph        {info['num_nodes']} nodes, {info['num_edges']} edges",
+             f"RF           {info['rf']:.4f}"]
+    lines += metrics.partition_table(info["owned_per_partition"], info["vertices_per_partition"],
+                                     info["edges_per_partition"])
+    lines.append(f"balance      {metrics.balance_line(info)}")
+    return "\n".join(lines)
+
+
 def run(comm: Communicator, args: argparse.Namespace) -> int:
-    """Stream degrees on every rank, print on rank 0. Collective over comm."""
-    info = gather_info(args.dir, comm, args.chunk)
+    """Stream degrees on every rank (or read a store's partitions), print on rank 0.
+    Collective over comm."""
+    info = store_info(args.dir, comm)
+    text = render_store if info is not None else render
+    if info is None:
+        info = gather_info(args.dir, comm, args.chunk)
     if comm.rank == 0:
-        print(json.dumps(info) if args.json else render(info), flush=True)
+        print(json.dumps(info) if args.json else text(info), flush=True)
     return 0

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.io import outputs
 from shardgnn.io.results import read_tree
@@ -19,14 +20,15 @@ def add_parser(sub: Any) -> None:
                        "results file. --json prints the same as one JSON object (schema in "
                        "docs/results.md); large datasets appear with shape and dtype only. "
                        "--plot PNG draws accuracy and loss per epoch of /train.")
-    p.add_argument("file", help="results .h5 file")
+    p.add_argument("file", type=input_path, help="results .h5 file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--max-elems", type=int, default=1000,
                    help="datasets up to this many elements are printed in full (default: 1000)")
-    p.add_argument("--plot", metavar="PNG", default=None,
+    p.add_argument("--plot", metavar="PNG", default=None, type=output_path,
                    help="write a PNG of /train accuracy and loss per epoch (needs matplotlib)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --plot PNG that shardgnn drew earlier")
+    p.only_if("force", lambda a: a.plot, "with --plot")
     p.set_defaults(func=run)
 
 

@@ -12,10 +12,11 @@ import gc
 import importlib
 import sys
 import traceback
-from typing import TYPE_CHECKING, NoReturn, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from shardgnn import __version__, log
 from shardgnn.cli.commands import COMMANDS, SUMMARY
+from shardgnn.cli.parser import Parser
 from shardgnn.errors import ShardError
 
 if TYPE_CHECKING:
@@ -34,33 +35,6 @@ One SPMD program: launch every stage with `mpiexec -n P shardgnn ...` or `srun s
   shardgnn inspect run.h5                  # read the HDF5 results
   mpiexec -n 4 shardgnn run JOB.toml       # the stages of a job file in one launch
 """
-
-
-def launch_rank() -> int | None:
-    """This process's rank from the launcher's environment (MPICH/Hydra, Open MPI, PMIx,
-    Slurm) before MPI starts, or None outside a multi-rank launch."""
-    import os
-
-    size = next((os.environ[k] for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
-                 if os.environ.get(k)), "1")
-    if not size.isdigit() or int(size) <= 1:
-        return None
-    for key in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        v = os.environ.get(key, "")
-        if v.isdigit():
-            return int(v)
-    return None
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error: ``PROG: error: [rank R: ]MESSAGE (see PROG --help)``,
-    exit 2 — not the whole usage on every rank of a job (it is one --help away)."""
-
-    def error(self, message: str) -> NoReturn:
-        rank = launch_rank()
-        prefix = f"rank {rank}: " if rank is not None else ""
-        _line(f"{self.prog}: error: {prefix}{message} (see {self.prog} --help)")
-        sys.exit(2)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

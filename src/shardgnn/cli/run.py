@@ -13,6 +13,7 @@ from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
 from shardgnn import __version__, log
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.io import outputs, provenance
@@ -21,30 +22,30 @@ from shardgnn.job import STAGES, Job, read_job, run_job
 DESCRIPTION = """\
 Run the stages a job file names, in sequence, on the ranks of this launch:
   mpiexec -n P shardgnn run JOB.toml
-Each stage is the subcommand of the same name with the options of its table (docs/jobs.md):
+Each table is a stage: the command of its name (convert, generate, partition, train, sample,
+infer, perfmodel) with the options of the table; [KIND-LABEL] is a further stage of a kind
+([partition-vc], [train-rdm]). Example (docs/jobs.md has the rules):
 
   [job]
   name = "cora"
   dir = "../work/cora-job"      # working folder, relative to the job file (or --dir)
-  stages = ["convert", "partition", "train"]   # default: the stage tables in file order
-  [convert]                     # or [generate] with generator = "csbm" | "hetero" | "rmat"
+  [convert]
   src = "cora.toml"             # input paths: relative to the job file
-  [partition]                   # dataset: the convert stage's output unless given
-  algo = "spring"
-  parts = 2
-  [train]                       # data: convert's output (rdm, cagnet1d, nau) or
-  engine = "averaging"          # partition's (averaging, sampled) unless given
-  epochs = 50
+  [partition]                   # dataset: the latest convert/generate output; parts: P
+  algo = "adadne"
+  [train]                       # data: the latest store or dataset the engine reads
+  engine = "sampled"
+  fanouts = [10, 5]
+  checkpoint_every = 1          # a killed job resumes from the last checkpoint
+  [infer]                       # checkpoint and store: the train and partition stages'
 
-An [infer] stage takes the train stage's checkpoint (train with checkpoint_every) and the
-partition stage's store (a vertex-cut one) unless given. Keys are the subcommand's long
-options (--keep-self-loops: keep_self_loops = true; lists for options taking several values);
-`out` (default data/, parts/, train.h5, embeddings.h5) and `results` are relative to the
-working folder. After each stage its output is validated before the next
-starts. A stage that completed in an earlier run with the same options and whose output is
-still complete is skipped (the log says so), so rerunning a failed job resumes where it failed;
---force reruns everything. One results file (default DIR/results.h5) holds a group per stage
-with its status (ran/skipped), seconds, command line and the stage's own results.
+Keys are the command's long options (keep_self_loops = true; a list for several values or a
+comma-separated one). Outputs (`out`, default data/, parts/, train.h5, embeddings.h5, ...) are
+relative to the working folder. Each stage's output is validated before the next starts. A
+stage that completed earlier with the same options and whose output is still complete is
+skipped; a train stage killed part-way resumes from its checkpoint; an --order auto choice is
+reused; --force reruns everything. One results file (default DIR/results.h5) holds a group per
+stage with its status (ran/skipped), seconds, command line and the stage's own results.
 Stages available: %s.
 """
 
@@ -52,11 +53,11 @@ Stages available: %s.
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("run", help=SUMMARY["run"], description=DESCRIPTION % ", ".join(STAGES),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("job", help="job file (.toml)")
-    p.add_argument("--dir", default=None,
+    p.add_argument("job", type=input_path, help="job file (.toml)")
+    p.add_argument("--dir", default=None, type=output_path,
                    help="working folder for the stages' outputs (default: [job] dir, relative to "
                    "the job file)")
-    p.add_argument("--results", default=None,
+    p.add_argument("--results", default=None, type=output_path,
                    help="the job's results HDF5 (default: [job] results in the working folder)")
     p.add_argument("--force", action="store_true",
                    help="rerun every stage even when its complete output exists")
@@ -118,15 +119,13 @@ def _copy_stage_results(g: Any, rec: dict[str, Any]) -> None:
 
 def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Run the job's stages on every rank, then write the job results. Collective over comm."""
-    from shardgnn.cli.main import build_parser
-
     job = comm.run_agreed(read_job, args.job, args.dir)
     results = Path(args.results) if args.results else job.results
     mine = comm.run_agreed(_own_results, job, results)
     # the job's results checked and locked before its first stage; its own earlier results
     # (same job name) are rewritten, anything else only with --force if shardgnn wrote it
     with outputs.claim(comm, [(results, "file")], args.force, keep=(mine,)):
-        records = run_job(comm, job, build_parser(), force=args.force)
+        records = run_job(comm, job, force=args.force)
         err = ""
         if comm.rank == 0:
             try:

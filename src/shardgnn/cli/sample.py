@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.io import outputs
 
@@ -24,9 +25,9 @@ ranks on the same store. With --mode keyed it is also the same on any partitioni
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("sample", help=SUMMARY["sample"],
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("store", metavar="VPARTS", help="vertex-cut partition store directory")
+    p.add_argument("store", type=input_path, metavar="VPARTS", help="vertex-cut partition store directory")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--seeds", metavar="FILE",
+    src.add_argument("--seeds", type=input_path, metavar="FILE",
                      help="seed vertices: .npy integer array or a text file, one global id per "
                      "line (distinct, in [0, num_nodes))")
     src.add_argument("--mask", metavar="NAME",
@@ -55,13 +56,16 @@ def add_parser(sub: Any) -> None:
                    help="sample every batch this many times at steps b + r * batches (for "
                    "statistics) (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--dataset", default=None, metavar="DIR",
+    p.add_argument("--dataset", default=None, type=input_path, metavar="DIR",
                    help="the converted dataset the store was cut from (default: the path in the "
                    "store's meta.json); checked to have the store's node and edge counts")
-    p.add_argument("--out", required=True, help="output HDF5 file (written atomically; an "
-                   "existing file only with --force, and only an earlier shardgnn output)")
+    p.add_argument("--out", required=True, type=output_path,
+                   help="output HDF5 file (written atomically; an existing file only with "
+                   "--force, and only an earlier shardgnn output)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out that shardgnn wrote earlier")
+    p.only_if("replace", lambda a: a.mode in ("uniform", "weighted"),
+              "with --mode uniform or weighted")
     p.set_defaults(func=run)
 
 
@@ -73,10 +77,12 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
                        mask=args.mask, dataset=args.dataset, batch_size=args.batch_size,
                        seed=args.seed, mode=args.mode, replace=args.replace,
                        direction=args.direction, type_fanouts=args.type_fanouts,
-                       repeats=args.repeats)
+                       repeats=args.repeats,
+                       direction_given="direction" in getattr(args, "given_options", ()))
     with outputs.claim(comm, [(cfg.out, "file")], args.force):   # before the first step
         s = main(comm, cfg)
     if comm.rank == 0:
         print(f"sample: {s['seeds']} seeds in {s['batches']} batches x {s['repeats']}, "
-              f"{s['edges']} edges in {s['seconds']:.3f}s; wrote {cfg.out}")
+              f"{s['edges']} edges in {s['seconds']:.3f}s; wrote {cfg.out} in "
+              f"{s['seconds_write']:.3f}s")
     return 0

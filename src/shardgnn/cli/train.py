@@ -9,12 +9,14 @@ from typing import Any
 
 from shardgnn.averaging.subgraphs import SAMPLERS
 from shardgnn.cli.commands import SUMMARY
+from shardgnn.cli.parser import input_path, output_path
 from shardgnn.comm import Communicator
 from shardgnn.io import outputs
 from shardgnn.registry import ENGINES, MODELS, NAU_MODELS
 from shardgnn.sampled.cli import SAMPLERS as SAMPLED_SAMPLERS
 from shardgnn.train import guards
-from shardgnn.train.config import CheckpointOptions, SaintOptions, TrainConfig, default_of
+from shardgnn.train.config import (CheckpointOptions, SaintOptions, TrainConfig,
+                                   add_device_arguments, default_of)
 
 
 def families() -> tuple[ModuleType, ...]:
@@ -59,8 +61,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help=SUMMARY["train"],
                        description=HELP % {"engines": engines},
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", help="dataset directory (rdm, cagnet1d, nau), edge-cut partition "
-                   "directory (averaging) or vertex-cut store (sampled)")
+    p.add_argument("data", type=input_path, help="dataset directory (rdm, cagnet1d, nau), "
+                   "edge-cut partition directory (averaging) or vertex-cut store (sampled)")
     p.add_argument("--engine", default="rdm",
                    help=f"one of {ENGINES.expected()} (default: rdm)")
     p.add_argument("--epochs", type=int, default=d("epochs"),
@@ -78,8 +80,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--weight-decay", type=guards.nonnegative_float, default=d("weight_decay"),
                    help=f"Adam weight decay, finite and >= 0 (default: {d('weight_decay')})")
     p.add_argument("--seed", type=int, default=d("seed"), help=f"random seed (default: {d('seed')})")
-    p.add_argument("--out", required=True, help="results HDF5 file (written atomically; an "
-                   "existing file only with --force, and only an earlier shardgnn output)")
+    p.add_argument("--out", required=True, type=output_path,
+                   help="results HDF5 file (written atomically; an existing file only with "
+                   "--force, and only an earlier shardgnn output)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out / checkpoint that shardgnn wrote earlier "
                    "(never a file it did not write; --resume FILE may rewrite FILE without it)")
@@ -122,11 +125,14 @@ def add_parser(sub: Any) -> None:
                    help="(all engines) evaluate every N epochs (averaging: at synchronised "
                    f"epochs only) (default: {d('eval_every')})")
     g.add_argument("--checkpoint-every", type=int, default=d("checkpoint_every", CheckpointOptions),
-                   metavar="N", help="(all engines) write a checkpoint every N epochs; 0 = never "
+                   metavar="N", help="(all engines) write the checkpoint every N epochs; 0 = "
+                   "once after the last epoch when --checkpoint is given, else never "
                    f"(default: {d('checkpoint_every', CheckpointOptions)})")
-    g.add_argument("--checkpoint", default=None, metavar="FILE",
-                   help="(all engines) checkpoint HDF5 file (default: OUT.ckpt.h5)")
-    g.add_argument("--resume", default=None, metavar="FILE",
+    g.add_argument("--checkpoint", default=None, type=output_path, metavar="FILE",
+                   help="(all engines) checkpoint HDF5 file: written every --checkpoint-every N "
+                   "epochs, or, without it, once after the last epoch (default: OUT.ckpt.h5 "
+                   "with --checkpoint-every)")
+    g.add_argument("--resume", default=None, type=input_path, metavar="FILE",
                    help="(all engines) continue from this checkpoint (same options, --epochs may "
                    "be larger; rdm, cagnet1d: the same number of ranks too): the same "
                    "loss/accuracy curve as without interruption")
@@ -146,6 +152,7 @@ def add_parser(sub: Any) -> None:
                    "GraphSAINT's normalisation from counts; 0 (default): the node and edge "
                    "samplers' exact inclusion probabilities, and for rw draws until every vertex "
                    "is expected in 50 of them (GraphSAINT's sample coverage, at most 20000)")
+    add_device_arguments(g, "(all engines) ")
     _COMMON.update(a.dest for a in p._actions[:n0])
     _SHARED.update(a.dest for a in p._actions[n0:])
     for fam in families():
@@ -153,6 +160,12 @@ def add_parser(sub: Any) -> None:
         fam.add_arguments(p)
         _OWN[fam.__name__] = {a.dest for a in p._actions[k:]}
     _NAMES.update(guards.track_explicit(p._actions))
+    p.only_if("eval_every", lambda a: a.eval != "none", "when evaluating (not with --eval none)")
+    p.only_if("heads", lambda a: a.model.lower() == "gat" or a.engine.lower() not in
+              ("averaging", "sampled"), "with --model gat")
+    for fam in families():
+        if hasattr(fam, "option_rules"):
+            fam.option_rules(p)
     p.set_defaults(func=run)
 
 
@@ -193,7 +206,8 @@ def accepted_options(engine: str) -> set[str]:
 def run(comm: Communicator, args: argparse.Namespace) -> int:
     """Check the options against the engine, then run the engine named by ``args.engine``.
     Collective over comm."""
-    given = guards.resolve_explicit(args)
+    given = (set(args.given_options) if hasattr(args, "given_options")   # shardgnn's Parser
+             else guards.resolve_explicit(args))
     engine = args.engine.lower()
 
     def check() -> None:
@@ -208,8 +222,11 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
 
 
 def checkpoint_file(args: argparse.Namespace, engine: str) -> str | None:
-    """The checkpoint ``engine`` will write (``--checkpoint`` or ``OUT.ckpt.h5``), or None when
-    it writes none (no ``--checkpoint-every``, or an engine without checkpoints)."""
-    if "checkpoint_every" not in accepted_options(engine) or not args.checkpoint_every:
+    """The checkpoint ``engine`` will write (``--checkpoint``, else ``OUT.ckpt.h5`` with
+    ``--checkpoint-every``), or None when it writes none (neither option, or an engine without
+    checkpoints)."""
+    if "checkpoint_every" not in accepted_options(engine):
         return None
-    return str(args.checkpoint or f"{args.out}.ckpt.h5")
+    if args.checkpoint:
+        return str(args.checkpoint)     # without --checkpoint-every: once after the last epoch
+    return f"{args.out}.ckpt.h5" if args.checkpoint_every else None

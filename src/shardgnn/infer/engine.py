@@ -25,17 +25,22 @@ from shardgnn.comm import Communicator, block_bounds, peak_rss_bytes
 from shardgnn.errors import ShardError, input_error
 from shardgnn.infer import samplewise as sw
 from shardgnn.infer import store as es
-from shardgnn.infer.model import (Gathers, LoadedModel, apply_layer, gathered_sum, load_model,
+from shardgnn.device import setup as device_setup
+from shardgnn.device import numpy_of
+from shardgnn.infer.model import (DeviceLayers, Gathers, LoadedModel, apply_layer, gathered_sum,
+                                  load_model,
                                   mean_adjacency, sage_ahead, sage_ahead_width, sage_input,
                                   sage_output, training_graph)
 from shardgnn.io.results import ResultWriter, check_output_path
 from shardgnn.keyed import hash_ids
 from shardgnn.partition.vertexcut import ordering
+from shardgnn.partition.vertexcut.owners import owner_partitions
 from shardgnn.partition.vertexcut.store import PartitionStore, StorePartition
 from shardgnn.sampling.blocks import Block, grouped, segment_index
 from shardgnn.sampling.features import check_fanouts, load_vertex_data, open_store
 from shardgnn.sampling.directory import partition_directory
 from shardgnn.train import features
+from shardgnn.train.config import DeviceOptions
 
 if TYPE_CHECKING:  # the sampler (numba kernels) is imported only by the runs that sample
     from shardgnn.sampling.service import GatherApplySampler
@@ -50,8 +55,9 @@ STATS = ("fill_time", "model_time", "sample_time", "write_time", "requests", "hi
 
 
 @dataclass
-class InferConfig:
-    """Resolved configuration of one ``shardgnn infer`` run (``docs/inference.md``)."""
+class InferConfig(DeviceOptions):
+    """Resolved configuration of one ``shardgnn infer`` run (``docs/inference.md``); the device
+    options as `train`'s (:class:`shardgnn.train.config.DeviceOptions`)."""
 
     checkpoint: str
     store: str
@@ -92,6 +98,10 @@ class InferConfig:
         for ok, opt, want, got in checks:
             if not ok:
                 raise ShardError(f"{opt}: expected {want}, got {got}")
+        self.device_checks()
+        if self.samplewise and self.device != "cpu":
+            raise ShardError(f"--samplewise {self.samplewise}: the sample-wise baseline runs on "
+                             f"the CPU; expected --device cpu, got --device {self.device}")
         if self.compression in es.PLUGIN_COMPRESSIONS:
             try:
                 import hdf5plugin  # noqa: F401
@@ -132,101 +142,6 @@ class _Plan:
     row: np.ndarray
     parts: list[StorePartition]
     side: str
-
-
-#: set bits of every byte value, and the position of its j-th set bit (j = 0..7): the tables
-#: of :func:`owner_partitions`
-_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], np.int32)
-_SELECT = np.array([[j for j in range(8) if b >> j & 1] + [0] * (8 - bin(b).count("1"))
-                    for b in range(256)], np.int64)
-
-
-def owner_partitions(membership: np.ndarray, num_parts: int, block: int = 1 << 18) -> np.ndarray:
-    """Owner partition of every vertex: among the partitions holding it (its bits in
-    ``membership``, (n, ceil(p/8)) uint8), the one picked by a hash of its global id
-    (splitmix64, reduced by a multiply-shift), so that the replicas of a vertex-cut spread
-    evenly over partitions; then balanced (:func:`_balance_owners`): no partition owns more
-    than ceil(n / p) vertices where its replicated vertices can go to less loaded holders. A
-    vertex in no partition: ``gid % p``. Byte tables (set bits, position of the j-th set bit),
-    no loop over partitions. Deterministic, the same on every rank. Pure."""
-    n, p = membership.shape[0], max(int(num_parts), 1)
-    nb = -(-p // 8)
-    out = np.empty(n, np.int64)
-    holders = np.empty(n, np.int32)
-    for lo in range(0, n, block):
-        hi = min(lo + block, n)
-        m = np.array(membership[lo:hi, :nb], np.uint8)
-        if p % 8:   # bits past the last partition do not count
-            m[:, -1] &= np.uint8((1 << (p % 8)) - 1)
-        pop = _POPCOUNT[m]
-        cum = pop[:, 0] if nb == 1 else np.cumsum(pop, axis=1, dtype=np.int32)
-        k = cum if nb == 1 else cum[:, -1]
-        gid = np.arange(lo, hi, dtype=np.int64)
-        pick = (((hash_ids(gid) >> np.uint64(32)) * k.astype(np.uint64)) >> np.uint64(32)).astype(
-            np.int64)                                  # in [0, k): the pick-th holder
-        if nb == 1:
-            own = _SELECT[m[:, 0], np.minimum(pick, 7)]
-        else:
-            r = np.arange(hi - lo)
-            byte = np.argmax(cum > pick[:, None], axis=1)
-            within = pick - (cum[r, byte] - pop[r, byte])
-            own = byte * 8 + _SELECT[m[r, byte], np.minimum(within, 7)]
-        out[lo:hi] = np.where(k > 0, own, gid % p)
-        holders[lo:hi] = k
-    return _balance_owners(out, membership, holders, p)
-
-
-def _first_per_group(group: np.ndarray, pri: np.ndarray, limit: np.ndarray) -> np.ndarray:
-    """Mask keeping, in every group, the ``limit`` items (``limit[j]``: of item j's group)
-    first in ``pri`` order. Pure."""
-    o = np.lexsort((pri, group))
-    g = group[o]
-    nth = np.empty(g.size, np.int64)
-    nth[o] = np.arange(g.size) - np.searchsorted(g, g)   # position within its group
-    return nth < limit
-
-
-def _balance_owners(own: np.ndarray, membership: np.ndarray, holders: np.ndarray, p: int,
-                    rounds: int = 16, block: int = 1 << 15) -> np.ndarray:
-    """Move vertices held by several partitions from partitions owning more than
-    ``ceil(n / p)`` to the least loaded of their other holders below it, in rounds (each moves
-    at most a partition's surplus out and a partition's deficit in, vertices in a fixed hash
-    order), until none can move. ``own`` is changed in place and returned. Pure."""
-    n = own.size
-    movable = np.flatnonzero(holders >= 2)
-    if p < 2 or movable.size == 0:
-        return own
-    target = -(-n // p)
-    pri = hash_ids(movable.astype(np.uint64) ^ np.uint64(0x5851F42D4C957F2D))
-    big = np.iinfo(np.int64).max
-    for _ in range(rounds):
-        load = np.bincount(own, minlength=p).astype(np.int64)
-        cand = np.flatnonzero(load[own[movable]] > target)
-        if cand.size == 0:
-            break
-        alt = np.empty(cand.size, np.int64)
-        room = np.empty(cand.size, bool)
-        for lo in range(0, cand.size, block):   # least loaded other holder, block by block
-            v = movable[cand[lo:lo + block]]
-            bits = np.unpackbits(membership[v], axis=1, bitorder="little")[:, :p].astype(bool)
-            r = np.arange(v.size)
-            bits[r, own[v]] = False
-            lw = np.where(bits, load[None, :], big)
-            a = lw.argmin(axis=1)
-            alt[lo:lo + block] = a
-            room[lo:lo + block] = lw[r, a] < target
-        cand, alt = cand[room], alt[room]
-        if cand.size == 0:
-            break
-        src = own[movable[cand]]
-        keep = _first_per_group(src, pri[cand], load[src] - target)    # surplus out
-        cand, alt = cand[keep], alt[keep]
-        keep = _first_per_group(alt, pri[cand], target - load[alt])    # deficit in
-        cand, alt = cand[keep], alt[keep]
-        if cand.size == 0:
-            break
-        own[movable[cand]] = alt
-    return own
 
 
 def _plan(comm: Communicator, store: PartitionStore, cfg: InferConfig, direction: str) -> _Plan:
@@ -364,8 +279,8 @@ class _Hood:
 
 
 def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i: int,
-           hood: _Hood, src: es.LayerSource, capacity: int, st: dict[str, float]
-           ) -> tuple[np.ndarray, np.ndarray | None]:
+           hood: _Hood, src: es.LayerSource, capacity: int, st: dict[str, float],
+           dl: DeviceLayers | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Model layer ``i`` for this rank's targets: static-cache fill, then batches; and, when
     layer ``i + 1`` narrows, the rows mapped ahead for it (:func:`sage_ahead`). Rank-local
     (the neighbour lists were sampled beforehand)."""
@@ -398,6 +313,22 @@ def _layer(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan, i
     # GraphSAGE: one SpMM per block of targets over the whole static cache (narrowing layers
     # first map every cached row, then average out-wide rows); other models: apply_layer
     k = mapped // 2
+    if dl is not None:   # on the device, block by block; rows come back to the host caches
+        ahead_w = sage_ahead_width(lm, i + 1)
+        ahead_dev = np.empty((t.size, ahead_w), np.float32) if ahead_w else None
+        for lo in range(0, t.size, B):
+            hi = min(lo + B, t.size)
+            blk = Block(num_src=need.size, num_dst=hi - lo,
+                        indptr=indptr[lo:hi + 1] - indptr[lo],
+                        indices=hood.npos[indptr[lo]:indptr[hi]])
+            rows = dl.rows(i, static, blk, deg, hood.tpos[lo:hi], mapped=bool(mapped))
+            out[lo:hi] = numpy_of(rows)
+            if ahead_dev is not None:
+                ahead_dev[lo:hi] = numpy_of(dl.ahead(i + 1, rows))
+            prog.update(hi - lo)
+        prog.close()
+        st["model_time"] += time.perf_counter() - t1
+        return out, ahead_dev
     if mapped:
         agg = np.ascontiguousarray(static[:, :k])
     else:
@@ -566,7 +497,7 @@ def _source(cfg: InferConfig, layers: es.LayerFiles, layer: int, x: Any,
 def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Plan,
                sampler: GatherApplySampler | None, layers: es.LayerFiles,
                x: Any, fanouts: list[int], start: int,
-               hist: dict[str, np.ndarray]) -> None:
+               hist: dict[str, np.ndarray], dl: DeviceLayers | None = None) -> None:
     """Layers ``start`` .. L - 1, each written before the next starts (``sampler``: for the
     sampled hops only). Collective over comm."""
     L = lm.layers
@@ -588,7 +519,7 @@ def _layerwise(comm: Communicator, lm: LoadedModel, cfg: InferConfig, plan: _Pla
         st["sample_time"] = time.perf_counter() - t0
         src = _source(cfg, layers, i, x, "ahead" if sage_ahead_width(lm, i) else "emb")
         try:
-            emb, ahead = _layer(comm, lm, cfg, plan, i, hood, src, _capacity(cfg, src), st)
+            emb, ahead = _layer(comm, lm, cfg, plan, i, hood, src, _capacity(cfg, src), st, dl)
         finally:
             src.close()
         t1 = time.perf_counter()
@@ -683,6 +614,7 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
     """Infer every vertex's embedding; write the layer files and ``cfg.out``. Collective."""
     cfg.ranks = comm.size
     comm.run_agreed(cfg.validate)
+    dev = device_setup(comm, cfg.device, cfg.device_id, cfg.mpi_path)
     lm = comm.run_agreed(load_model, cfg.checkpoint)
     store, ds = comm.run_agreed(open_store, cfg.store, cfg.dataset)
     fanouts = comm.run_agreed(_fanouts, cfg, lm.layers)
@@ -715,7 +647,8 @@ def main(comm: Communicator, cfg: InferConfig, command: str = "") -> dict[str, A
             assert sampler is not None
             _samplewise(comm, lm, cfg, plan, sampler, layers, ds, fanouts, hist, x)
         else:
-            _layerwise(comm, lm, cfg, plan, sampler, layers, x, fanouts, start, hist)
+            _layerwise(comm, lm, cfg, plan, sampler, layers, x, fanouts, start, hist,
+                       DeviceLayers(lm, dev) if dev.is_cuda else None)
     t_score = time.perf_counter()
     if edges is not None and cfg.samplewise:
         assert sampler is not None

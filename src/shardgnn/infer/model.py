@@ -292,22 +292,94 @@ def apply_layer(lm: LoadedModel, i: int, x: np.ndarray, block: Block,
                            x[:nd] if dst is None else x[dst])
     if lm.name == "gcn":  # GCNConv(normalize=False) over a normalised adjacency: lin, sum, bias
         h = x @ s[p + "lin.weight"].T
-        if lm.norm == "sym":
-            dinv = 1.0 / np.sqrt(np.asarray(deg_src, dtype=np.float64) + 1.0)
-            rows = np.repeat(np.arange(nd), np.diff(block.indptr))
-            vals = np.concatenate([dinv[rows] * dinv[block.indices], dinv[:nd] ** 2])
-            order = np.argsort(np.concatenate([rows, np.arange(nd)]), kind="stable")
-            adj = _adjacency(block, vals[order], self_loops=True)
-        else:               # mean over the sampled neighbours and itself (TorchBlock.mean_adjacency)
-            deg = np.diff(block.indptr)
-            adj = _adjacency(block, np.repeat(1.0 / (deg + 1.0), deg + 1), self_loops=True)
-        out = adj @ h
+        out = gcn_adjacency(lm, block, deg_src) @ h
         out += s[p + "bias"]
     else:
         return _torch_layer(lm, i, x, block)
     if i < lm.layers - 1:
         np.maximum(out, 0, out=out)
     return np.ascontiguousarray(out, np.float32)
+
+
+def gcn_adjacency(lm: LoadedModel, block: Block, deg_src: np.ndarray | None) -> Any:
+    """The (num_dst x num_src) CSR matrix a GCN layer sums over: D^-1/2 (A+I) D^-1/2 with the
+    whole graph's degrees (``lm.norm == "sym"``, the averaging engine's GCN) or the mean over
+    the sampled neighbours and the vertex itself (:meth:`TorchBlock.mean_adjacency`)."""
+    nd = int(block.num_dst)
+    if lm.norm == "sym":
+        dinv = 1.0 / np.sqrt(np.asarray(deg_src, dtype=np.float64) + 1.0)
+        rows = np.repeat(np.arange(nd), np.diff(block.indptr))
+        vals = np.concatenate([dinv[rows] * dinv[block.indices], dinv[:nd] ** 2])
+        order = np.argsort(np.concatenate([rows, np.arange(nd)]), kind="stable")
+        return _adjacency(block, vals[order], self_loops=True)
+    deg = np.diff(block.indptr)
+    return _adjacency(block, np.repeat(1.0 / (deg + 1.0), deg + 1), self_loops=True)
+
+
+class DeviceLayers:
+    """Layers of a loaded model computed by torch on a device, one block of destinations at a
+    time (layerwise inference with ``--device cuda``; the caches stay in host memory, as in
+    PyG's ``BasicGNN.inference(device, embedding_device="cpu")``). The same computation as
+    :func:`apply_layer` and :func:`sage_output` (the adjacency built on the host by the same
+    code, the products on the device); weights uploaded once."""
+
+    def __init__(self, lm: LoadedModel, dev: Any) -> None:
+        self.lm, self.dev = lm, dev
+        self._w: dict[str, Any] = {}
+        self._module: Any = None
+
+    def w(self, name: str) -> Any:
+        if name not in self._w:
+            self._w[name] = self.dev.upload(np.asarray(self.lm.state[name], np.float32))
+        return self._w[name]
+
+    def _spmm(self, adj: Any, h: Any) -> Any:
+        import torch
+
+        from shardgnn.train.models import _csr
+
+        return torch.sparse.mm(_csr(adj.tocsr(), self.dev), h)
+
+    def rows(self, i: int, x: np.ndarray, block: Block, deg_src: np.ndarray | None,
+             dst: np.ndarray, mapped: bool = False) -> Any:
+        """Layer ``i``'s rows (a device tensor) of the block's destinations; ``x``: the cache's
+        rows, which ``block.indices`` and ``dst`` index (:func:`apply_layer`'s ``dst`` form);
+        ``mapped``: GraphSAGE rows already ``[x W_l^T | x W_r^T]`` (:func:`sage_ahead`)."""
+        import torch
+
+        from shardgnn.train.models import TorchBlock
+
+        lm, p = self.lm, f"convs.{i}."
+        xs, blk, deg = _dst_first(np.asarray(x, np.float32), block, deg_src, dst)
+        nd = int(blk.num_dst)
+        h = self.dev.upload(xs)
+        with torch.no_grad():
+            if lm.name == "gat":
+                if self._module is None:
+                    self._module = lm.module().to(self.dev.torch)
+                return self._module.layer(i, h, TorchBlock.of(blk, self.dev))
+            if lm.name == "gcn":
+                out = self._spmm(gcn_adjacency(lm, blk, deg), h @ self.w(p + "lin.weight").T)
+                out = out + self.w(p + "bias")
+            else:
+                adj = mean_adjacency(blk.indptr, blk.indices, int(blk.num_src))
+                wl, wr, b = (self.w(p + k) for k in ("lin_l.weight", "lin_r.weight", "lin_l.bias"))
+                if mapped:
+                    k = wl.shape[0]
+                    out = self._spmm(adj, h[:, :k].contiguous()) + b + h[:nd, k:]
+                elif wl.shape[0] < wl.shape[1]:   # narrowing: map, then average (commute)
+                    out = self._spmm(adj, h @ wl.T) + b + h[:nd] @ wr.T
+                else:
+                    out = self._spmm(adj, h) @ wl.T + b + h[:nd] @ wr.T
+            return torch.relu(out) if i < lm.layers - 1 else out
+
+    def ahead(self, i: int, out: Any) -> Any:
+        """:func:`sage_ahead` of device rows ``out``: ``[out W_l^T | out W_r^T]``."""
+        import torch
+
+        p = f"convs.{i}."
+        with torch.no_grad():
+            return out @ torch.cat([self.w(p + "lin_l.weight"), self.w(p + "lin_r.weight")]).T
 
 
 def mean_adjacency(indptr: np.ndarray, indices: np.ndarray, num_src: int) -> Any:
@@ -489,7 +561,8 @@ def _torch_layer(lm: LoadedModel, i: int, x: np.ndarray, block: Block) -> np.nda
     """Layer ``i`` through the torch module (GAT)."""
     import torch
 
+    from shardgnn.device import numpy_of
     from shardgnn.train.models import TorchBlock
 
     with torch.no_grad():
-        return lm.module().layer(i, torch.from_numpy(x), TorchBlock.of(block)).numpy()
+        return numpy_of(lm.module().layer(i, torch.from_numpy(x), TorchBlock.of(block)))

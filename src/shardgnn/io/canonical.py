@@ -223,7 +223,7 @@ class EdgeStream:
         comm.agree(not err, err)
         assert meta is not None
         if chunk < 1:
-            raise ShardError(f"expected chunk >= 1 edges, got {chunk}")
+            raise ShardError(f"--chunk: expected >= 1 edges per chunk, got {chunk}")
         self.meta = meta
         self.chunk = int(chunk)
         self.both = bool(both_directions and not meta.directed)

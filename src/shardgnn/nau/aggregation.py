@@ -2,7 +2,9 @@
 
 An :class:`Executor` runs the operations a model's aggregation UDFs are written with:
 
-* bottom level (leaves → instances, or → slots for flat models): :meth:`Executor.leaf_reduce`.
+* bottom level (leaves → instances, or → slots for flat models): :meth:`Executor.leaf_reduce`
+  (weighted sum) and :meth:`Executor.leaf_extreme` (element-wise max / min, fused with its
+  backward: the winners of the forward pass receive the gradient).
   Hybrid: *fused*, a compiled (numba) segment reduction over the HDG's CSC, rows in parallel
   (the backward: the same kernel over the transposed CSC; on one thread a push through the
   forward CSC instead, the same sums in the same order without the transpose), so no per-edge
@@ -168,6 +170,44 @@ def _transpose(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray, num_cols: int,
     return tp, ti, tw
 
 
+@numba.njit(parallel=True, cache=True)
+def _rows_extreme(ptr: np.ndarray, idx: np.ndarray, x: np.ndarray, sign: float,
+                  out: np.ndarray, arg: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[r, k] = max_j sign · x[idx[j], k]`` (times ``sign``: the maximum for 1, the
+    minimum for -1) over row ``r`` of the CSR, ``arg[r, k]`` the winning source row (the first
+    on ties; -1 and 0 for an empty row); rows in parallel."""
+    d = x.shape[1]
+    for r in numba.prange(ptr.shape[0] - 1):
+        lo, hi = ptr[r], ptr[r + 1]
+        if hi <= lo:
+            for k in range(d):
+                arg[r, k] = -1
+            continue
+        c = idx[lo]
+        for k in range(d):
+            out[r, k] = sign * x[c, k]
+            arg[r, k] = c
+        for j in range(lo + 1, hi):
+            c = idx[j]
+            for k in range(d):
+                v = sign * x[c, k]
+                if v > out[r, k]:
+                    out[r, k] = v
+                    arg[r, k] = c
+        for k in range(d):
+            out[r, k] = sign * out[r, k]
+
+
+@numba.njit(cache=True)
+def _scatter_arg(arg: np.ndarray, g: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    """``out[arg[r, k], k] += g[r, k]`` (``arg`` -1: nothing): the extremes' backward."""
+    for r in range(arg.shape[0]):
+        for k in range(arg.shape[1]):
+            a = arg[r, k]
+            if a >= 0:
+                out[a, k] += g[r, k]
+
+
 def segment_reduce(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray | None,
                    x: np.ndarray, rows: int) -> np.ndarray:
     """The compiled fused kernel: rows of a CSR reduce the rows of ``x`` they name, in place.
@@ -295,6 +335,29 @@ class LeafPlan:
         return torch.from_numpy(segment_reduce(tp, ti, tw, g.detach().numpy(), self.num_src))
 
 
+class _FusedExtreme(torch.autograd.Function):
+    """Element-wise maximum (``sign`` 1) or minimum (-1) of each row's sources, fused: one
+    compiled pass keeps the winner per element (no E × d tensor); the backward sends each
+    element's gradient to its winner."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, plan: "LeafPlan", sign: float) -> torch.Tensor:  # type: ignore[override]
+        kernel_threads()
+        xn = x.detach().contiguous().numpy()
+        out = np.zeros((plan.num_dst, xn.shape[1]), np.float32)
+        arg = np.empty((plan.num_dst, xn.shape[1]), plan.src.dtype)
+        _rows_extreme(plan.ptr, plan.src, xn, float(sign), out, arg)
+        ctx.arg, ctx.n = arg, xn.shape[0]
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        g = grad.detach().contiguous().numpy()
+        out = np.zeros((ctx.n, g.shape[1]), np.float32)
+        _scatter_arg(ctx.arg, g, out)
+        return torch.from_numpy(out), None, None
+
+
 class _Fused(torch.autograd.Function):
     """``plan.forward(x)`` with backward ``plan.backward(grad)``: no E × d tensor either way."""
 
@@ -362,6 +425,31 @@ class Executor:
         if w is not None:
             msg = msg * w[:, None]
         return x.new_zeros((plan.num_dst, x.shape[1])).index_add_(0, dst, msg)
+
+    def leaf_extreme(self, x: torch.Tensor, plan: LeafPlan, op: str) -> torch.Tensor:
+        """Element-wise ``op`` (``"max"`` or ``"min"``) of the sources of each destination
+        (unweighted; 0 for a destination without sources). Hybrid: one fused compiled pass
+        that keeps the winners for the backward; scatter: ``scatter_reduce`` on the
+        materialised messages (its backward splits a tie's gradient, the fused one gives it
+        to the first source)."""
+        if op not in ("max", "min"):
+            raise ShardError(f"leaf_extreme: expected max or min, got {op!r}")
+        if not isinstance(plan, LeafPlan):
+            raise ShardError("leaf max/min: expected a one-rank bottom level, got partial "
+                             "aggregation (a model using them sets partial_aggregation = False)")
+        if self.hybrid:
+            out: torch.Tensor = _FusedExtreme.apply(x.float(), plan, 1.0 if op == "max" else -1.0)
+            return out
+        src, dst, _ = plan.coo()
+        msg = x.index_select(0, src)
+        idx = dst.view(-1, 1).expand(-1, x.shape[1])
+        best = x.new_zeros((plan.num_dst, x.shape[1])).scatter_reduce(
+            0, idx, msg.detach(), "amax" if op == "max" else "amin", include_self=False)
+        # the winners' messages (ties share), summed: torch's own scatter_reduce backward
+        # returns inf / nan on this pattern (torch 2.13)
+        win = (msg.detach() == best.index_select(0, dst)).to(x.dtype)
+        ties = x.new_zeros(best.shape).index_add_(0, dst, win)
+        return x.new_zeros(best.shape).index_add(0, dst, msg * win / ties.index_select(0, dst))
 
     # ------------------------------------------------------------ intermediate level
     def seg_sum(self, v: torch.Tensor, plan: SegmentPlan) -> torch.Tensor:

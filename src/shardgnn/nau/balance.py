@@ -15,10 +15,15 @@
    roots in BFS order while they fit the budget (the mean cost); the rest are migration
    candidates, each sent to the destination with quota left holding most of its HDG's leaves.
    The plan cutting the fewest root-leaf edges of the rank's HDGs is applied.
-4. **Migration.** The moved roots' HDG records travel to their new owners (one ``Alltoallv``
-   per array), every rank updates the owner map and rebuilds its layout and exchange plans.
+4. **Migration.** The moved roots travel with what they need: their adjacency rows, labels and
+   split (:meth:`shardgnn.nau.part.PartGraph.migrate`) and their HDG records (one
+   ``Alltoallv`` per array); every rank updates the owner map and rebuilds its layout and
+   exchange plans (the new owner reads the moved roots' feature rows).
+5. **Online.** :class:`Online` repeats the check (prediction, plans, migration) every
+   ``--balance-every`` epochs with the fitted polynomial.
 
-:func:`run` is collective over comm; the rest is rank-local.
+:class:`Online`'s check, :func:`migrate_all`, :func:`migrate` and :func:`run` are collective
+over comm; the rest is rank-local.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ import torch
 
 from shardgnn.comm import Communicator
 from shardgnn.nau.aggregation import Executor
-from shardgnn.nau.dist import localize, set_vertex_state
+from shardgnn.nau.dist import localize
 from shardgnn.nau.hdg import HDG, from_records
 from shardgnn.nau.layer import HDGSet
 
@@ -80,7 +85,6 @@ def probe(tr: Any, chunks: int, repeats: int) -> tuple[np.ndarray, np.ndarray]:
     h: HDG = tr.hdg
     met = root_metrics(h)
     bounds = np.linspace(0, h.num_roots, max(1, min(chunks, h.num_roots)) + 1).astype(np.int64)
-    saved = {k: getattr(tr.layers[k[0]], k[1]) for k in tr.state}
     feats, secs = [], []
     was_training = tr.model.training
     tr.model.eval()
@@ -92,8 +96,7 @@ def probe(tr: Any, chunks: int, repeats: int) -> tuple[np.ndarray, np.ndarray]:
             feats.append(met[lo:hi].sum(0))
             secs.append(_time_chunk(tr, sub, repeats))
     finally:
-        for (i, name), v in saved.items():
-            setattr(tr.layers[i], name, v)
+        tr.bind_layers()
         tr.model.train(was_training)
         tr.opt.zero_grad()
     return np.asarray(feats).reshape(-1, met.shape[1]), np.asarray(secs)
@@ -107,7 +110,7 @@ def _time_chunk(tr: Any, sub: HDG, repeats: int) -> float:
     table[gids] = np.arange(gids.size)
     local = localize(sub, table, np.arange(sub.num_roots, dtype=np.int64))
     hs = HDGSet(local, gids.size, Executor(tr.exe.mode)).prepare()  # rank-local ops
-    set_vertex_state(tr.layers, tr.state, gids, sub.roots)
+    tr.bind_rows(gids, np.arange(sub.num_roots, dtype=np.int64))
     # the roots' own input rows; the other leaves' rows live on other ranks: zeros of the same
     # width cost the same dense work
     own = tr.x_own.index_select(0, torch.from_numpy(np.searchsorted(tr.layout.own, sub.roots)))
@@ -258,44 +261,93 @@ def migrate(comm: Communicator, h: HDG, new_owner: np.ndarray, new_roots: np.nda
                         ptr, leaf, None if h.weight is None else w)
 
 
-# ---------------------------------------------------------------------- the whole step
-def run(tr: Any, compute_before: list[float]) -> dict[str, Any]:
-    """Fit the cost function, plan, migrate and rebuild; return the record (same on every
-    rank). Collective over comm."""
-    comm, cfg = tr.comm, tr.cfg
-    t0 = time.perf_counter()
-    feats, secs = probe(tr, cfg.balance_chunks, 3)
-    allf = comm.allgather_obj((feats, secs))
-    coef = fit(np.concatenate([f for f, _ in allf]), np.concatenate([s for _, s in allf]))
-    cost_r = root_metrics(tr.hdg) @ coef
-    pred = np.asarray(comm.allgather_obj(float(cost_r.sum())))
-    measured = np.asarray([float(s.sum()) for _, s in allf])
-    q = quotas(pred, cfg.balance_tolerance)
-    mine = {"plans": [], "moves": np.zeros(0, np.int64), "dest": np.zeros(0, np.int64)}
-    if q[comm.rank].sum() > 0:
-        plans = make_plans(tr.hdg, cost_r, tr.owner, comm.rank, q[comm.rank], cfg.balance_plans,
-                           cfg.seed + comm.rank)
-        best = min(plans, key=lambda p: (p["cut"], p["moved"]))
-        moved = np.flatnonzero(best["dest"] != comm.rank)
-        mine = {"plans": [{k: v for k, v in p.items() if k != "dest"} for p in plans],
-                "chosen": best["seed"], "moves": tr.hdg.roots[moved],
-                "dest": best["dest"][moved]}
-    every = comm.allgather_obj(mine)
-    new_owner = tr.owner.copy()
-    move_matrix = np.zeros((comm.size, comm.size), np.int64)
-    for src, m in enumerate(every):
-        new_owner[m["moves"]] = m["dest"]
-        np.add.at(move_matrix[src], np.asarray(m["dest"], np.int64), 1)
-    new_roots = tr.all_roots[new_owner[tr.all_roots] == comm.rank]
+# ---------------------------------------------------------------------- the online checks
+class Online:
+    """Online ADB (FlexGraph §6): a check before epoch ``--balance-after`` and then every
+    ``--balance-every`` epochs predicts each rank's cost with the fitted polynomial (fitted at
+    the first check from timed slices of every rank's roots) and, when the largest exceeds
+    ``(1 + --balance-tolerance)`` times the mean, plans and migrates. ``checks`` records each
+    check; ``first`` the full record of the first one (the fit, its plans)."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.coef: np.ndarray | None = None
+        self.checks: list[dict[str, Any]] = []
+        self.first: dict[str, Any] = {}
+
+    def due(self, epoch: int) -> bool:
+        """Whether a check runs before ``epoch``."""
+        a, e = self.cfg.balance_after, self.cfg.balance_every
+        return epoch == a or (e > 0 and epoch > a and (epoch - a) % e == 0)
+
+    def check(self, tr: Any, epoch: int, compute_before: list[float]) -> dict[str, Any]:
+        """One check (fit first when no cost function is fitted yet), migration included when
+        the predicted costs are out of balance. Collective over comm."""
+        comm, cfg = tr.comm, tr.cfg
+        t0 = time.perf_counter()
+        fitted = self.coef is None
+        measured = np.zeros(comm.size)
+        if self.coef is None:
+            feats, secs = probe(tr, cfg.balance_chunks, 3)
+            allf = comm.allgather_obj((feats, secs))
+            self.coef = fit(np.concatenate([f for f, _ in allf]),
+                            np.concatenate([s for _, s in allf]))
+            measured = np.asarray([float(s.sum()) for _, s in allf])
+        coef = self.coef
+        cost_r = root_metrics(tr.hdg) @ coef
+        pred = np.asarray(comm.allgather_obj(float(cost_r.sum())))
+        q = quotas(pred, cfg.balance_tolerance)
+        mine: dict[str, Any] = {"plans": [], "moves": np.zeros(0, np.int64),
+                                "dest": np.zeros(0, np.int64)}
+        if q[comm.rank].sum() > 0:
+            plans = make_plans(tr.hdg, cost_r, tr.owner, comm.rank, q[comm.rank],
+                               cfg.balance_plans, cfg.seed + comm.rank + 7919 * epoch)
+            best = min(plans, key=lambda p: (p["cut"], p["moved"]))
+            moved = np.flatnonzero(best["dest"] != comm.rank)
+            mine = {"plans": [{k: v for k, v in p.items() if k != "dest"} for p in plans],
+                    "chosen": best["seed"], "moves": tr.hdg.roots[moved],
+                    "dest": best["dest"][moved]}
+        every = comm.allgather_obj(mine) if q.sum() > 0 else [mine] * comm.size
+        move_matrix = np.zeros((comm.size, comm.size), np.int64)
+        for src, m in enumerate(every):
+            np.add.at(move_matrix[src], np.asarray(m["dest"], np.int64), 1)
+        if move_matrix.sum():
+            new_owner = tr.owner.copy()
+            for m in every:
+                new_owner[m["moves"]] = m["dest"]
+            migrate_all(tr, new_owner, epoch)
+        pred_after = np.asarray(comm.allgather_obj(float((root_metrics(tr.hdg) @ coef).sum())))
+        measured_after = np.zeros(comm.size)
+        if fitted:
+            measured_after = np.asarray(comm.allgather_obj(float(probe(
+                tr, cfg.balance_chunks, 3)[1].sum())))
+        rec = {"epoch": epoch, "terms": term_names(tr.hdg.num_types),
+               "coefficients": coef.tolist(), "predicted_before": pred.tolist(),
+               "measured_before": measured.tolist(), "predicted_after": pred_after.tolist(),
+               "measured_after": measured_after.tolist(), "quota": q.tolist(),
+               "moves": move_matrix.tolist(), "moved_roots": int(move_matrix.sum()),
+               "plans": [m["plans"] for m in every], "compute_before": list(compute_before),
+               "seconds": time.perf_counter() - t0}
+        self.checks.append({k: rec[k] for k in ("epoch", "moved_roots", "seconds")} | {
+            "ratio_before": float(pred.max() / max(pred.mean(), 1e-300)),
+            "ratio_after": float(pred_after.max() / max(pred_after.mean(), 1e-300))})
+        if fitted:
+            self.first = rec
+        return rec
+
+
+def migrate_all(tr: Any, new_owner: np.ndarray, epoch: int) -> None:
+    """Move the roots whose owner changes in ``new_owner`` with everything they need: their
+    rows and vertex data (:meth:`shardgnn.nau.part.PartGraph.migrate`) and their HDG records
+    (:func:`migrate`); the trainer rebuilds its plans. Collective over comm."""
+    comm = tr.comm
+    tr.part = tr.graph = tr.part.migrate(comm, new_owner)
+    new_roots = tr.part.own[tr.model.root_mask(tr.part.node_type[tr.part.own])]
     hdg = migrate(comm, tr.hdg, new_owner, new_roots)
-    tr.set_owner(new_owner, cfg.balance_after, hdg=hdg)
-    feats2, secs2 = probe(tr, cfg.balance_chunks, 3)
-    pred_after = np.asarray(comm.allgather_obj(float((root_metrics(tr.hdg) @ coef).sum())))
-    measured_after = np.asarray(comm.allgather_obj(float(secs2.sum())))
-    return {"terms": term_names(tr.hdg.num_types), "coefficients": coef.tolist(),
-            "predicted_before": pred.tolist(), "measured_before": measured.tolist(),
-            "predicted_after": pred_after.tolist(), "measured_after": measured_after.tolist(),
-            "quota": q.tolist(), "moves": move_matrix.tolist(),
-            "moved_roots": int(move_matrix.sum()),
-            "plans": [m["plans"] for m in every],
-            "compute_before": list(compute_before), "seconds": time.perf_counter() - t0}
+    tr.refresh(epoch, hdg=hdg)
+
+
+def run(tr: Any, compute_before: list[float]) -> dict[str, Any]:
+    """One ADB check now (fit, plan, migrate): the record of :meth:`Online.check`. Collective
+    over comm."""
+    return Online(tr.cfg).check(tr, tr.cfg.balance_after, compute_before)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from shardgnn.errors import ShardError
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY, NAU_MODELS
 from shardgnn.train.config import default_of, from_args
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of the shared group of `shardgnn train` this engine takes.
 SHARED_OPTIONS: tuple[str, ...] = ("model", "eval_every", "checkpoint_every", "checkpoint",
-                                   "resume")
+                                   "resume", "device", "device_id", "mpi_path")
 #: Options of another family's group this engine takes (``--partition``, from rdm's group).
 BORROWED_OPTIONS: tuple[str, ...] = ("partition",)
 
@@ -83,10 +84,16 @@ def add_arguments(parser: Any) -> None:
                     f"aggregation at every layer (default: {d('partial_layers')})")
     dg.add_argument("--balance", action=argparse.BooleanOptionalAction, default=d("balance"),
                     help="ADB workload balancing: fit a per-root cost polynomial from timings, "
-                    "migrate roots and their HDGs from overloaded to underloaded ranks once "
+                    "migrate roots with their HDGs and structure from overloaded to underloaded "
+                    "ranks, re-checked every --balance-every epochs "
                     f"(default: {'on' if d('balance') else 'off'})")
     dg.add_argument("--balance-after", type=int, default=d("balance_after"), metavar="E",
-                    help=f"balance before epoch E, after E epochs (default: {d('balance_after')})")
+                    help="first balance check before epoch E, after E epochs (default: "
+                    f"{d('balance_after')})")
+    dg.add_argument("--balance-every", type=int, default=d("balance_every"), metavar="E",
+                    help="re-check the predicted cost balance every E epochs after the first "
+                    "check and migrate again when it is off by more than the tolerance; 0: "
+                    f"check once (default: {d('balance_every')})")
     dg.add_argument("--balance-tolerance", type=float, default=d("balance_tolerance"),
                     metavar="T", help="ranks above (1 + T) x the mean predicted cost are "
                     f"overloaded (default: {d('balance_tolerance')})")
@@ -96,6 +103,40 @@ def add_arguments(parser: Any) -> None:
     dg.add_argument("--balance-chunks", type=int, default=d("balance_chunks"), metavar="C",
                     help="root slices per rank timed to fit the cost function "
                     f"(default: {d('balance_chunks')})")
+
+#: Options each NAU model reads (a user model, package.module:Class, gets them all).
+MODEL_OPTIONS = {"pinsage": ("walks", "walk_length", "topk"), "jknet": ("rings", "jk_mode"),
+                 "magnn": ("metapaths", "target_type", "nau_heads", "max_instances"),
+                 "pgnn": ("anchor_sets", "anchor_hops")}
+#: Options of the distributed engine (P > 1, --partition or --balance).
+DIST_OPTIONS = ("pipeline", "partial_layers", "balance", "balance_after", "balance_tolerance",
+                "balance_plans", "balance_chunks")
+
+
+def option_rules(parser: Any) -> None:
+    """Options of this engine that only some of its settings read (Parser.only_if)."""
+    def when(cond: Any) -> Any:
+        return lambda a: a.engine.lower() not in ENGINES or cond(a)
+
+    for model, dests in MODEL_OPTIONS.items():
+        parser.only_if(dests, when(lambda a, m=model: ":" in a.model or a.model.lower() == m),
+                       f"with --model {model} (nau)")
+    parser.only_if("partial_layers", when(lambda a: a.pipeline), "with --pipeline (nau)")
+    parser.only_if(("balance_after", "balance_tolerance", "balance_plans", "balance_chunks"),
+                   when(lambda a: a.balance), "with --balance (nau)")
+
+
+def check_distributed(args: argparse.Namespace, size: int) -> None:
+    """Refuse the distributed engine's options on a run of the one-rank engine (P = 1, no
+    --partition, no --balance). Rank-local."""
+    given = set(getattr(args, "given_options", ()))
+    if size == 1 and args.partition is None and not args.balance:
+        bad = [d for d in DIST_OPTIONS if d in given]
+        if bad:
+            raise ShardError(f"--{bad[0].replace('_', '-')}: applies to the distributed NAU "
+                             "engine only (mpiexec -n P > 1, --partition or --balance); it would "
+                             "be ignored here")
+
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the validated :class:`NAUConfig` from parsed arguments."""
@@ -113,6 +154,7 @@ def run(comm: "Communicator", args: argparse.Namespace) -> int:
     """Train with the NAU engine. Collective over comm."""
     from shardgnn.nau.engine import main
 
+    check_distributed(args, comm.size)
     cfg = config_from_args(args)
     s = main(comm, cfg)
     if comm.rank == 0:

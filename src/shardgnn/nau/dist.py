@@ -18,8 +18,9 @@ Functions taking ``comm`` communicate and say so; the rest are rank-local.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
+import numba
 import numpy as np
 import torch
 
@@ -29,6 +30,54 @@ from shardgnn.nau.hdg import HDG
 
 #: Multiplier of the vertex-id hash (Fibonacci hashing).
 _HASH = np.uint64(11400714819323198485)
+
+
+@numba.njit(cache=True)
+def _bucket_order(dest: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    """Counting sort of positions by destination (stable): ``(order, counts)``."""
+    counts = np.zeros(size, np.int64)
+    for i in range(dest.shape[0]):
+        counts[dest[i]] += 1
+    start = np.zeros(size, np.int64)
+    for r in range(1, size):
+        start[r] = start[r - 1] + counts[r - 1]
+    order = np.empty(dest.shape[0], np.int64)
+    for i in range(dest.shape[0]):
+        order[start[dest[i]]] = i
+        start[dest[i]] += 1
+    return order, counts
+
+
+def route(comm: Communicator, dest: np.ndarray, rows: np.ndarray,
+          op_name: str = "nau_route") -> tuple[np.ndarray, np.ndarray]:
+    """Send row ``i`` of ``rows`` (axis 0) to rank ``dest[i]`` with one ``Alltoallv`` counted
+    under ``op_name``; rows for one rank keep their order. Returns the rows received, grouped by
+    source rank in rank order, and the count from each source. Collective over comm."""
+    dest = np.ascontiguousarray(dest, np.int64)
+    if dest.size and (dest.min() < 0 or dest.max() >= comm.size):
+        raise ShardError(f"nau route: expected destinations in [0, {comm.size}), got "
+                         f"[{dest.min()}, {dest.max()}]")
+    order, counts = _bucket_order(dest, comm.size)
+    send = np.ascontiguousarray(rows[order])
+    recv_counts = comm.alltoall_counts(counts)
+    return comm.alltoallv(send, counts, recvcounts=recv_counts, op_name=op_name), recv_counts
+
+
+def fetch(comm: Communicator, dest: np.ndarray, ids: np.ndarray,
+          answer: Callable[[np.ndarray], np.ndarray], op_name: str = "nau_fetch") -> np.ndarray:
+    """Ask rank ``dest[i]`` about ``ids[i]``: every rank answers the ids it received with
+    ``answer(ids)`` (one row per id); returns the answers in the order of ``ids`` (two
+    ``Alltoallv``). Collective over comm."""
+    dest = np.ascontiguousarray(dest, np.int64)
+    order, counts = _bucket_order(dest, comm.size)
+    recv_counts = comm.alltoall_counts(counts)
+    asked = comm.alltoallv(np.ascontiguousarray(np.asarray(ids)[order]), counts,
+                           recvcounts=recv_counts, op_name=op_name)
+    reply = np.ascontiguousarray(answer(asked))
+    back = comm.alltoallv(reply, recv_counts, recvcounts=counts, op_name=op_name)
+    out = np.empty_like(back)
+    out[order] = back
+    return out
 
 
 def hash_owner(num_nodes: int, size: int) -> np.ndarray:
@@ -41,11 +90,13 @@ def hash_owner(num_nodes: int, size: int) -> np.ndarray:
 
 def store_owner(path: str | os.PathLike, num_nodes: int, num_edges: int | None,
                 size: int) -> np.ndarray:
-    """Owner rank of every vertex from an edge-cut partition store (partition i -> rank i).
+    """Owner rank of every vertex from an edge-cut partition store: partition ``i`` goes to rank
+    ``i mod size`` (cyclic, as in the averaging engine), so ``p >= size`` partitions run on
+    ``size`` ranks.
 
     Rank-local (every rank reads the same files and reaches the same verdict). Raises
     :class:`ShardError` when ``path`` is not a store, when it was written for another graph
-    (vertex or edge count) or when its partition count differs from the number of ranks.
+    (vertex or edge count) or when it has fewer partitions than ranks.
     """
     from shardgnn.partition.store import META, open_store
 
@@ -58,19 +109,21 @@ def store_owner(path: str | os.PathLike, num_nodes: int, num_edges: int | None,
     if num_edges is not None and ne is not None and int(ne) != int(num_edges):
         raise input_error(meta, f"partition store of another graph, expected num_edges "
                           f"{num_edges}, got {ne}")
-    if st.parts != size:
-        raise input_error(meta, f"expected one partition per rank ({size}), got {st.parts} "
-                          "partitions")
+    if st.parts < size:
+        raise input_error(meta, f"expected at least one partition per rank ({size}), got "
+                          f"{st.parts} partitions")
     owner = np.full(num_nodes, -1, dtype=np.int32)
+    seen = np.zeros(num_nodes, bool)
     for i in range(st.parts):
         own = st.owned(i)
         if own.size and (own.min() < 0 or own.max() >= num_nodes):
             raise input_error(st.part_path(i), f"expected owned vertex ids in [0, {num_nodes}), "
                               f"got [{own.min()}, {own.max()}]")
-        if np.any(owner[own] >= 0):
+        if np.any(seen[own]):
             raise input_error(st.part_path(i), "expected disjoint owned vertices, got vertices "
                               "owned by two partitions")
-        owner[own] = i
+        owner[own] = i % size
+        seen[own] = True
     missing = int((owner < 0).sum())
     if missing:
         raise input_error(meta, f"expected every vertex owned by one partition, got {missing} "
@@ -185,46 +238,12 @@ def localize(h: HDG, table: np.ndarray | None, root_pos: np.ndarray) -> HDG:
                h.weight, info, fixed_arity=h.fixed_arity)
 
 
-def vertex_state(layers: list[Any], num_nodes: int, roots: np.ndarray) -> dict[tuple[int, str], Any]:
-    """Layer attributes with one row per graph vertex, by (layer, name): tensors (MAGNN's node
-    types) or tuples holding such tensors (GCN's normalisation: per vertex, and per root, the
-    same values taken at the roots). Each tensor is recorded as ``("vertex", t)`` (N rows),
-    ``("root", t)`` (one row per root, equal to ``t[roots]`` for a per-vertex ``t``) or
-    ``("keep", t)``. Rank-local."""
-    out: dict[tuple[int, str], Any] = {}
-    ridx = torch.from_numpy(np.asarray(roots, np.int64))
-    for i, layer in enumerate(layers):
-        for name, v in vars(layer).items():
-            items = v if isinstance(v, tuple) else (v,)
-            if name.startswith("_") or not items or not all(
-                    isinstance(t, torch.Tensor) for t in items):
-                continue
-            per_vertex = [t for t in items if t.dim() >= 1 and t.shape[0] == num_nodes]
-            if not per_vertex:
-                continue
-            kinds = []
-            for t in items:
-                kind = ("vertex", t) if t.dim() >= 1 and t.shape[0] == num_nodes else ("keep", t)
-                if kind[0] == "keep" and t.dim() >= 1 and t.shape[0] == ridx.numel():
-                    for pv in per_vertex:
-                        if pv.shape[1:] == t.shape[1:] and torch.equal(pv.index_select(0, ridx), t):
-                            kind = ("root", pv)
-                            break
-                kinds.append(kind)
-            out[(i, name)] = (isinstance(v, tuple), kinds)
-    return out
-
-
-def set_vertex_state(layers: list[Any], state: dict[tuple[int, str], Any], rows: np.ndarray,
-                     roots: np.ndarray) -> None:
-    """Give every layer its per-vertex attributes (:func:`vertex_state`) for the local vertices
-    ``rows`` and the roots ``roots`` (global ids, in local order). Rank-local."""
-    idx = torch.from_numpy(np.asarray(rows, np.int64))
-    ridx = torch.from_numpy(np.asarray(roots, np.int64))
-    for (i, name), (is_tuple, kinds) in state.items():
-        vals = [t.index_select(0, idx) if k == "vertex" else
-                t.index_select(0, ridx) if k == "root" else t for k, t in kinds]
-        setattr(layers[i], name, tuple(vals) if is_tuple else vals[0])
+def exchange_array(a_own: np.ndarray, lay: Layout, comm: Communicator,
+                   name: str = "nau_vdata") -> np.ndarray:
+    """The halo rows of the numpy array ``a_own`` (rows = the layout's own vertices): one
+    ``Alltoallv``, not differentiable. Collective over comm."""
+    return comm.alltoallv(np.ascontiguousarray(a_own[lay.send_idx]), lay.send_counts,
+                          recvcounts=lay.recv_counts, op_name=name)
 
 
 def remote_leaf_bytes(hdg_leaves: np.ndarray, owner: np.ndarray, rank: int, width: int,

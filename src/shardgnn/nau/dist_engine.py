@@ -1,11 +1,15 @@
 """The distributed NAU training engine (FlexGraph §5): disjoint roots per rank, per-layer
 feature exchange or pipelined partial aggregation, gradient all-reduce, ADB balancing.
 
-Every rank reads the graph structure (NeighborSelection walks the whole graph) and only the
-feature rows of the vertices it owns (read from the dataset's ``x.npy``,
-:func:`shardgnn.nau.setup.input_rows`; again after ADB moves vertices); the rows of remote
-leaves come from their owners through the exchange below, layer 0 included. The owner map comes from a SPRING edge-cut store
-(``--partition``) or a hash of the vertex id. Per layer, a rank either receives the rows of the
+Shared-nothing (FlexGraph §5): a rank holds only its part of the structure, the rows of the
+vertices it owns (:class:`~shardgnn.nau.part.PartGraph`, streamed from ``edges.bin`` by
+:func:`~shardgnn.nau.part.load_part`), runs NeighborSelection for its own roots over the parts
+(:mod:`shardgnn.nau.dselect`: walks, BFS and metapath decoding step to the owners) and reads
+only its own vertices' feature rows (:func:`shardgnn.nau.setup.input_rows`; again after ADB
+moves vertices, whose rows, labels and HDGs travel with them); the rows of remote leaves
+come from their owners through the exchange below, layer 0 included. The owner map comes from
+an edge-cut store (``--partition``, partition ``i`` on rank ``i mod P``) or a hash of the
+vertex id. Per layer, a rank either receives the rows of the
 remote leaves its HDGs need (:func:`shardgnn.nau.dist.exchange`, one ``Alltoallv``; the layer-0
 rows, the input features, once per HDG set) or, with ``--pipeline`` and a model whose bottom
 level is a weighted sum, exchanges pre-reduced partial aggregates
@@ -25,18 +29,17 @@ import torch
 from shardgnn import log as _log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
-from shardgnn.io import labels
 from shardgnn.nau import resume
 from shardgnn.nau.aggregation import Executor
-from shardgnn.nau.dist import (Layout, build_layout, exchange, localize, set_vertex_state,
-                               vertex_state)
+from shardgnn.nau.dist import Layout, build_layout, exchange, exchange_array, localize
 from shardgnn.nau.graph import TypedGraph, load_dataset
-from shardgnn.nau.hdg import HDG
+from shardgnn.nau.hdg import HDG, from_records
 from shardgnn.nau.layer import DropKey, HDGSet
+from shardgnn.nau.part import PartGraph, from_graph
 from shardgnn.nau.pipeline import (DistExecutor, PartialHDGSet, build_partial, choose_layers,
                                    supports_partial)
-from shardgnn.nau.setup import (build_model, check_inputs, decide_features, input_rows,
-                                split_masks)
+from shardgnn.nau.setup import (SPLIT_BITS, build_model, check_inputs, decide_features,
+                                input_rows, split_codes)
 from shardgnn.train import sync
 from shardgnn.train.metrics import Task
 
@@ -44,62 +47,132 @@ from shardgnn.train.metrics import Task
 class DistTrainer:
     """State of one distributed NAU run on this rank (see the module docstring).
 
-    Collective over comm: construction, :meth:`set_owner`, :meth:`step`, :meth:`evaluate`.
+    ``graph`` is this rank's :class:`~shardgnn.nau.part.PartGraph`, or a whole in-memory
+    :class:`~shardgnn.nau.graph.TypedGraph` cut by ``owner`` (tests). Collective over comm:
+    construction, :meth:`refresh`, :meth:`step`, :meth:`evaluate`.
     """
 
-    def __init__(self, comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarray) -> None:
-
-        self.comm, self.cfg, self.graph = comm, cfg, graph
+    def __init__(self, comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
+                 owner: np.ndarray | None = None) -> None:
+        self.comm, self.cfg = comm, cfg
+        if not isinstance(graph, PartGraph):
+            if owner is None:
+                raise ShardError("nau: a whole graph needs an owner map to be cut into parts")
+            graph = from_graph(graph, owner, comm.rank, comm.size)
+        self.part: PartGraph = graph
+        self.graph = graph
         torch.manual_seed(cfg.seed)
         self.model = build_model(cfg, graph)
         self.exe = DistExecutor(cfg.aggregation, comm)
-        self.all_roots = np.asarray(self.model.roots(graph), np.int64)
-        identity = np.array_equal(self.all_roots, np.arange(graph.num_nodes))
-        if len(self.model.layers) > 1 and not identity:  # type: ignore[arg-type]
+        is_root = self.model.root_mask(graph.node_type[graph.own])
+        self.num_roots = int(comm.allreduce_scalar(int(is_root.sum()), "sum"))
+        if len(self.model.layers) > 1 and self.num_roots != graph.num_nodes:  # type: ignore[arg-type]
             raise ShardError(f"--layers: {cfg.model} with roots of one type runs one layer, "
                              f"got {cfg.layers}")
         self.pipeline = bool(cfg.pipeline) and supports_partial(self.model)
         self.partial: list[bool] = [self.pipeline] * len(self.model.layers)  # type: ignore[arg-type]
         self.partial_bytes: dict[str, float] = {}
-        masks = split_masks(graph, self.all_roots, cfg.seed)
-        self.masks_all = masks
-        self.y_all = np.asarray(graph.y)[self.all_roots]
-        self.task = Task.of(self.y_all, labels.num_classes(np.asarray(graph.y)))
-        self.n_train = int(masks["train"].sum())
+        graph.split = split_codes(comm, graph, is_root, cfg.seed)
+        self.n_train = int(comm.allreduce_scalar(int((graph.split & SPLIT_BITS["train"]).astype(
+            bool).sum()), "sum"))
+        self.task = Task.of(graph.y, graph.num_classes)
         if self.n_train == 0:
             raise ShardError(f"{cfg.data}: expected labelled training vertices among the "
-                             f"{self.all_roots.size} roots, got none")
+                             f"{self.num_roots} roots, got none")
         self.x_ids: np.ndarray | None = None  # the vertices whose input rows x_own holds
         self.x_own = torch.zeros(0)
         self.layers: list[Any] = list(self.model.layers)  # type: ignore[arg-type]
-        self.state: dict[tuple[int, str], Any] = {}
+        self.halo_data: tuple[np.ndarray, dict[str, np.ndarray]] = (np.zeros(0, np.int64), {})
         self.opt = torch.optim.Adam(self.model.param_groups(cfg.weight_decay), lr=cfg.lr)
         self.t_select = 0.0
+        self.select_times: list[float] = []  # seconds of each NeighborSelection on this rank
+        self.build_bytes: dict[str, int] = {}
         self.wait: dict[str, float] = {}
-        self.set_owner(owner, 0)
+        self._whole: TypedGraph | None = None
+        self.refresh(0)
+
+    @property
+    def owner(self) -> np.ndarray:
+        return self.part.owner
 
     # ------------------------------------------------------------------ ownership and plans
-    def set_owner(self, owner: np.ndarray, epoch: int, hdg: HDG | None = None) -> None:
-        """Take the owner map, build (or take) this rank's HDGs and the exchange plans.
+    def refresh(self, epoch: int, hdg: HDG | None = None) -> None:
+        """Take the part's roots, build (or take) this rank's HDGs and the exchange plans.
         Collective over comm."""
-        self.owner = np.asarray(owner, np.int32)
-        self.my_roots = self.all_roots[self.owner[self.all_roots] == self.comm.rank]
-        pos = np.searchsorted(self.all_roots, self.my_roots)
-        self.y_np = self.y_all[pos]
+        part = self.part
+        pos = np.flatnonzero(self.model.root_mask(part.node_type[part.own]))
+        self.my_roots = part.own[pos]
+        self.y_np = part.y[pos]
         self.y = self.task.targets(self.y_np)
-        self.masks = {k: torch.from_numpy(v[pos]) for k, v in self.masks_all.items()}
+        code = part.split[pos] if part.split is not None else np.zeros(pos.size, np.int8)
+        self.masks = {k: torch.from_numpy((code & b).astype(bool)) for k, b in SPLIT_BITS.items()}
         self.hdg = self.select(epoch) if hdg is None else hdg
         self.rebuild()
 
+    def whole(self) -> TypedGraph:
+        """The whole graph, for a model without a distributed neighbour UDF (read once on every
+        rank: such a model needs every vertex's rows). Collective over comm."""
+        if self._whole is None:
+            self._whole = self.part.whole or self.comm.run_agreed(
+                load_dataset, self.cfg.data, tuple(self.cfg.exclude_edge_types), features=False)
+        return self._whole
+
     def select(self, epoch: int) -> HDG:
-        """NeighborSelection for this rank's roots (global ids, the model's own ``select``);
-        keeps the per-vertex layer state it sets (global rows) for :meth:`rebuild`."""
+        """NeighborSelection for this rank's roots: the model's distributed UDF over the parts
+        (the one-rank draws: the generator of the same seed), else its UDF on the whole graph.
+        Collective over comm."""
         t0 = time.perf_counter()
-        hs = self.model.select(self.graph, Executor(self.cfg.aggregation),
-                               self.cfg.seed * 1000003 + epoch, roots=self.my_roots)
-        self.state = vertex_state(self.layers, self.graph.num_nodes, self.my_roots)
-        self.t_select += time.perf_counter() - t0
-        return hs.hdg
+        seed = self.cfg.seed * 1000003 + epoch
+        if self.model.distributed_selection:
+            rec = self.model.dist_nbr_udf(self.comm, self.part, self.my_roots,
+                                          np.random.default_rng(seed))
+            hdg = from_records(self.model.schema, self.my_roots, rec.root, rec.type, rec.ptr,
+                               rec.leaf, rec.weight, rec.root_ptr)
+        else:
+            whole = self.whole()
+            hdg = self.model.select(whole, Executor(self.cfg.aggregation), seed,
+                                    roots=self.my_roots).hdg
+        dt = time.perf_counter() - t0
+        self.t_select += dt
+        self.select_times.append(dt)
+        return hdg
+
+    def vertex_rows(self, gids: np.ndarray) -> dict[str, np.ndarray]:
+        """The model's vertex data of the vertices ``gids``: computed for owned ones, taken
+        from the fetched halo data for the others (zeros for vertices in neither). Rank-local."""
+        gids = np.asarray(gids, np.int64)
+        mine = self.part.owner[gids] == self.comm.rank
+        own = self.model.vertex_data(self.part, gids[mine])
+        if not own:
+            return {}
+        hg, hd = self.halo_data
+        out = {}
+        for k, v in own.items():
+            col = np.zeros((gids.size,) + v.shape[1:], v.dtype)
+            col[mine] = v
+            if hg.size and k in hd:
+                at = np.minimum(np.searchsorted(hg, gids[~mine]), hg.size - 1)
+                hit = hg[at] == gids[~mine]
+                col[np.flatnonzero(~mine)[hit]] = hd[k][at[hit]]
+            out[k] = col
+        return out
+
+    def bind_rows(self, gids: np.ndarray, root_rows: np.ndarray,
+                  layers: list[int] | None = None) -> None:
+        """Bind the vertex data of the rows ``gids`` (roots at ``root_rows``) to the layers
+        (default: all). Rank-local."""
+        data = self.vertex_rows(gids)
+        if data:
+            for i in range(len(self.layers)) if layers is None else layers:
+                self.model.bind_vertex_data(i, data, np.asarray(root_rows, np.int64))
+
+    def bind_layers(self) -> None:
+        """Bind every layer's vertex data for its input rows: the own vertices with partial
+        aggregation, own and halo without. Rank-local."""
+        lay = self.layout
+        root_pos = np.searchsorted(lay.own, self.my_roots)
+        for i, partial in enumerate(self.partial):
+            self.bind_rows(lay.own if partial else lay.gids, root_pos, [i])
 
     def choose(self) -> list[bool]:
         """Per layer, partial aggregation (True) or the row exchange: all off without
@@ -110,8 +183,9 @@ class DistTrainer:
             return [self.pipeline] * n
         builds = 1.0 if self.model.hdg_reuse == "epoch" else 1.0 / max(self.cfg.epochs, 1)
         modes, self.partial_bytes = choose_layers(
-            self.comm, self.layers, self.hdg, self.owner, self.state, self.graph.num_features,
-            self.cfg.aggregation, builds, 1.0 / max(self.cfg.eval_every, 1))
+            self.comm, self.layers, self.hdg, self.owner, self.bind_rows,
+            self.graph.num_features, self.cfg.aggregation, builds,
+            1.0 / max(self.cfg.eval_every, 1))
         return modes
 
     def own_rows(self, own: np.ndarray) -> torch.Tensor:
@@ -123,9 +197,10 @@ class DistTrainer:
         return self.x_own
 
     def rebuild(self) -> None:
-        """Layer modes, layout, local HDG sets and exchange plans of the current HDGs.
-        Collective over comm."""
+        """Layer modes, layout, local HDG sets, vertex data and exchange plans of the current
+        HDGs. Collective over comm."""
         comm, n = self.comm, self.graph.num_nodes
+        self.halo_data = (np.zeros(0, np.int64), {})
         self.partial = modes = self.choose()
         need = np.zeros(0, np.int64) if all(modes) else self.hdg.leaf
         self.layout: Layout = build_layout(comm, self.owner, need)
@@ -143,15 +218,17 @@ class DistTrainer:
             table[lay.gids] = np.arange(lay.n_local, dtype=np.int64)
             self.hdgs_rows = HDGSet(localize(self.hdg, table, root_pos), lay.n_local,
                                     self.exe).prepare()
+            own = self.model.vertex_data(self.part, lay.own)
+            order = np.argsort(lay.halo)  # the halo is grouped by owner: sorted for look-ups
+            self.halo_data = (lay.halo[order], {k: exchange_array(v, lay, comm)[order]
+                                                for k, v in own.items()})
         self.x_own = comm.run_agreed(self.own_rows, lay.own)
         # layer 0 by rows: own + halo input rows held once, x_own a view of them (no copy)
         self.x_local: torch.Tensor | None = None
         if not modes[0]:
             self.x_local = torch.cat([self.x_own, exchange(self.x_own, lay, comm, "nau_x")])
             self.x_own = self.x_local[:lay.n_own]
-        for i, partial in enumerate(modes):
-            set_vertex_state(self.layers, {k: v for k, v in self.state.items() if k[0] == i},
-                             lay.own if partial else lay.gids, self.my_roots)
+        self.bind_layers()
 
     # ------------------------------------------------------------------ training
     def forward(self, phase: str, stats: dict[str, float] | None = None,
@@ -190,7 +267,7 @@ class DistTrainer:
     def step(self, epoch: int, stats: dict[str, float]) -> float:
         """One full-batch training step; returns the global loss. Collective over comm."""
         if epoch > 0 and self.model.hdg_reuse == "epoch":
-            self.set_owner(self.owner, epoch)
+            self.refresh(epoch)
         self.model.train()
         self.opt.zero_grad()
         out = self.forward("fwd", stats, epoch)
@@ -235,18 +312,21 @@ def layer_series(comm: Communicator, stats: dict[str, float], layers: int,
     return out
 
 
-def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarray
+def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
+               owner: np.ndarray | None = None
                ) -> tuple[dict[str, list[float]], dict[str, Any], dict[str, Any]]:
-    """Train on every rank; returns the per-epoch series, the summary and the per-rank
-    figures gathered on rank 0 (None elsewhere). Collective over comm."""
+    """Train on every rank (``graph``: this rank's part, or a whole in-memory graph cut by
+    ``owner``); returns the per-epoch series, the summary and the per-rank figures gathered on
+    rank 0 (None elsewhere). Collective over comm."""
     from shardgnn.nau import balance
 
     t_start = time.perf_counter()
-    check_inputs(cfg, graph)
-    decide_features(comm, cfg, graph, np.flatnonzero(np.asarray(owner) == comm.rank))
+    check_labels(comm, cfg, graph)
+    decide_features(comm, cfg, graph, graph.own if isinstance(graph, PartGraph)
+                    else np.flatnonzero(np.asarray(owner) == comm.rank))
     comm.reset_counters()
     tr = comm.run_agreed(DistTrainer, comm, cfg, graph, owner)
-    build_bytes = dict(comm.bytes)  # the first HDG set's plans and rows, kept apart
+    build_bytes = tr.build_bytes = dict(comm.bytes)  # the first HDG set's, kept apart
     comm.reset_counters()
     hist: dict[str, list[float]] = {k: [] for k in ("epoch", "loss", "train_acc", "val_acc",
                                                      "test_acc", "epoch_time")}
@@ -255,15 +335,15 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
     stats: dict[str, float] = {}
     rank_epoch: list[float] = []
     rank_compute: list[float] = []
-    adb: dict[str, Any] = {}
+    online = balance.Online(cfg) if cfg.balance and comm.size > 1 else None
     nan_epoch = 0
     start = 0
     if cfg.resume:
         start, hist, best, last, nan_epoch = resume.load(comm, cfg, tr.model, tr.opt,
                                                          tuple(hist))
     for ep in range(start, cfg.epochs):
-        if cfg.balance and ep == cfg.balance_after and comm.size > 1:
-            adb = balance.run(tr, rank_compute)
+        if online is not None and online.due(ep):
+            online.check(tr, ep, rank_compute)
         te = time.perf_counter()
         before = dict(stats)
         loss = tr.step(ep, stats)
@@ -285,7 +365,7 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
         if comm.rank == 0 and (ep % 10 == 0 or ep == cfg.epochs - 1):
             _log.get().info(f"nau {cfg.model} P={comm.size} epoch {ep}: loss {loss:.4f} "
                             f"val {last['val_acc']:.4f} ({dt_max * 1e3:.1f} ms)")
-        if cfg.checkpoint_every and (ep + 1) % cfg.checkpoint_every == 0:
+        if cfg.checkpoint_due(ep + 1, cfg.epochs):
             resume.save(comm, cfg, tr.model, tr.opt, ep + 1, hist,
                         resume.scalars(best, last, nan_epoch))
     layers = len(tr.layers)
@@ -293,7 +373,9 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
     mine = {"bytes": dict(comm.bytes), "calls": dict(comm.calls), "seconds": dict(comm.seconds),
             "build_bytes": build_bytes,
             **series, "epoch_time": rank_epoch, "compute_time": rank_compute,
+            "select_time": list(tr.select_times),
             "roots": int(tr.my_roots.size), "halo": int(tr.layout.halo.size),
+            "structure_bytes": tr.part.nbytes(),
             "backward": stats.get("backward", 0.0), "allreduce": stats.get("allreduce", 0.0)}
     ranks = comm.gather_obj(mine, root=0)
     summary: dict[str, Any] = {
@@ -307,15 +389,48 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph, owner: np.ndarra
         "partition": cfg.partition or "hash",
         "median_epoch_time": float(np.median(hist["epoch_time"])) if hist["epoch_time"] else 0.0,
         "total_time": time.perf_counter() - t_start,
-        "first_selection_time": float(comm.allreduce_scalar(tr.t_select, "max")),
+        "first_selection_time": float(comm.allreduce_scalar(tr.select_times[0], "max")),
+        "total_selection_time": float(comm.allreduce_scalar(tr.t_select, "max")),
         "hdg_bytes": int(comm.allreduce_scalar(tr.hdg.nbytes(), "sum")),
         "num_instances": int(comm.allreduce_scalar(tr.hdg.num_instances, "sum")),
         "num_leaf_entries": int(comm.allreduce_scalar(int(tr.hdg.leaf.size), "sum")),
         "feature_norm": cfg.feature_norm_used, **tr.task.attrs(), "resumed_after_epoch": start}
-    summary["graph_bytes"] = graph.nbytes()
-    summary["hdg_vs_graph"] = summary["hdg_bytes"] / max(1, graph.nbytes())
-    summary["num_roots"] = int(tr.all_roots.size)
+    summary["graph_bytes"] = int(comm.allreduce_scalar(tr.part.nbytes(), "sum"))
+    summary["graph_bytes_max_rank"] = int(comm.allreduce_scalar(tr.part.nbytes(), "max"))
+    summary["hdg_vs_graph"] = summary["hdg_bytes"] / max(1, summary["graph_bytes"])
+    summary["num_roots"] = tr.num_roots
+    summary["selection_bytes"] = select_bytes(comm, tr)
+    adb = dict(online.first) if online is not None else {}
+    if online is not None:
+        adb["checks"] = online.checks
+        summary["balance_checks"] = len(online.checks)
     return hist, summary, {"ranks": ranks, "adb": adb}
+
+
+def select_bytes(comm: Communicator, tr: DistTrainer) -> dict[str, int]:
+    """Bytes all ranks sent per NeighborSelection collective (walk steps, BFS levels, metapath
+    counts and decoding; the epochs' and the first build's together). Collective over comm."""
+    names = sorted({k for r in comm.allgather_obj(sorted(comm.bytes)) for k in r
+                    if k.startswith(("nau_walk", "nau_bfs", "nau_meta", "nau_fetch"))})
+    vals = np.asarray([comm.bytes.get(k, 0) + tr.build_bytes.get(k, 0) for k in names],
+                      np.int64)
+    comm.allreduce(vals)
+    return dict(zip(names, vals.tolist()))
+
+
+def check_labels(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph) -> None:
+    """Labels outside [0, C) (or -1 inside a mask) stop every rank with the file and the first
+    bad row (each rank checks the labels it holds). Collective over comm."""
+    from pathlib import Path
+
+    from shardgnn.train import guards
+
+    if isinstance(graph, PartGraph):
+        finding = guards.label_finding(Path(cfg.data) / "y.npy", graph.y, graph.num_classes,
+                                       graph.masks, row_ids=graph.own)
+        guards.agree_first(comm, finding)
+    else:
+        comm.run_agreed(check_inputs, cfg, graph)
 
 
 def write_results(rw: Any, hist: dict[str, list[float]], summary: dict[str, Any],
@@ -333,6 +448,9 @@ def write_results(rw: Any, hist: dict[str, list[float]], summary: dict[str, Any]
         rw.dataset(f"dist/{k}", np.asarray([r[k] for r in ranks], np.float64))
     rw.dataset("dist/epoch_time", np.asarray([r["epoch_time"] for r in ranks], np.float64))
     rw.dataset("dist/compute_time", np.asarray([r["compute_time"] for r in ranks], np.float64))
+    builds = min(len(r["select_time"]) for r in ranks)  # equal: every build is collective
+    rw.dataset("dist/select_time", np.asarray([r["select_time"][:builds] for r in ranks],
+                                              np.float64))
     ops = sorted({k for r in ranks for k in r["bytes"]})
     for op in ops:
         rw.dataset(f"dist/bytes/{op}", np.asarray([r["bytes"].get(op, 0) for r in ranks], np.int64))
@@ -342,8 +460,15 @@ def write_results(rw: Any, hist: dict[str, list[float]], summary: dict[str, Any]
                                                          for r in ranks], np.int64))
     rw.attrs("nau", {k: summary[k] for k in summary if k.startswith(("hdg_", "num_", "graph_"))
                      or k == "first_selection_time"})
+    rw.dataset("dist/structure_bytes", np.asarray([r["structure_bytes"] for r in ranks],
+                                                   np.int64))
+    for k, v in summary.get("selection_bytes", {}).items():
+        rw.dataset(f"dist/selection_bytes/{k}", np.asarray(v, np.int64))
     adb = per["adb"]
-    if adb:
+    for k in ("epoch", "ratio_before", "ratio_after", "moved_roots", "seconds"):
+        if adb.get("checks"):
+            rw.dataset(f"adb/checks/{k}", np.asarray([c[k] for c in adb["checks"]], np.float64))
+    if adb.get("coefficients") is not None:
         for k in ("coefficients", "predicted_before", "measured_before", "predicted_after",
                   "measured_after", "moves", "quota", "compute_before"):
             rw.dataset(f"adb/{k}", np.asarray(adb[k], np.float64))
@@ -360,13 +485,13 @@ def main_dist(comm: Communicator, cfg: Any, command: str = "") -> dict[str, Any]
     from shardgnn.io.canonical import read_meta
     from shardgnn.io.results import ResultWriter
     from shardgnn.nau.dist import ownership
+    from shardgnn.nau.part import load_part
     from shardgnn.train import guards
 
-    graph = comm.run_agreed(load_dataset, cfg.data, tuple(cfg.exclude_edge_types),
-                            features=False)  # each rank reads its own rows (input_rows)
-    num_edges = int(read_meta(cfg.data).num_edges)
-    owner = ownership(comm, graph.num_nodes, num_edges, cfg.partition)
-    hist, summary, per = train_dist(comm, cfg, graph, owner)
+    meta = comm.run_agreed(read_meta, cfg.data)
+    owner = ownership(comm, int(meta.num_nodes), int(meta.num_edges), cfg.partition)
+    part = load_part(comm, cfg.data, owner, tuple(cfg.exclude_edge_types))
+    hist, summary, per = train_dist(comm, cfg, part)
     summary["peak_rss_bytes"] = int(comm.allreduce_scalar(peak_rss_bytes(), "max"))
     with ResultWriter(comm, cfg.out, config={"engine": "nau", **asdict(cfg)},
                       command=command) as rw:

@@ -124,7 +124,7 @@ def train(cfg: NAUConfig, graph: TypedGraph, comm: Communicator | None = None
         if ep % 10 == 0 or ep == cfg.epochs - 1:
             _log.get().info(f"nau {cfg.model} epoch {ep}: loss {loss:.4f} val {last['val_acc']:.4f} "
                      f"({dt * 1e3:.1f} ms)")
-        if cfg.checkpoint_every and (ep + 1) % cfg.checkpoint_every == 0:
+        if cfg.checkpoint_due(ep + 1, cfg.epochs):
             resume.save(comm, cfg, tr.model, tr.opt, ep + 1, hist,
                         resume.scalars(best, last, nan_epoch))
     mem = memory_report(tr.hdgs.hdg, graph.nbytes())

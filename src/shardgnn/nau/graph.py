@@ -21,6 +21,16 @@ from shardgnn.errors import ShardError, input_error
 from shardgnn.io.readers import npy_header
 
 
+def type_id(names: tuple[str, ...], name: str, graph: str = "") -> int:
+    """Id of the node type ``name`` (a name of ``names`` or a number)."""
+    if name in names:
+        return names.index(name)
+    if name.isdigit() and int(name) < len(names):
+        return int(name)
+    raise ShardError(f"{graph or 'graph'}: unknown node type {name!r}, expected one of "
+                     f"{', '.join(names)}")
+
+
 @dataclass
 class TypedGraph:
     """A graph with optional node/edge types, features, labels and split masks.
@@ -80,12 +90,29 @@ class TypedGraph:
 
     def type_id(self, name: str) -> int:
         """Id of a node type given by name or number."""
-        if name in self.node_type_names:
-            return self.node_type_names.index(name)
-        if name.isdigit() and int(name) < len(self.node_type_names):
-            return int(name)
-        raise ShardError(f"{self.name or 'graph'}: unknown node type {name!r}, expected one of "
-                         f"{', '.join(self.node_type_names)}")
+        return type_id(self.node_type_names, name, self.name)
+
+    @property
+    def num_classes(self) -> int:
+        """Classes of the labels (largest label + 1, or the columns of multi-label ``y``; 0
+        without labels)."""
+        from shardgnn.io import labels
+
+        return labels.num_classes(self.y) if self.y is not None and self.y.size else 0
+
+    @property
+    def labelled_per_type(self) -> np.ndarray:
+        """Labelled vertices of each node type."""
+        from shardgnn.io import labels
+
+        lab = self.node_type[labels.labelled(self.y)] if self.y is not None else self.node_type
+        return np.bincount(lab, minlength=len(self.node_type_names))
+
+    def adjacent_types(self, target: int) -> list[int]:
+        """Node types other than ``target`` joined to ``target`` by an edge from ``target``."""
+        src, dst = self.edge_pairs()
+        st, dt = self.node_type[src], self.node_type[dst]
+        return sorted(set(dt[st == target].tolist()) - {target})
 
     def csc(self) -> tuple[np.ndarray, np.ndarray, bool]:
         """In-neighbour CSC ``(ptr, src, symmetric)``: ``src[ptr[v]:ptr[v+1]]`` are v's
@@ -181,6 +208,41 @@ def from_edges(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, undirected: 
                       x_path)
 
 
+def type_names(meta: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """The node type names (None: none given) and edge type names of a dataset's sidecar."""
+    raw: Any = (getattr(meta, "node_type_names", None) or meta.extra.get("node_types")
+                or meta.extra.get("node_type_names"))
+    if isinstance(raw, dict):
+        raw = [k for k, _ in sorted(raw.items(), key=lambda kv: kv[1])]
+    names = tuple(str(n) for n in raw) if raw else None
+    rel: Any = (getattr(meta, "edge_type_names", None) or meta.extra.get("edge_types")
+                or meta.extra.get("relations") or ())
+    if isinstance(rel, dict):
+        rel = [k for k, _ in sorted(rel.items(), key=lambda kv: kv[1])]
+    return names, tuple(str(r) for r in rel)
+
+
+def excluded_types(d: Path, rel_names: tuple[str, ...], exclude: tuple[str, ...],
+                   has_types: bool) -> list[int]:
+    """The edge type numbers ``exclude`` names (names or numbers); ShardError naming ``d`` for
+    an unknown name or a graph without edge types."""
+    if not exclude:
+        return []
+    if not has_types:
+        raise input_error(d, "expected edge types to exclude some, got a graph without "
+                          "edge types")
+    drop = []
+    for name in exclude:
+        if name in rel_names:
+            drop.append(rel_names.index(name))
+        elif name.isdigit():
+            drop.append(int(name))
+        else:
+            raise input_error(d, f"unknown edge type {name!r}, expected one of "
+                              f"{', '.join(rel_names)}")
+    return drop
+
+
 def load_dataset(directory: str | os.PathLike, exclude_edge_types: tuple[str, ...] = (),
                  features: bool = True) -> TypedGraph:
     """Read a canonical dataset directory into a :class:`TypedGraph`. Rank-local.
@@ -196,41 +258,20 @@ def load_dataset(directory: str | os.PathLike, exclude_edge_types: tuple[str, ..
     edges = np.asarray(canonical.edge_memmap(d, meta), dtype=np.int64)
     et = canonical.edge_type_memmap(d, meta)
     node_type = None
-    names: tuple[str, ...] | None = None
     nt_path = d / "node_type.npy"
     if nt_path.exists():
         node_type = np.load(nt_path)
         if node_type.shape != (meta.num_nodes,):
             raise input_error(nt_path, f"expected {meta.num_nodes} node types, got shape "
                               f"{node_type.shape}")
-        raw: Any = (getattr(meta, "node_type_names", None) or meta.extra.get("node_types")
-                    or meta.extra.get("node_type_names"))
-        if isinstance(raw, dict):
-            raw = [k for k, _ in sorted(raw.items(), key=lambda kv: kv[1])]
-        names = tuple(str(n) for n in raw) if raw else None
-    rel: Any = (getattr(meta, "edge_type_names", None) or meta.extra.get("edge_types")
-                or meta.extra.get("relations") or ())
-    if isinstance(rel, dict):
-        rel = [k for k, _ in sorted(rel.items(), key=lambda kv: kv[1])]
-    rel_names = tuple(str(r) for r in rel)
-    if exclude_edge_types:
-        if et is None:
-            raise input_error(d, "expected edge types to exclude some, got a graph without "
-                              "edge types")
-        drop = []
-        for name in exclude_edge_types:
-            if name in rel_names:
-                drop.append(rel_names.index(name))
-            elif name.isdigit():
-                drop.append(int(name))
-            else:
-                raise input_error(d, f"unknown edge type {name!r}, expected one of "
-                                  f"{', '.join(rel_names)}")
+    names, rel_names = type_names(meta)
+    drop = excluded_types(d, rel_names, exclude_edge_types, et is not None)
+    if drop:
         keep = ~np.isin(np.asarray(et), drop)
         edges, et = edges[keep], np.asarray(et)[keep]
-    names = ("x", "y", "train_mask", "val_mask", "test_mask") if features else (
+    files = ("x", "y", "train_mask", "val_mask", "test_mask") if features else (
         "y", "train_mask", "val_mask", "test_mask")
-    arrays = {n: canonical.load_node_array(d, n, meta, mmap=False) for n in names}
+    arrays = {n: canonical.load_node_array(d, n, meta, mmap=False) for n in files}
     x_path = None
     if not features and (d / "x.npy").exists():
         x_path = d / "x.npy"

@@ -124,6 +124,16 @@ class LevelGraph:
         inv = torch.from_numpy((1.0 / np.maximum(np.diff(h.slot_ptr), 1)).astype(np.float32))
         return self.reduce(x) * inv[:, None]
 
+    def reduce_max(self, x: torch.Tensor) -> torch.Tensor:
+        """Element-wise maximum of the leaf features of each instance/slot (0 when empty;
+        fused in hybrid mode). Not a weighted sum: a model using it keeps
+        ``partial_aggregation = False``."""
+        return self.exe.leaf_extreme(x, self.hdgs.leaf_plan, "max")
+
+    def reduce_min(self, x: torch.Tensor) -> torch.Tensor:
+        """Element-wise minimum, as :meth:`reduce_max`."""
+        return self.exe.leaf_extreme(x, self.hdgs.leaf_plan, "min")
+
     # instances
     def sum(self, v: torch.Tensor) -> torch.Tensor:
         return self.exe.seg_sum(v, self.hdgs.seg_plan)
@@ -305,14 +315,39 @@ class NAUModel(nn.Module):
     schema: SchemaTree = SchemaTree()
     hdg_reuse: str = "once"
     partial_aggregation: bool = False
+    distributed_selection: bool = False
 
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:
         raise ShardError(f"{type(self).__name__} defines no neighbour UDF")
 
+    def dist_nbr_udf(self, comm: Any, part: Any, roots: np.ndarray,
+                     rng: np.random.Generator) -> Records:
+        """The neighbour UDF over the ranks' parts (:class:`~shardgnn.nau.part.PartGraph`):
+        the records :meth:`nbr_udf` gives on the whole graph, for this rank's owned ``roots``
+        (sorted). Collective over comm. Models that define it set ``distributed_selection``;
+        for the others the distributed engine runs :meth:`nbr_udf` on the whole graph, which
+        every rank then loads."""
+        raise ShardError(f"{type(self).__name__} defines no distributed neighbour UDF")
+
+    def root_mask(self, node_type: np.ndarray) -> np.ndarray:
+        """Which vertices are roots of the HDGs, from their node types: every vertex by default."""
+        return np.ones(np.shape(node_type)[0], bool)
+
     def roots(self, graph: TypedGraph) -> np.ndarray:
-        """Roots of the HDGs: every vertex by default."""
-        return np.arange(graph.num_nodes, dtype=np.int64)
+        """Roots of the HDGs (global ids, ascending)."""
+        return np.flatnonzero(self.root_mask(np.asarray(graph.node_type))).astype(np.int64)
+
+    def vertex_data(self, graph: Any, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-vertex arrays the layers need besides the features, for the vertices ``ids``
+        (owned ones when ``graph`` is a part): the distributed engine fetches those of remote
+        leaves from their owners and hands them to :meth:`bind_vertex_data`. None by default."""
+        return {}
+
+    def bind_vertex_data(self, layer: int, data: dict[str, np.ndarray],
+                         root_rows: np.ndarray) -> None:
+        """Give layer ``layer`` the :meth:`vertex_data` of its input rows (``data``, one row per
+        input row) and the positions of the roots among those rows. Nothing by default."""
 
     def select(self, graph: TypedGraph, exe: Executor, seed: int,
                roots: np.ndarray | None = None) -> HDGSet:

@@ -37,7 +37,7 @@ from shardgnn.nau.hdg import HDG
 from shardgnn.nau.layer import HDGSet, NAUModel
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 
 def supports_partial(model: NAUModel) -> bool:
@@ -112,20 +112,36 @@ def build_partial(comm: Communicator, h: HDG, owner: np.ndarray, own: np.ndarray
     ``Alltoallv``, counted under ``op_name``). Collective over comm."""
     ptr, src, w = bottom_edges(h)
     num_dst = int(ptr.shape[0] - 1)
+    nd = max(num_dst, 1)
+    # the remote edges as sorted keys (owner, row, leaf): no E-sized temporary is kept longer
+    # than needed (at scale this set-up, not the structure, set a rank's peak memory)
     dst = np.repeat(np.arange(num_dst, dtype=np.int64), np.diff(ptr))
-    o = owner[src].astype(np.int64)
+    o = owner[src]
     loc = o == comm.rank
     a = _plan(dst[loc], np.searchsorted(own, src[loc]), w[loc], (num_dst, own.size))
-    rem = ~loc
-    rd, rs, rw, ro = dst[rem], src[rem], w[rem], o[rem]
-    order = np.lexsort((rs, rd, ro))
-    rd, rs, rw, ro = rd[order], rs[order], rw[order], ro[order]
-    pairs, inv = np.unique(ro * max(num_dst, 1) + rd, return_inverse=True)
-    msg_src = pairs // max(num_dst, 1)
-    recv_rows = (pairs % max(num_dst, 1)).astype(np.int64)
+    rem = np.flatnonzero(~loc)
+    del loc
+    pair = o[rem].astype(np.int64) * nd + dst[rem]
+    del dst, o
+    order = np.lexsort((src[rem], pair))
+    rem = rem[order]
+    pair = pair[order]
+    del order
+    rs, rw = src[rem], w[rem]
+    del rem, src, w
+    new = np.ones(pair.size, bool)
+    new[1:] = pair[1:] != pair[:-1]
+    inv = np.cumsum(new) - 1  # pair keys are sorted: unique by their changes
+    pairs = pair[new]
+    del new
+    ro = pair // nd
+    del pair
+    msg_src = pairs // nd
+    recv_rows = (pairs % nd).astype(np.int64)
     recv_counts = np.bincount(msg_src, minlength=comm.size).astype(np.int64)
     first = np.cumsum(recv_counts) - recv_counts
-    row_in_block = inv.reshape(-1) - first[ro]
+    row_in_block = inv - first[ro]
+    del inv
     edge_counts = np.bincount(ro, minlength=comm.size).astype(np.int64)
     send_counts = comm.alltoall_counts(recv_counts)
     in_edges = comm.alltoall_counts(edge_counts)
@@ -133,10 +149,12 @@ def build_partial(comm: Communicator, h: HDG, owner: np.ndarray, own: np.ndarray
                           recvcounts=in_edges, op_name=op_name)
     ws = comm.alltoallv(np.ascontiguousarray(rw, np.float32), edge_counts, recvcounts=in_edges,
                         op_name=op_name)
+    del rs, rw, row_in_block, ro
     sender = np.repeat(np.arange(comm.size, dtype=np.int64), in_edges)
     out_first = np.cumsum(send_counts) - send_counts
     rows = out_first[sender] + ints[:, 0] if ints.size else np.zeros(0, np.int64)
     cols = np.searchsorted(own, ints[:, 1]) if ints.size else np.zeros(0, np.int64)
+    del ints, sender
     b = _plan(rows, cols, ws, (int(send_counts.sum()), own.size))
     return PartialPlan(comm, num_dst, own.size, a, b, send_counts, recv_counts, recv_rows)
 
@@ -238,15 +256,15 @@ class _WidthExecutor(Executor):
         return super().leaf_reduce(x, plan)
 
 
-def probe_widths(layers: "Sequence[Any]", h: HDG, state: dict[tuple[int, str], Any],
+def probe_widths(layers: "Sequence[Any]", h: HDG, bind: "Callable[[np.ndarray, np.ndarray], None]",
                  in_width: int, mode: str) -> np.ndarray:
     """Per layer, the width of its input rows and the summed width of the rows its bottom level
     reduces (``(2, layers)`` int64), from a forward pass over the first root of ``h`` alone
     (its leaves all mapped onto the root; evaluation mode, no gradients); zeros when ``h`` has
-    no root. The layers' per-vertex state is left set for that root: rebuild it afterwards.
-    Rank-local."""
+    no root. ``bind(gids, root_rows)`` gives the layers the vertex data of their rows; it is
+    left set for that root: bind again afterwards. Rank-local."""
     from shardgnn.nau.balance import subset
-    from shardgnn.nau.dist import localize, set_vertex_state
+    from shardgnn.nau.dist import localize
 
     out = np.zeros((2, len(layers)), np.int64)
     if h.num_roots == 0:
@@ -255,7 +273,7 @@ def probe_widths(layers: "Sequence[Any]", h: HDG, state: dict[tuple[int, str], A
     table = np.zeros(int(sub.leaf.max(initial=0)) + 1, np.int64)
     exe = _WidthExecutor(mode)
     one = HDGSet(localize(sub, table, np.zeros(1, np.int64)), 1, exe).prepare()
-    set_vertex_state(list(layers), state, h.roots[:1], h.roots[:1])
+    bind(np.asarray(h.roots[:1], np.int64), np.zeros(1, np.int64))
     training = [layer.training for layer in layers]
     x = torch.zeros(1, int(in_width))
     with torch.no_grad():
@@ -276,15 +294,27 @@ def exchange_counts(h: HDG, owner: np.ndarray, rank: int) -> np.ndarray:
     level: the pre-reduced rows it would receive with partial aggregation, the rows it would
     receive without, and the plan's edges. Rank-local."""
     ptr, src, _ = bottom_edges(h)
-    dst = np.repeat(np.arange(ptr.size - 1, dtype=np.int64), np.diff(ptr))
-    o = np.asarray(owner, np.int64)[src]
-    rem = o != rank
-    msgs = np.unique(dst[rem] * (int(owner.max(initial=0)) + 1) + o[rem]).size
-    return np.array([msgs, np.unique(src[rem]).size, int(rem.sum())], np.int64)
+    o = owner[src]
+    rem = np.flatnonzero(o != rank)
+    ranks = int(owner.max(initial=0)) + 1
+    key = (np.searchsorted(ptr, rem, side="right") - 1) * ranks + o[rem]  # (row, owner)
+    del o
+    return np.array([_distinct(key, (ptr.size - 1) * ranks),
+                     _distinct(src[rem], owner.size), rem.size], np.int64)
+
+
+def _distinct(v: np.ndarray, bound: int) -> int:
+    """Distinct values of ``v`` (in ``[0, bound)``): by a mark per value where ``bound`` is
+    small against ``v``, else by sorting."""
+    if bound <= 8 * v.size + (1 << 20):
+        mark = np.zeros(bound, bool)
+        mark[v] = True
+        return int(mark.sum())
+    return int(np.unique(v).size)
 
 
 def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np.ndarray,
-                  state: dict[tuple[int, str], Any], in_width: int, mode: str,
+                  bind: "Callable[[np.ndarray, np.ndarray], None]", in_width: int, mode: str,
                   builds_per_epoch: float, evals_per_epoch: float
                   ) -> tuple[list[bool], dict[str, float]]:
     """Per layer, partial aggregation (True) or the exchange of the remote leaves' rows: the
@@ -294,7 +324,7 @@ def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np
     bytes (chosen, all partial, all rows). Collective over comm."""
     from perfmodel.nau import choose_partial
 
-    w = probe_widths(layers, h, state, in_width, mode).astype(np.float64)
+    w = probe_widths(layers, h, bind, in_width, mode).astype(np.float64)
     comm.allreduce(w, op="max")
     c = exchange_counts(h, owner, comm.rank).astype(np.float64)
     comm.allreduce(c)

@@ -485,17 +485,26 @@ def metapath_instances(graph: TypedGraph, roots: np.ndarray, metapath: Sequence[
     indices = graph.indices.astype(np.int64)
     cnt = _completions(graph.indptr, indices, et, graph.node_type.astype(np.int64),
                        np.asarray(metapath, np.int64), ets)
-    total = cnt[0, roots]
+    pos, _, ks = instance_ks(cnt[0, roots], cap, root_uniforms(rng, roots, 1)[:, 0])
+    paths = _decode(graph.indptr, indices, et, cnt, ets, roots[pos], ks)
+    return pos, paths
+
+
+def instance_ks(total: np.ndarray, cap: int, u: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which metapath instances each root keeps: ``(root position, j, k)`` per kept instance,
+    ``j`` its number among the root's kept ones and ``k`` its number among all of the root's
+    instances (in neighbour order). With ``cap > 0`` a root with more than ``cap`` instances keeps
+    ``cap`` by systematic sampling from the offset ``u`` (one uniform per root)."""
+    total = np.asarray(total, np.int64)
     keep = total if cap <= 0 else np.minimum(total, cap)
-    pos = np.repeat(np.arange(roots.size, dtype=np.int64), keep)
+    pos = np.repeat(np.arange(total.size, dtype=np.int64), keep)
     j = np.arange(pos.size, dtype=np.int64) - np.repeat(np.cumsum(keep) - keep, keep)
     sampled = np.repeat(total > keep, keep)
-    u = np.repeat(root_uniforms(rng, roots, 1)[:, 0], keep)
+    uu = np.repeat(np.asarray(u, np.float64), keep)
     tot, kp = np.repeat(total, keep).astype(np.float64), np.repeat(keep, keep)
-    ks = np.where(sampled, np.floor((j + u) * tot / np.maximum(kp, 1)).astype(np.int64), j)
-    paths = _decode(graph.indptr, indices, et, cnt, ets, roots[pos], np.minimum(ks, tot - 1)
-                    .astype(np.int64))
-    return pos, paths
+    ks = np.where(sampled, np.floor((j + uu) * tot / np.maximum(kp, 1)).astype(np.int64), j)
+    return pos, j, np.minimum(ks, np.repeat(total, keep) - 1).astype(np.int64)
 
 
 def khop_rings(graph: TypedGraph, roots: np.ndarray, k: int) -> Records:
@@ -515,6 +524,7 @@ def khop_rings(graph: TypedGraph, roots: np.ndarray, k: int) -> Records:
         nxt = (frontier @ a).astype(bool).astype(np.int8)
         nxt = (nxt - nxt.multiply(seen)).tocsr()
         nxt.eliminate_zeros()
+        nxt.sort_indices()  # leaves ascending in a slot, as the distributed rings
         coo = nxt.tocoo()
         rr.append(coo.row.astype(np.int64))
         tt.append(np.full(coo.nnz, i, np.int64))
@@ -524,20 +534,56 @@ def khop_rings(graph: TypedGraph, roots: np.ndarray, k: int) -> Records:
     return Records(np.concatenate(rr), np.concatenate(tt), np.concatenate(ll))
 
 
-def anchor_sets(num_nodes: int, num_sets: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """P-GNN anchor sets: sizes ``n / 2^i`` cycling over ``i = 1 .. log2 n``, drawn uniformly."""
-    levels = max(1, int(np.log2(max(num_nodes, 2))))
-    out = []
-    for j in range(num_sets):
-        size = max(1, num_nodes >> (1 + j % levels))
-        out.append(np.sort(rng.choice(num_nodes, size=size, replace=False)))
+#: Salt of the anchor-set membership streams.
+ANCHOR_SALT = 0xA7C5
+
+
+@numba.njit(cache=True)
+def _members(key: int, ids: np.ndarray, sets: int, levels: int) -> np.ndarray:  # pragma: no cover
+    """``out[i, j]``: vertex ``ids[i]`` belongs to anchor set ``j`` (probability
+    ``2**-(1 + j % levels)``, keyed by (key, j, vertex))."""
+    out = np.zeros((ids.shape[0], sets), np.bool_)
+    for i in range(ids.shape[0]):
+        for j in range(sets):
+            p = 1.0 / (1 << (1 + j % levels))
+            out[i, j] = draw01(vertex_key(key, j, 0, ids[i], ANCHOR_SALT), 0) < p
     return out
 
 
-def anchor_neighbours(graph: TypedGraph, roots: np.ndarray, sets: list[np.ndarray],
-                      q: int) -> Records:
+def anchor_levels(num_nodes: int) -> int:
+    """Anchor-set size levels: set ``j`` holds each vertex with probability
+    ``2**-(1 + j % levels)``, ``levels = floor(log2 n)``."""
+    return max(1, int(np.log2(max(num_nodes, 2))))
+
+
+def anchor_member(key: int, ids: np.ndarray, sets: int, num_nodes: int) -> np.ndarray:
+    """Anchor-set membership ``(ids.size, sets)`` of the vertices ``ids`` (keyed: any rank
+    computes it for any vertex). Rank-local."""
+    return _members(int(key), np.ascontiguousarray(ids, np.int64), int(sets),
+                    anchor_levels(num_nodes))
+
+
+def anchor_records(root: np.ndarray, vertex: np.ndarray, dist: np.ndarray, member: np.ndarray,
+                   num_roots: int) -> Records:
+    """P-GNN records from (root position, vertex, distance) triples ordered by (root,
+    distance, vertex) and the vertices' memberships: slot (root, set) holds the members within
+    reach, weighted ``s / count`` with ``s = 1 / (dist + 1)``. Rank-local."""
+    sets = member.shape[1]
+    rep, typ = np.nonzero(member)
+    order = np.lexsort((typ, rep))  # pairs in their triple order, sets ascending
+    rep, typ = rep[order], typ[order]
+    r, c, s = root[rep], vertex[rep], 1.0 / (dist[rep] + 1.0)
+    slot = r * sets + typ
+    per = np.bincount(slot, minlength=num_roots * sets)
+    return Records(r, typ.astype(np.int64), c, None, (s / per[slot]).astype(np.float32))
+
+
+def anchor_neighbours(graph: TypedGraph, roots: np.ndarray, num_sets: int, q: int,
+                      key: int) -> Records:
     """P-GNN neighbours: type ``j`` holds the members ``u`` of anchor set ``j`` within ``q``
-    hops of the root, weighted ``s(v,u) / count`` with ``s = 1 / (dist + 1)``."""
+    hops of the root, weighted ``s(v,u) / count`` with ``s = 1 / (dist + 1)``. Set ``j`` holds
+    each vertex with probability ``2**-(1 + j % floor(log2 n))``, keyed by (``key``, j, vertex)
+    (:func:`anchor_member`), so every rank count draws the same sets."""
     import scipy.sparse as sp
 
     n = graph.num_nodes
@@ -558,13 +604,6 @@ def anchor_neighbours(graph: TypedGraph, roots: np.ndarray, sets: list[np.ndarra
         seen = (seen + nxt).tocsr()
         frontier = nxt
     r, c, dd = np.concatenate(rows), np.concatenate(cols), np.concatenate(dist)
-    member = sp.csr_matrix((np.ones(sum(s.size for s in sets), np.int8),
-                            (np.concatenate(sets), np.repeat(np.arange(len(sets)),
-                                                             [s.size for s in sets]))),
-                           shape=(n, len(sets)))
-    rep, midx = gather_rows(member.indptr.astype(np.int64), c)
-    typ = member.indices[midx]
-    r, c, s = r[rep], c[rep], 1.0 / (dd[rep] + 1.0)
-    slot = r * len(sets) + typ
-    per = np.bincount(slot, minlength=roots.size * len(sets))
-    return Records(r, typ.astype(np.int64), c, None, (s / per[slot]).astype(np.float32))
+    order = np.lexsort((c, dd, r))
+    r, c, dd = r[order], c[order], dd[order]
+    return anchor_records(r, c, dd, anchor_member(key, c, num_sets, n), roots.size)

@@ -15,13 +15,18 @@ from shardgnn.nau.layer import NAUModel
 from shardgnn.registry import NAU_MODELS
 from shardgnn.io import labels
 from shardgnn.train import features, guards
-from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
+from shardgnn.train.config import CheckpointOptions, DeviceOptions, TrainConfig, raise_first
+
+#: NAU models that run with ``--device cuda``: none yet. Every NAU model's bottom level
+#: aggregates through the HDG executor's compiled CPU kernels (numba segment sums, means,
+#: softmax and leaf reductions, :mod:`shardgnn.nau.aggregation`), which have no GPU form.
+GPU_MODELS: tuple[str, ...] = ()
 
 
 @dataclass(kw_only=True)
-class NAUConfig(TrainConfig, CheckpointOptions):
-    """Resolved configuration of one NAU run (see ``docs/nau.md``); the common and checkpoint
-    options and their defaults come from :mod:`shardgnn.train.config`."""
+class NAUConfig(TrainConfig, CheckpointOptions, DeviceOptions):
+    """Resolved configuration of one NAU run (see ``docs/nau.md``); the common, checkpoint and
+    device options and their defaults come from :mod:`shardgnn.train.config`."""
 
     out: str
     model: str = "gcn"
@@ -44,6 +49,7 @@ class NAUConfig(TrainConfig, CheckpointOptions):
     partial_layers: str = "auto"
     balance: bool = False
     balance_after: int = 1
+    balance_every: int = 10
     balance_tolerance: float = 0.05
     balance_plans: int = 4
     balance_chunks: int = 8
@@ -66,31 +72,37 @@ class NAUConfig(TrainConfig, CheckpointOptions):
             (self.partial_layers in ("auto", "all"), "--partial-layers", "auto or all",
              self.partial_layers),
             (self.balance_after >= 1, "--balance-after", ">= 1", self.balance_after),
+            (self.balance_every >= 0, "--balance-every", ">= 0", self.balance_every),
             (self.balance_tolerance >= 0, "--balance-tolerance", ">= 0", self.balance_tolerance),
             (self.balance_plans >= 1, "--balance-plans", ">= 1", self.balance_plans),
             (self.balance_chunks >= 1, "--balance-chunks", ">= 1", self.balance_chunks)]
             + self.checkpoint_checks())
+        self.device_checks()
+        if self.device != "cpu" and self.model not in GPU_MODELS:
+            raise ShardError(f"--device {self.device}: --engine nau --model {self.model} "
+                             "aggregates with compiled CPU kernels (numba segment reductions) "
+                             "that have no GPU form yet; expected --device cpu (nothing falls "
+                             "back to the CPU silently)")
         if self.resume and self.balance:
             raise ShardError("--resume: expected no --balance (the owner map ADB balancing "
                              "makes is not checkpointed), got --balance")
 
 
-def target_type(graph: TypedGraph, name: str | None) -> int:
+def target_type(graph: Any, name: str | None) -> int:
     """The node type to classify: named, else the type holding most labelled vertices."""
     if name is not None:
         return graph.type_id(name)
-    lab = graph.node_type[labels.labelled(graph.y)] if graph.y is not None else graph.node_type
-    return int(np.bincount(lab, minlength=len(graph.node_type_names)).argmax())
+    return int(np.asarray(graph.labelled_per_type).argmax())
 
 
-def build_model(cfg: NAUConfig, graph: TypedGraph) -> NAUModel:
+def build_model(cfg: NAUConfig, graph: Any) -> NAUModel:
     """The model named by ``cfg.model`` sized for ``graph``."""
     from shardgnn.nau.models.magnn import parse_metapaths
 
     if not graph.has_features or graph.y is None:
         raise ShardError(f"{cfg.data}: expected node features x.npy and labels y.npy for "
                          f"--engine nau, got {'no y.npy' if graph.has_features else 'no x.npy'}")
-    classes = labels.num_classes(graph.y)
+    classes = graph.num_classes
     kw: dict[str, Any] = dict(layers=cfg.layers, dropout=cfg.dropout, walks=cfg.walks,
                               walk_length=cfg.walk_length, topk=cfg.topk, rings=cfg.rings,
                               jk_mode=cfg.jk_mode, heads=cfg.heads,
@@ -115,6 +127,30 @@ def split_masks(graph: TypedGraph, roots: np.ndarray, seed: int) -> dict[str, np
     a, b = int(0.6 * perm.size), int(0.8 * perm.size)
     out = {k: np.zeros(roots.size, bool) for k in ("train", "val", "test")}
     out["train"][perm[:a]], out["val"][perm[a:b]], out["test"][perm[b:]] = True, True, True
+    return out
+
+
+#: Bits of :func:`split_codes`.
+SPLIT_BITS = {"train": 1, "val": 2, "test": 4}
+
+
+def split_codes(comm: Any, part: Any, is_root: np.ndarray, seed: int) -> np.ndarray:
+    """:func:`split_masks` over the roots of every rank, as bits (:data:`SPLIT_BITS`) per owned
+    vertex of ``part`` (``is_root``: which owned vertices are roots): the dataset's masks, else
+    the same seeded 60/20/20 split of the labelled roots as one rank draws (their ids gathered
+    on every rank). Collective over comm."""
+    known = labels.labelled(part.y)
+    out = np.zeros(part.own.size, np.int8)
+    if all(k in part.masks for k in SPLIT_BITS):
+        for k, b in SPLIT_BITS.items():
+            out[np.asarray(part.masks[k]) & known & is_root] |= b
+        return out
+    lab = np.sort(comm.allgatherv(part.own[is_root & known]))
+    perm = np.random.default_rng(seed).permutation(lab)
+    a, b = int(0.6 * perm.size), int(0.8 * perm.size)
+    for ids, bit in ((perm[:a], 1), (perm[a:b], 2), (perm[b:], 4)):
+        mine = ids[part.owner[ids] == part.rank]
+        out[np.searchsorted(part.own, mine)] |= bit
     return out
 
 
@@ -144,7 +180,7 @@ class _OwnRows:
         return self.rows[np.searchsorted(self.ids, blk)]
 
 
-def input_rows(cfg: NAUConfig, graph: TypedGraph, ids: np.ndarray) -> np.ndarray:
+def input_rows(cfg: NAUConfig, graph: Any, ids: np.ndarray) -> np.ndarray:
     """The float32 input features of the vertices ``ids`` (sorted unique; preprocessed as
     ``cfg.feature_norm_used`` says), read from ``x.npy`` when the graph leaves it on disk and
     then checked for NaN/inf (the first bad row among ``ids`` is reported). Rank-local."""
@@ -162,7 +198,7 @@ class FeatureRows:
     """``graph``'s feature rows by sorted id blocks (held or read from disk), as
     :func:`shardgnn.train.features.stats` reads them."""
 
-    def __init__(self, graph: TypedGraph) -> None:
+    def __init__(self, graph: Any) -> None:
         self.graph = graph
         self.shape = (graph.num_nodes, graph.num_features)
 
@@ -170,7 +206,7 @@ class FeatureRows:
         return self.graph.feature_rows(np.asarray(ids, np.int64))
 
 
-def decide_features(comm: Any, cfg: NAUConfig, graph: TypedGraph, ids: np.ndarray) -> None:
+def decide_features(comm: Any, cfg: NAUConfig, graph: Any, ids: np.ndarray) -> None:
     """Resolve ``--feature-norm`` over every rank's rows ``ids`` into ``cfg.feature_norm_used``;
     rows left on disk are checked for NaN/inf first (every rank fails with the first bad row).
     Collective over comm."""

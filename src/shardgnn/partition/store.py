@@ -360,6 +360,20 @@ class EdgeCutStore:
                 raise input_error(self.part_path(i), f"expected dataset gid and attribute "
                                   f"num_owned ({exc})") from None
 
+    def sizes(self, i: int) -> tuple[int, int, int]:
+        """(owned vertices, vertices present, edges stored) of partition ``i`` from its
+        datasets' shapes, without reading them (edges: CSR entries, halved for an undirected
+        graph, where a row lists both directions)."""
+        with self._open(i) as f:
+            try:
+                k = int(f.attrs["num_owned"])
+                entries = int(f["indices"].shape[0])
+                return k, int(f["gid"].shape[0]), entries if f.attrs.get("directed") \
+                    else entries // 2
+            except KeyError as exc:
+                raise input_error(self.part_path(i), f"expected datasets gid, indices and "
+                                  f"attribute num_owned ({exc})") from None
+
     def features(self, i: int) -> np.ndarray:
         """The feature rows ``x`` of partition ``i`` (aligned with its ``gid``), float32."""
         with self._open(i) as f:

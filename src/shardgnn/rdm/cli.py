@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardgnn.comm import MPI_PATHS, Communicator
-from shardgnn.device import DEVICE_KINDS
+from shardgnn.cli.parser import input_path
+from shardgnn.comm import Communicator
 from shardgnn.registry import ENGINES as ENGINE_REGISTRY
 from shardgnn.train.config import default_of
 from shardgnn.train.guards import parse_size
@@ -15,7 +15,7 @@ ENGINES: tuple[str, ...] = ENGINE_REGISTRY.names_for(__name__)
 #: Options of `shardgnn train`'s shared group these engines take (see cli/train.py).
 SHARED_OPTIONS: tuple[str, ...] = ("eval", "eval_every", "checkpoint_every", "checkpoint", "resume",
                                    "saint_budget", "saint_walk_length", "saint_steps",
-                                   "saint_presample")
+                                   "saint_presample", "device", "device_id", "mpi_path")
 #: Options of the group below that cagnet1d does not take (GraphSAINT runs on rdm only).
 NOT_OPTIONS: dict[str, tuple[str, ...]] = {
     "cagnet1d": ("saint", "saint_budget", "saint_walk_length", "saint_steps", "saint_presample")}
@@ -53,7 +53,7 @@ def add_arguments(parser: Any) -> None:
 
     g = parser.add_argument_group("rdm / cagnet1d engines (DATA = converted dataset)")
     g.add_argument("--order", default=d("order"), metavar="ORDER", help=ORDER_HELP)
-    g.add_argument("--order-from", default=None, metavar="RESULTS.h5",
+    g.add_argument("--order-from", default=None, type=input_path, metavar="RESULTS.h5",
                    help="reuse the order a previous run chose (its /train order attribute, e.g. "
                    "from --order auto), so a rerun with the same seed repeats it exactly")
     g.add_argument("--memo", action=argparse.BooleanOptionalAction, default=d("memo"),
@@ -73,36 +73,38 @@ def add_arguments(parser: Any) -> None:
                    help="learnable bias in every GCN layer (default: on)")
     g.add_argument("--dtype", choices=("float32", "float64"), default=d("dtype"),
                    help=f"floating-point type of features, weights and A (default: {d('dtype')})")
-    g.add_argument("--device", choices=DEVICE_KINDS, default=d("device"),
-                   help="where this rank's tensors live: cpu (default) or cuda (a GPU per rank, "
-                   "see --device-id; docs/devices.md)")
-    g.add_argument("--device-id", default=d("device_id"), metavar="local-rank|N",
-                   help="--device cuda: local-rank (default: the rank's number on its node, "
-                   "from the launcher, modulo the GPUs it sees; one GPU per rank under srun "
-                   "--gpus-per-task=1) or GPU number N")
     g.add_argument("--spmm", choices=SPMM_KERNELS, default=d("spmm"),
                    help="SpMM library: torch (default; CPU or GPU, cuSPARSE on a GPU), scipy "
                    "(CPU), cupy (GPU; cuSPARSE through CuPy, whose public spmm writes a "
                    "column-major product that costs a transposing copy per call: slower than "
                    "torch, kept to compare libraries)")
-    g.add_argument("--mpi-path", choices=MPI_PATHS, default=d("mpi_path"),
-                   help="how GPU buffers cross MPI: host (default; staged through pinned host "
-                   "memory, works with any MPI) or direct (device pointers; needs a CUDA-aware "
-                   "MPI: docs/devices.md says how to tell)")
     g.add_argument("--backend", choices=tuple(LEGACY_BACKENDS), default=None,
                    help="deprecated: torch = --device cpu --spmm torch, scipy = --device cpu "
                    "--spmm scipy, cuda = --device cuda --spmm torch, cupy = --device cuda "
                    "--spmm cupy")
-    g.add_argument("--partition", default=None, metavar="DIR",
+    g.add_argument("--partition", default=None, type=input_path, metavar="DIR",
                    help="partition store (meta.json + part-*.h5): renumber vertices so each "
                    "partition is a contiguous range; row panels follow partition boundaries. "
-                   "nau: an edge-cut store with one partition per rank whose owned vertices "
-                   "give each rank its roots (default: a hash of the vertex id)")
+                   "nau: an edge-cut store with at least one partition per rank (partition i "
+                   "on rank i mod P) whose owned vertices, with their edges, give each rank its "
+                   "part of the structure and its roots (default: a hash of the vertex id)")
     g.add_argument("--chunk", type=int, default=d("chunk"),
                    help=f"edges read per chunk while streaming the edge file (default: {d('chunk')})")
     g.add_argument("--saint", choices=("node", "edge", "rw"), default=None,
                    help="GraphSAINT mode (rdm, R = P): train on sampled subgraphs drawn "
                    "identically on every rank from the shared seed; node, edge or random-walk sampler")
+
+
+def option_rules(parser: Any) -> None:
+    """Options of these engines that only some of their settings read (Parser.only_if)."""
+    def when(cond: Any) -> Any:
+        return lambda a: a.engine.lower() not in ENGINES or cond(a)
+
+    parser.only_if(("saint_budget", "saint_steps", "saint_presample"),
+                   when(lambda a: a.saint is not None), "with --saint (rdm)")
+    parser.only_if("saint_walk_length", when(lambda a: a.saint == "rw"), "with --saint rw (rdm)")
+    parser.only_if("replicas", when(lambda a: a.engine.lower() == "rdm"),
+                   "with --engine rdm (cagnet1d always keeps one copy of A)")
 
 
 def run(comm: Communicator, args: Any) -> int:

@@ -15,9 +15,9 @@ import numpy as np
 
 from perfmodel import memory
 from shardgnn import log
-from shardgnn.comm import MPI_PATHS, Communicator, peak_rss_bytes
-from shardgnn.device import DEVICE_KINDS, LOCAL_RANK, Device, parse_device_id, ranks_sharing
-from shardgnn.device import select as select_device
+from shardgnn.comm import Communicator, peak_rss_bytes
+from shardgnn.device import Device, ranks_sharing
+from shardgnn.device import setup as device_setup
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.canonical import read_meta
 from shardgnn.io.results import ResultWriter
@@ -28,8 +28,8 @@ from shardgnn.rdm import autoorder, resume
 from shardgnn.rdm.layout import Grid, panels_from_parts
 from shardgnn.rdm.schedule import Order, cagnet_order, parse_order
 from shardgnn.train import features, guards
-from shardgnn.train.config import (CheckpointOptions, SaintOptions, TrainConfig, from_args,
-                                   raise_first)
+from shardgnn.train.config import (CheckpointOptions, DeviceOptions, SaintOptions, TrainConfig,
+                                   from_args, raise_first)
 
 
 #: ``--replicas auto``: R from the memory budget (:func:`resolve_replicas`).
@@ -37,7 +37,7 @@ AUTO = "auto"
 
 
 @dataclass(kw_only=True)
-class RDMConfig(TrainConfig, CheckpointOptions, SaintOptions):
+class RDMConfig(TrainConfig, CheckpointOptions, SaintOptions, DeviceOptions):
     """Resolved configuration of one RDM / CAGNET-1D run; the common, checkpoint and GraphSAINT
     options and their defaults come from :mod:`shardgnn.train.config` (``eval_every = 0``: no
     evaluation)."""
@@ -50,10 +50,7 @@ class RDMConfig(TrainConfig, CheckpointOptions, SaintOptions):
     memory_budget: int = 0
     bias: bool = True
     dtype: str = "float32"
-    device: str = "cpu"
-    device_id: str = LOCAL_RANK
     spmm: str = "torch"
-    mpi_path: str = "host"
     backend: str | None = None
     partition: str | None = None
     chunk: int = 1 << 20
@@ -98,7 +95,9 @@ def validate(cfg: RDMConfig, size: int) -> None:
                          f"--replicas {cfg.replicas or size}")
     if cfg.memory_budget < 0:
         raise ShardError(f"--memory-budget: expected bytes > 0, got {cfg.memory_budget}")
-    validate_device(cfg)
+    cfg.device_checks()
+    if cfg.spmm not in SPMM_KERNELS:
+        raise ShardError(f"--spmm: expected one of {', '.join(SPMM_KERNELS)}, got {cfg.spmm!r}")
     if cfg.saint is not None:
         if cfg.saint not in ("node", "edge", "rw"):
             raise ShardError(f"--saint: expected node, edge or rw, got {cfg.saint!r}")
@@ -106,23 +105,6 @@ def validate(cfg: RDMConfig, size: int) -> None:
             raise ShardError("--saint: expected --engine rdm with A replicated (--replicas P); "
                              f"got engine {cfg.engine} with R={cfg.replicas}")
     resolve_order(cfg.order, cfg.layers, cfg.engine)
-
-
-def validate_device(cfg: RDMConfig) -> None:
-    """The device options, checked identically on every rank (raises ShardError)."""
-    if cfg.device not in DEVICE_KINDS:
-        raise ShardError(f"--device: expected one of {', '.join(DEVICE_KINDS)}, got {cfg.device!r}")
-    parse_device_id(cfg.device_id)
-    if cfg.spmm not in SPMM_KERNELS:
-        raise ShardError(f"--spmm: expected one of {', '.join(SPMM_KERNELS)}, got {cfg.spmm!r}")
-    if cfg.mpi_path not in MPI_PATHS:
-        raise ShardError(f"--mpi-path: expected one of {', '.join(MPI_PATHS)}, got {cfg.mpi_path!r}")
-    if cfg.device == "cpu" and str(cfg.device_id) != LOCAL_RANK:
-        raise ShardError(f"--device-id {cfg.device_id}: expected --device cuda (it picks a GPU), "
-                         "got --device cpu")
-    if cfg.device == "cpu" and cfg.mpi_path == "direct":
-        raise ShardError("--mpi-path direct: expected --device cuda (host buffers always go to "
-                         "MPI as they are), got --device cpu")
 
 
 def resolve_replicas(comm: Communicator, cfg: RDMConfig, meta: Any, widths: list[int],
@@ -170,13 +152,8 @@ def build(comm: Communicator, cfg: RDMConfig) -> Built:
     if cfg.backend and comm.rank == 0:
         log.get().warning("--backend is deprecated: --backend %s means --device %s --spmm %s",
                           cfg.backend, cfg.device, cfg.spmm)
-    dev = select_device(comm, cfg.device, cfg.device_id)
+    dev = device_setup(comm, cfg.device, cfg.device_id, cfg.mpi_path)
     be = comm.run_agreed(Backend, cfg.spmm, cfg.dtype, dev)
-    comm.set_mpi_path(cfg.mpi_path, comm.force_staging)
-    if cfg.mpi_path == "direct" and comm.rank == 0 and not comm.cuda_aware():
-        log.get().warning("--mpi-path direct: this MPI does not report CUDA support "
-                          "(MPIX_Query_cuda_support); it may crash on device buffers "
-                          "(docs/devices.md)")
     P = comm.size
     f0 = nd.num_features
     widths = [f0] + [cfg.hidden] * (cfg.layers - 1) + [nd.num_classes]
@@ -285,7 +262,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
                resumed: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``cfg.epochs`` epochs; ``steps_of_epoch(e)`` runs the epoch's steps and returns their
     records. Evaluates every ``cfg.eval_every`` epochs (0: never); one metrics all-reduce per
-    epoch; a checkpoint every ``cfg.checkpoint_every`` epochs. With ``resumed`` (a checkpoint
+    epoch; a checkpoint when ``cfg.checkpoint_due``. With ``resumed`` (a checkpoint
     already loaded into ``tr``) the epochs it holds are taken from it. Returns per-epoch arrays
     (rank-local times/bytes). Collective over comm."""
     E = cfg.epochs
@@ -337,7 +314,7 @@ def epoch_loop(comm: Communicator, cfg: RDMConfig, tr: Trainer, g: GraphState, s
             rec["nan_loss_epoch"] = e + 1
             if not cfg.allow_nan_loss:
                 break
-        if cfg.checkpoint_every and (e + 1) % cfg.checkpoint_every == 0:
+        if cfg.checkpoint_due(e + 1, E):
             resume.save(comm, cfg, tr, rec, e + 1)
     if rec["nan_loss_epoch"] and not cfg.allow_nan_loss:  # keep the epochs that ran
         for k, v in rec.items():

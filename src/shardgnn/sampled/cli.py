@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shardgnn.cli.parser import input_path
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.train.config import default_of, from_args
@@ -11,7 +12,7 @@ from shardgnn.train.config import default_of, from_args
 ENGINES: tuple[str, ...] = ("sampled",)
 #: Options of the shared group this engine takes.
 SHARED_OPTIONS: tuple[str, ...] = ("model", "sampler", "eval", "eval_every", "checkpoint_every",
-                                   "checkpoint", "resume")
+                                   "checkpoint", "resume", "device", "device_id", "mpi_path")
 #: The shared --sampler's values this engine takes.
 SAMPLERS: tuple[str, ...] = ("uniform", "keyed", "weighted")
 #: Options of the averaging group this engine also takes (same meaning).
@@ -42,7 +43,7 @@ def add_arguments(parser: Any) -> None:
                    help=f"directed graphs: aggregate over out- or in-neighbours (default: {direction})")
     g.add_argument("--eval-batch-size", type=int, default=eval_batch,
                    help=f"seeds per evaluation step over all ranks (default: {eval_batch})")
-    g.add_argument("--dataset", default=None, metavar="DIR",
+    g.add_argument("--dataset", default=None, type=input_path, metavar="DIR",
                    help="the converted dataset the store was cut from (features, labels, masks; "
                    "default: the path in the store's meta.json)")
     g.add_argument("--type-fanouts", default=None, metavar="SPEC",
@@ -123,6 +124,17 @@ def _fractions(text: str) -> list[float]:
             from None
 
 
+def option_rules(parser: Any) -> None:
+    """Options of this engine that only some of its settings read (Parser.only_if)."""
+    def when(cond: Any) -> Any:
+        return lambda a: a.engine.lower() not in ENGINES or cond(a)
+
+    parser.only_if("eval_batch_size", when(lambda a: a.eval in (None, "full")),
+                   "when evaluating (--eval full, the default of --engine sampled)")
+    parser.only_if("sample_replace", when(lambda a: (a.sampler or "uniform") != "keyed"),
+                   "with --sampler uniform or weighted")
+
+
 def config_from_args(args: argparse.Namespace) -> Any:
     """The validated :class:`~shardgnn.sampled.engine.SampledConfig`."""
     from shardgnn.sampled.engine import SampledConfig
@@ -148,6 +160,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if cfg.sampler not in SAMPLERS:
         raise ShardError(f"--sampler: expected {', '.join(SAMPLERS)} with --engine sampled, got "
                          f"{cfg.sampler}")
+    if "direction" in given:
+        from shardgnn.partition.vertexcut.store import PartitionStore
+        from shardgnn.sampling.features import check_direction
+
+        check_direction(PartitionStore(cfg.data), True)
     if cfg.eval in ("local", "dist"):
         raise ShardError(f"--eval {cfg.eval}: not an evaluation of --engine sampled; expected "
                          "full (val/test on the sampled path) or none")

@@ -19,6 +19,8 @@ import torch
 
 from shardgnn import keyed, log
 from shardgnn.comm import Communicator, peak_rss_bytes
+from shardgnn.device import CPU, Device
+from shardgnn.device import setup as device_setup
 from shardgnn.errors import ShardError
 from shardgnn.io import labels
 from shardgnn.io.results import ResultWriter
@@ -28,10 +30,11 @@ from shardgnn.sampling.features import (VertexData, check_fanouts, load_vertex_d
 from shardgnn.sampling.service import GatherApplySampler, store_weights
 from shardgnn.train import checkpoint, features, guards, models, sync
 from shardgnn.train.metrics import Task
-from shardgnn.train.config import CheckpointOptions, TrainConfig, raise_first
+from shardgnn.train.config import CheckpointOptions, DeviceOptions, TrainConfig, raise_first
 
 SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time", "sample_time",
-          "fetch_time", "compute_time", "allreduce_time", "eval_time", "sampled_edges", "steps")
+          "fetch_time", "copy_time", "compute_time", "allreduce_time", "eval_time",
+          "sampled_edges", "steps")
 RESUME_KEYS = ("model", "hidden", "layers", "heads", "dropout", "lr", "weight_decay", "seed",
                "fanouts", "batch_size", "sampler", "replace", "direction", "type_fanouts",
                "task", "link")
@@ -83,9 +86,10 @@ class LinkOptions:
 
 
 @dataclass(kw_only=True)
-class SampledConfig(TrainConfig, CheckpointOptions):
+class SampledConfig(TrainConfig, CheckpointOptions, DeviceOptions):
     """Resolved configuration of one ``train --engine sampled`` run (``docs/sampled.md``); the
-    common and checkpoint options and their defaults come from :mod:`shardgnn.train.config`."""
+    common, checkpoint and device options and their defaults come from
+    :mod:`shardgnn.train.config`."""
 
     out: str
     model: str = "gcn"
@@ -112,6 +116,10 @@ class SampledConfig(TrainConfig, CheckpointOptions):
             (self.eval in ("full", "none"), "--eval", "full (sampled) or none", self.eval),
             (self.task in ("node", "link"), "--task", "node or link", self.task)]
             + self.checkpoint_checks() + (self.link.checks() if self.task == "link" else []))
+        self.device_checks()
+        if self.task == "link" and self.device == "cuda":
+            raise ShardError("--task link: expected --device cpu (link prediction runs on the "
+                             "CPU so far), got --device cuda")
         check_fanouts(",".join(str(f) for f in self.fanouts), self.layers)
 
 
@@ -140,6 +148,9 @@ class _Run:
     """One rank's training state: sampler, owned vertex data, model, optimiser, seeds."""
 
     def __init__(self, comm: Communicator, cfg: SampledConfig) -> None:
+        # sampling, the feature store and its fetches stay on the host (GLISP's servers); the
+        # model and each mini-batch's blocks and input rows live on the device
+        self.dev = device_setup(comm, cfg.device, cfg.device_id, cfg.mpi_path)
         store, ds = comm.run_agreed(open_store, cfg.data, cfg.dataset)
         weights = comm.run_agreed(store_weights, store, ds) if cfg.sampler == "weighted" else None
         self.fanouts, by_type = comm.run_agreed(typed_fanouts, cfg, store)
@@ -165,11 +176,11 @@ class _Run:
         cfg.feature_norm_used, _ = features.decide(comm, cfg.feature_norm, [(self.x.rows, None)])
         self.x.rows = features.apply(self.x.rows, cfg.feature_norm_used)
         self.model = comm.run_agreed(_build_model, cfg, int(self.x.rows.shape[1]), classes)
+        self.model.to(self.dev.torch)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
                                     weight_decay=cfg.weight_decay)
-        g = torch.Generator().manual_seed(int(np.random.SeedSequence(
+        self.torch_rng = self.dev.seeded_rng_state(int(np.random.SeedSequence(
             [cfg.seed, comm.rank]).generate_state(1)[0]))
-        self.torch_rng = g.get_state()
         self.np_rng = np.random.default_rng([cfg.seed, comm.rank])
         self.classes = classes
         self.seed = cfg.seed
@@ -203,21 +214,30 @@ def _slice(order: np.ndarray, s: int, batch: int, comm: Communicator) -> np.ndar
 
 
 def _forward(run: _Run, mb: MiniBatch, st: dict[str, float], step: int = -1) -> torch.Tensor:
-    """Fetch the input rows (collective) and run the model over the blocks (:func:`layers`)."""
+    """Fetch the input rows (collective) and run the model over the blocks (:func:`layers`).
+
+    The fetched rows and the blocks go to the device once, from pinned memory without blocking
+    the host (``copy_time``; on the CPU nothing is copied).
+    """
+    dev = run.dev
     t0 = time.perf_counter()
-    x = torch.from_numpy(run.x.fetch(mb.input_nodes, op_name="fetch"))
-    st["fetch_time"] += time.perf_counter() - t0
-    return layers(run.model, x, mb, [models.TorchBlock.of(b) for b in mb.blocks()], run.seed,
-                  step)
+    rows = run.x.fetch(mb.input_nodes, op_name="fetch")
+    t1 = time.perf_counter()
+    st["fetch_time"] += t1 - t0
+    x = dev.upload(rows)
+    blocks = [models.TorchBlock.of(b, dev) for b in mb.blocks()]
+    st["copy_time"] = st.get("copy_time", 0.0) + time.perf_counter() - t1
+    return layers(run.model, x, mb, blocks, run.seed, step, dev)
 
 
 def layers(model: torch.nn.Module, x: torch.Tensor, mb: MiniBatch, blocks: list[Any], seed: int,
-           step: int = -1) -> torch.Tensor:
+           step: int = -1, dev: Device = CPU) -> torch.Tensor:
     """The model's layers over the blocks from the input rows ``x`` (of ``mb.input_nodes``).
 
     In training (``step >= 0``) the dropout before layer l is keyed by (seed, step, l, global id
     of the row) (:func:`shardgnn.keyed.dropout_mask`) instead of drawn from torch's generator, so a
-    vertex gets the same mask whichever rank and batch position holds it.
+    vertex gets the same mask whichever rank and batch position holds it. On a GPU the mask is
+    drawn there (:func:`shardgnn.keyed.dropout_torch`: the same bits, so the same values).
     """
     p = float(getattr(model, "dropout", 0.0))
     m = cast(Any, model)
@@ -227,8 +247,13 @@ def layers(model: torch.nn.Module, x: torch.Tensor, mb: MiniBatch, blocks: list[
     m.dropout = 0.0
     try:
         for i, b in enumerate(blocks):
-            mask = keyed.dropout_mask(mb.nodes[L - i], 0, int(x.shape[1]), seed, step, i, p)
-            x = m.layer(i, x * torch.from_numpy(mask), b)
+            if dev.is_cuda:
+                x = keyed.dropout_torch(x, dev.upload(mb.nodes[L - i], np.int64), 0, seed, step,
+                                        i, p)
+            else:
+                x = x * torch.from_numpy(keyed.dropout_mask(mb.nodes[L - i], 0, int(x.shape[1]),
+                                                            seed, step, i, p))
+            x = m.layer(i, x, b)
     finally:
         m.dropout = p
     return x
@@ -240,7 +265,7 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
     st = {k: 0.0 for k in SERIES}
     order = _share(run.masks["train"], cfg.seed, epoch, True)
     steps = -(-order.size // cfg.batch_size)
-    torch.set_rng_state(run.torch_rng)
+    run.dev.set_rng_state(run.torch_rng)
     run.model.train()
     loss_sum, count = 0.0, 0
     counts = np.zeros(run.task.num_counts)
@@ -251,7 +276,7 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
         mb = run.sampler.sample(seeds, run.fanouts, step=step)
         st["sample_time"] += time.perf_counter() - t0
         st["sampled_edges"] += sum(b.num_edges for b in mb.hops)
-        t1, f0 = time.perf_counter(), st["fetch_time"]
+        t1, f0, c0 = time.perf_counter(), st["fetch_time"], st["copy_time"]
         ys = run.y.fetch(seeds, op_name="fetch")
         st["fetch_time"] += time.perf_counter() - t1
         run.opt.zero_grad()
@@ -259,7 +284,9 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
         loss = (run.task.loss(out, run.task.targets(ys), reduction="sum") if seeds.size
                 else out.sum() * 0.0)
         loss.backward()
-        st["compute_time"] += time.perf_counter() - t1 - (st["fetch_time"] - f0)
+        run.dev.sync()   # honest compute time on a GPU (its kernels run asynchronously)
+        st["compute_time"] += (time.perf_counter() - t1 - (st["fetch_time"] - f0)
+                               - (st["copy_time"] - c0))
         loss_sum += float(loss.detach())
         counts += run.task.counts(out, ys)
         count += int(seeds.size)
@@ -268,7 +295,7 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
         st["allreduce_time"] += time.perf_counter() - t2
         run.opt.step()
         prog.update(1)
-    run.torch_rng = torch.get_rng_state()
+    run.torch_rng = run.dev.get_rng_state()
     tot = comm.allreduce_scalar(count)
     st["loss"] = comm.allreduce_scalar(loss_sum) / tot if tot else float("nan")
     comm.allreduce(counts)
@@ -355,7 +382,7 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
         else:
             st.update(val_acc=float("nan"), test_acc=float("nan"))
         st["epoch"] = epoch
-        for k in ("sample_time", "fetch_time", "compute_time", "allreduce_time"):
+        for k in ("sample_time", "fetch_time", "copy_time", "compute_time", "allreduce_time"):
             st[k] = comm.allreduce_scalar(st[k], "max")
         st["sampled_edges"] = comm.allreduce_scalar(st["sampled_edges"])
         for k in SERIES:
@@ -363,13 +390,14 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
         hist["bytes"].append(dict(comm.counters()["bytes"]))
         hist["load"].append((run.sampler.load.as_array() - load0).tolist())
         logger.info("epoch %d loss %.4f train %.4f val %.4f test %.4f (%.2fs: sample %.2f fetch "
-                    "%.2f compute %.2f allreduce %.2f)", epoch, st["loss"], st["train_acc"],
-                    st["val_acc"], st["test_acc"], st["epoch_time"], st["sample_time"],
-                    st["fetch_time"], st["compute_time"], st["allreduce_time"])
+                    "%.2f copy %.2f compute %.2f allreduce %.2f)", epoch, st["loss"],
+                    st["train_acc"], st["val_acc"], st["test_acc"], st["epoch_time"],
+                    st["sample_time"], st["fetch_time"], st["copy_time"], st["compute_time"],
+                    st["allreduce_time"])
         stop = guards.nan_loss_stop(hist, epoch, st["loss"], cfg)  # the loss is all-reduced
         if stop:
             break
-        if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
+        if cfg.checkpoint_due(epoch, cfg.epochs):
             h = {k: hist[k] for k in SERIES}
             h.update(bytes_json=json.dumps(hist["bytes"]), load_json=json.dumps(hist["load"]))
             _save(comm, cfg, ckpt, epoch, run, h)
@@ -394,6 +422,7 @@ def _write(comm: Communicator, cfg: SampledConfig, run: _Run, hist: dict[str, An
                "total_epoch_time": float(np.nansum(hist["epoch_time"])),
                "sampled_edges": float(np.nansum(hist["sampled_edges"])),
                "feature_bytes_owned": run.x.nbytes, "feature_norm": cfg.feature_norm_used,
+               "device": str(run.dev), "mpi_path": cfg.mpi_path,
                **run.task.attrs()}
     ops = sorted({k for d in hist["bytes"] for k in d})
     load = np.asarray(hist["load"], dtype=np.int64).reshape(-1, 3)
@@ -406,5 +435,6 @@ def _write(comm: Communicator, cfg: SampledConfig, run: _Run, hist: dict[str, An
         rw.attrs("train", {**summary, "server_load_columns": "requests,scanned,returned"})
         rw.per_rank("train/server_load", load)
         rw.per_rank("train/peak_rss", peak_rss_bytes())
+        rw.per_rank("train/peak_device_memory", run.dev.peak_memory_bytes())
         rw.per_rank("train/feature_bytes", run.x.nbytes)
     return summary

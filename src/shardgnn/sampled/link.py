@@ -115,7 +115,7 @@ class _LinkRun:
         st["fetch_time"] += time.perf_counter() - t0
         L = len(mb.hops)
         nt = self.data.node_type
-        blocks = [models.TorchBlock.of(b, nt[mb.nodes[L - i]]) for i, b in enumerate(mb.blocks())]
+        blocks = [models.TorchBlock.of(b, src_type=nt[mb.nodes[L - i]]) for i, b in enumerate(mb.blocks())]
         return layers(self.model.encoder, x, mb, blocks, self.seed, step if train else -1), leaf
 
 

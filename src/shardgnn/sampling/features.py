@@ -29,6 +29,14 @@ def open_store(path: str, dataset: str | None = None) -> tuple[PartitionStore, P
     return store, ds
 
 
+def check_direction(store: PartitionStore, given: bool) -> None:
+    """Refuse ``--direction`` given for a store of an undirected graph (both sides are the
+    same there, so it would be ignored). Rank-local, the same verdict on every rank."""
+    if given and not store.meta.get("directed", False):
+        raise ShardError(f"--direction: applies to directed graphs, got the undirected store "
+                         f"{store.path}; it would be ignored")
+
+
 def owner_ranks(membership: np.ndarray, size: int) -> np.ndarray:
     """Owner rank of every vertex (int32) from the replicated partition bits. Pure."""
     from shardgnn.sampling.service import lowest_bit_partition  # numba: imported when used

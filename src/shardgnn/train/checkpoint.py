@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardgnn.device import numpy_of
 from shardgnn.errors import input_error
 from shardgnn.io import outputs
 from shardgnn.io.results import hdf5_output, open_hdf5
@@ -49,7 +50,7 @@ CHECKSUMS_ATTR = "checksums"
 
 
 def _tensor_dict(sd: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy().copy() for k, v in sd.items()}
+    return {k: numpy_of(v).copy() for k, v in sd.items()}
 
 
 def partition_state(model: torch.nn.Module, opt: torch.optim.Optimizer, torch_rng: torch.Tensor,
@@ -58,11 +59,11 @@ def partition_state(model: torch.nn.Module, opt: torch.optim.Optimizer, torch_rn
     import torch
 
     osd = opt.state_dict()
-    optim = {str(i): {k: (v.detach().cpu().numpy().copy() if torch.is_tensor(v) else np.asarray(v))
+    optim = {str(i): {k: (numpy_of(v).copy() if torch.is_tensor(v) else np.asarray(v))
                       for k, v in st.items()} for i, st in osd["state"].items()}
     return {"model": _tensor_dict(model.state_dict()), "optim": optim,
             "param_groups": json.dumps(osd["param_groups"]),
-            "torch_rng": torch_rng.numpy().copy(),
+            "torch_rng": numpy_of(torch_rng).copy(),
             "numpy_rng": json.dumps(np_rng.bit_generator.state)}
 
 

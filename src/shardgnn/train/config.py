@@ -14,7 +14,9 @@ import argparse
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping, TypeVar
 
-from shardgnn.errors import Check, raise_first
+from shardgnn.comm import MPI_PATHS
+from shardgnn.device import DEVICE_KINDS, LOCAL_RANK, parse_device_id
+from shardgnn.errors import Check, ShardError, raise_first
 from shardgnn.train.guards import MAX_LR
 
 C = TypeVar("C")
@@ -68,6 +70,14 @@ class CheckpointOptions:
     def checkpoint_checks(self) -> list[Check]:
         return [(self.checkpoint_every >= 0, "--checkpoint-every", ">= 0", self.checkpoint_every)]
 
+    def checkpoint_due(self, epoch: int, last: int) -> bool:
+        """Whether the checkpoint is written after ``epoch`` (1-based) of ``last``: every
+        ``checkpoint_every`` epochs; with ``checkpoint`` (a file) and no ``checkpoint_every``,
+        once after the last epoch (a checkpoint file asked for is never left unwritten)."""
+        if self.checkpoint_every:
+            return epoch % self.checkpoint_every == 0
+        return epoch == last and bool(self.checkpoint)
+
 
 @dataclass(kw_only=True)
 class SaintOptions:
@@ -84,6 +94,50 @@ class SaintOptions:
                  self.saint_walk_length),
                 (self.saint_steps >= 0, "--saint-steps", ">= 0", self.saint_steps),
                 (self.saint_presample >= 0, "--saint-presample", ">= 0", self.saint_presample)]
+
+
+@dataclass(kw_only=True)
+class DeviceOptions:
+    """`--device`, `--device-id`, `--mpi-path` (every engine of `train`, and `infer`): where this
+    rank's tensors live, which GPU, how device buffers cross MPI (docs/devices.md)."""
+
+    device: str = "cpu"
+    device_id: str = LOCAL_RANK
+    mpi_path: str = "host"
+
+    def device_checks(self) -> None:
+        """Check the device options identically on every rank (raises ShardError)."""
+        if self.device not in DEVICE_KINDS:
+            raise ShardError(f"--device: expected one of {', '.join(DEVICE_KINDS)}, got "
+                             f"{self.device!r}")
+        parse_device_id(self.device_id)
+        if self.mpi_path not in MPI_PATHS:
+            raise ShardError(f"--mpi-path: expected one of {', '.join(MPI_PATHS)}, got "
+                             f"{self.mpi_path!r}")
+        if self.device == "cpu" and str(self.device_id) != LOCAL_RANK:
+            raise ShardError(f"--device-id {self.device_id}: expected --device cuda (it picks a "
+                             "GPU), got --device cpu")
+        if self.device == "cpu" and self.mpi_path == "direct":
+            raise ShardError("--mpi-path direct: expected --device cuda (host buffers always go "
+                             "to MPI as they are), got --device cpu")
+
+
+def add_device_arguments(group: Any, label: str = "") -> None:
+    """Add `--device`, `--device-id` and `--mpi-path` to an argparse group; ``label`` (e.g.
+    ``"(all engines) "``) starts each help text. The one definition `train` and `infer` use."""
+    d = DeviceOptions()
+    group.add_argument("--device", choices=DEVICE_KINDS, default=d.device,
+                       help=f"{label}where this rank's tensors live: cpu (default) or cuda (a GPU "
+                       "per rank, see --device-id; docs/devices.md says which engine and model "
+                       "run on a GPU)")
+    group.add_argument("--device-id", default=d.device_id, metavar="local-rank|N",
+                       help=f"{label}--device cuda: local-rank (default: the rank's number on its "
+                       "node, from the launcher, modulo the GPUs it sees; one GPU per rank under "
+                       "srun --gpus-per-task=1) or GPU number N")
+    group.add_argument("--mpi-path", choices=MPI_PATHS, default=d.mpi_path,
+                       help=f"{label}how GPU buffers cross MPI: host (default; staged through "
+                       "pinned host memory, works with any MPI) or direct (device pointers; "
+                       "needs a CUDA-aware MPI: docs/devices.md says how to tell)")
 
 
 def default_of(cls: type, name: str) -> Any:
@@ -120,5 +174,6 @@ def from_args(cls: type[C], args: argparse.Namespace, rename: Mapping[str, str] 
     return cls(**kw)
 
 
-__all__ = ["TrainConfig", "CheckpointOptions", "SaintOptions", "Check", "raise_first",
+__all__ = ["TrainConfig", "CheckpointOptions", "DeviceOptions", "SaintOptions",
+           "add_device_arguments", "Check", "raise_first",
            "default_of", "from_args"]

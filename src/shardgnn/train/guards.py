@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from shardgnn.cli.parser import Unset
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 
@@ -264,19 +265,6 @@ def nan_loss_message(epoch: int, loss: float, out: str | Path | None) -> str:
 
 
 # ---------------------------------------------------------------------------- engine options
-class Unset:
-    """An option's default, marking it as not given on the command line (see
-    :func:`track_explicit`). ``str()`` gives the default, so ``%(default)s`` in help works."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    __repr__ = __str__
-
-
 def track_explicit(actions: Sequence[argparse.Action]) -> dict[str, str]:
     """Wrap the defaults of ``actions`` in :class:`Unset`; returns dest -> its option strings
     (``--memo/--no-memo``) for every wrapped optional."""

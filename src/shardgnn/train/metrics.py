@@ -56,6 +56,7 @@ class Task:
         """Per-vertex loss reduced by ``mean``, ``sum`` or ``none`` (one value per vertex)."""
         import torch.nn.functional as F
 
+        y = y.to(logits.device)   # a no-op where both live already
         if not self.multilabel:
             return F.cross_entropy(logits, y, reduction=reduction)
         per = F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype),
@@ -96,7 +97,9 @@ class Task:
 
 def _numpy(a: Any) -> np.ndarray:
     if hasattr(a, "detach"):
-        return a.detach().cpu().numpy()
+        from shardgnn.device import numpy_of
+
+        return numpy_of(a)
     return np.asarray(a)
 
 

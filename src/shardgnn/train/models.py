@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shardgnn.device import CPU, Device, device_of, numpy_of
 from shardgnn.errors import ShardError
 from shardgnn.registry import MODELS
 
@@ -137,25 +138,29 @@ class TorchBlock:
     read ``etype`` (edge type per edge) and ``src_type`` (node type per source row)."""
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, num_src: int, num_dst: int,
-                 etype: np.ndarray | None = None, src_type: np.ndarray | None = None) -> None:
+                 etype: np.ndarray | None = None, src_type: np.ndarray | None = None,
+                 device: Device = CPU) -> None:
         self.indptr = np.asarray(indptr, dtype=np.int64)
         self.indices = np.asarray(indices, dtype=np.int64)
         self.num_src, self.num_dst = int(num_src), int(num_dst)
+        self.device = device
         dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), np.diff(self.indptr))
-        self.edge_index = torch.from_numpy(np.stack([self.indices, dst]))
+        self.edge_index = device.upload(np.stack([self.indices, dst]))
         m = self.indices.size
-        self.etype = torch.from_numpy(np.zeros(m, np.int64) if etype is None or
-                                      np.size(etype) != m else np.asarray(etype, np.int64))
-        self.src_type = torch.from_numpy(np.zeros(self.num_src, np.int64) if src_type is None
-                                          else np.asarray(src_type, np.int64))
+        self.etype = device.upload(np.zeros(m, np.int64) if etype is None or np.size(etype) != m
+                                   else np.asarray(etype, np.int64))
+        self.src_type = device.upload(np.zeros(self.num_src, np.int64) if src_type is None
+                                      else np.asarray(src_type, np.int64))
         self._mean: Any = None
 
     @classmethod
-    def of(cls, block: Any, src_type: np.ndarray | None = None) -> "TorchBlock":
-        """From a :class:`shardgnn.sampling.blocks.Block` (``src_type``: node type per source
-        row, for typed models)."""
+    def of(cls, block: Any, device: Device = CPU,
+           src_type: np.ndarray | None = None) -> "TorchBlock":
+        """From a :class:`shardgnn.sampling.blocks.Block`, its tensors on ``device`` (copied
+        once, from pinned memory, without blocking the host); ``src_type``: node type per source
+        row, for typed models."""
         return cls(block.indptr, block.indices, block.num_src, block.num_dst, block.etype,
-                   src_type)
+                   src_type, device)
 
     def mean_adjacency(self) -> Any:
         """(num_dst x num_src) weights 1/(n_i + 1) on the sampled edges of destination i and on
@@ -171,8 +176,8 @@ class TorchBlock:
             shape = (self.num_dst, self.num_src)
             adj = NormAdjacency.__new__(NormAdjacency)
             adj.num_nodes = self.num_dst
-            adj.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=shape))
-            adj.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=shape[::-1]))
+            adj.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=shape), self.device)
+            adj.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=shape[::-1]), self.device)
             self._mean = adj
         return self._mean
 
@@ -210,7 +215,7 @@ def gcn_weights(edge_index: torch.Tensor, num_nodes: int, deg: torch.Tensor | No
     if deg is None:
         deg = torch.bincount(dst, minlength=num_nodes)
     dinv = (deg.to(torch.float32) + 1.0).rsqrt()
-    loop = torch.arange(num_nodes, dtype=edge_index.dtype)
+    loop = torch.arange(num_nodes, dtype=edge_index.dtype, device=edge_index.device)
     ei = torch.cat([edge_index, torch.stack([loop, loop])], dim=1)
     return ei, torch.cat([dinv[src] * dinv[dst], dinv * dinv])
 
@@ -229,14 +234,15 @@ class NormAdjacency:
         import scipy.sparse as sp
 
         ei, ew = gcn_weights(edge_index, num_nodes, deg)
-        rows, cols, vals = ei[1].numpy(), ei[0].numpy(), ew.numpy()
+        rows, cols, vals = numpy_of(ei[1]), numpy_of(ei[0]), numpy_of(ew)
+        dev = device_of(edge_index)   # built on the host, used where the edges live
         self.num_nodes = int(num_nodes)
-        self.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=(num_nodes, num_nodes)))
-        self.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=(num_nodes, num_nodes)))
+        self.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=(num_nodes, num_nodes)), dev)
+        self.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=(num_nodes, num_nodes)), dev)
 
     @classmethod
     def from_entries(cls, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
-                     num_nodes: int) -> "NormAdjacency":
+                     num_nodes: int, device: Device = CPU) -> "NormAdjacency":
         """An adjacency with given entries (row = target, col = source), e.g. GraphSAINT's
         normalised subgraph Â with its aggregator factors; used as is, nothing added."""
         import scipy.sparse as sp
@@ -244,20 +250,21 @@ class NormAdjacency:
         adj = cls.__new__(cls)
         adj.num_nodes = int(num_nodes)
         shape = (num_nodes, num_nodes)
-        adj.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=shape))
-        adj.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=shape))
+        adj.a = _csr(sp.csr_matrix((vals, (rows, cols)), shape=shape), device)
+        adj.at = _csr(sp.csr_matrix((vals, (cols, rows)), shape=shape), device)
         return adj
 
 
-def _csr(m: Any) -> torch.Tensor:
-    """A torch CSR tensor (float32) from a scipy CSR matrix (duplicates summed, indices sorted)."""
+def _csr(m: Any, device: Device = CPU) -> torch.Tensor:
+    """A torch CSR tensor (float32) on ``device`` from a scipy CSR matrix (duplicates summed,
+    indices sorted)."""
     m.sum_duplicates()
     m.sort_indices()
     with warnings.catch_warnings():  # "sparse CSR support is in beta": used as documented
         warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(torch.from_numpy(m.indptr.astype(np.int64)),
-                                       torch.from_numpy(m.indices.astype(np.int64)),
-                                       torch.from_numpy(m.data.astype(np.float32)), m.shape,
+        return torch.sparse_csr_tensor(device.upload(m.indptr, np.int64),
+                                       device.upload(m.indices, np.int64),
+                                       device.upload(m.data, np.float32), m.shape,
                                        check_invariants=False)
 
 
@@ -426,9 +433,10 @@ class _AttnAggregate(torch.autograd.Function):
     def forward(ctx: Any, alpha: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,  # type: ignore[override]
                 n_dst: int) -> torch.Tensor:
         alpha, x = alpha.contiguous(), x.contiguous()
-        src, dst = edge_index[0].contiguous().numpy(), edge_index[1].contiguous().numpy()
+        # a CPU kernel (FastGATConv sends device tensors to PyG's own propagate): host views
+        src, dst = numpy_of(edge_index[0].contiguous()), numpy_of(edge_index[1].contiguous())
         out = torch.zeros((n_dst, x.shape[1], x.shape[2]), dtype=x.dtype)
-        _attn_aggregate(alpha.detach().numpy(), x.detach().numpy(), src, dst, out.numpy())
+        _attn_aggregate(numpy_of(alpha), numpy_of(x), src, dst, numpy_of(out))
         ctx.save_for_backward(alpha, x)
         ctx.edges = (src, dst)
         return out
@@ -439,8 +447,8 @@ class _AttnAggregate(torch.autograd.Function):
         src, dst = ctx.edges
         grad_alpha = torch.empty_like(alpha)
         grad_x = torch.zeros_like(x)
-        _attn_aggregate_grad(alpha.detach().numpy(), x.detach().numpy(), src, dst,
-                             grad.contiguous().numpy(), grad_alpha.numpy(), grad_x.numpy())
+        _attn_aggregate_grad(numpy_of(alpha), numpy_of(x), src, dst, numpy_of(grad.contiguous()),
+                             numpy_of(grad_alpha), numpy_of(grad_x))
         return grad_alpha, grad_x, None, None
 
 
@@ -456,7 +464,9 @@ def _fast_gat_conv() -> type:
         def propagate(self, edge_index: Any, x: Any, alpha: torch.Tensor,  # type: ignore[override]
                       size: Any = None) -> torch.Tensor:
             x_src, x_dst = x
-            if not isinstance(edge_index, torch.Tensor) or edge_index.layout != torch.strided:
+            if (not isinstance(edge_index, torch.Tensor) or edge_index.layout != torch.strided
+                    or edge_index.device.type != "cpu"):
+                # the compiled kernel is a CPU loop; on a GPU PyG's own gather/scatter runs
                 return MessagePassing.propagate(self, edge_index, x=x, alpha=alpha, size=size)
             if size is not None and size[1] is not None:
                 n_dst = int(size[1])

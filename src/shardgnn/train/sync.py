@@ -20,7 +20,10 @@ def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """Concatenate tensors into one contiguous float32 vector."""
     if not tensors:
         return torch.zeros(0)
-    return torch.cat([t.detach().reshape(-1).to(torch.float32) for t in tensors])
+    # on the first device tensor's device (Adam's step counts stay on the CPU beside GPU moments)
+    dev = next((t.device for t in tensors if t.device.type != "cpu"), tensors[0].device)
+    return torch.cat([t.detach().reshape(-1).to(device=dev, dtype=torch.float32)
+                      for t in tensors])
 
 
 def unflatten_into(vec: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
@@ -41,10 +44,11 @@ def allreduce_grads(comm: Communicator, model: nn.Module, count: float | None = 
     Collective over comm (one float32 Allreduce).
     """
     params = list(model.parameters())
-    tail = [] if count is None else [torch.tensor([float(count)])]
+    dev = params[0].device if params else torch.device("cpu")
+    tail = [] if count is None else [torch.tensor([float(count)], device=dev)]
     vec = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                      for p in params] + tail).to(torch.float32)
-    comm.allreduce(vec)
+    comm.allreduce(vec)   # a device vector crosses MPI by comm's --mpi-path (staged by default)
     total = 1.0 if count is None else float(vec[-1])
     scale = 1.0 / total if total > 0 else 0.0
     pos = 0

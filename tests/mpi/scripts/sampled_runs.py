@@ -7,9 +7,8 @@ from shardgnn.cli.main import build_parser, run_command
 from shardgnn.comm import world
 
 
-def main(argv):
-    comm = world()
-    log.setup(comm.rank)
+def split_runs(argv):
+    """Argument lists separated by ``::``."""
     runs, cur = [], []
     for a in argv:
         if a == "::":
@@ -18,7 +17,13 @@ def main(argv):
         else:
             cur.append(a)
     runs.append(cur)
-    for r in runs:
+    return runs
+
+
+def main(argv):
+    comm = world()
+    log.setup(comm.rank)
+    for r in split_runs(argv):
         run_command(comm, build_parser().parse_args(r))
     return 0
 

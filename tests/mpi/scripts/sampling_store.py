@@ -1,7 +1,7 @@
 """Rank script: write a vertex-cut store of a dataset (with its edge types, if any) with a seeded
 random edge assignment.
 
-Usage: sampling_store.py DATASET OUT PARTS
+Usage: sampling_store.py DATASET OUT PARTS [typed]   (typed: edge type (u + v) % 2 per edge)
 """
 import sys
 
@@ -12,7 +12,7 @@ from shardgnn.io.canonical import edge_memmap, edge_type_memmap, read_meta
 from shardgnn.partition.vertexcut.store import write_store_columns
 
 
-def main(data, out, p):
+def main(data, out, p, typed=False):
     comm = world()
     gm = read_meta(data)
     e = np.asarray(edge_memmap(data, gm), dtype=np.int64)
@@ -27,13 +27,14 @@ def main(data, out, p):
     et = edge_type_memmap(data, gm)
     etype = np.zeros(len(e), np.int32) if et is None else np.asarray(et, np.int32)
     cols = {"src": e[lo:hi, 0].copy(), "dst": e[lo:hi, 1].copy(),
-            "etype": etype[lo:hi].copy(), "part": part[lo:hi].astype(np.int32)}
+            "etype": ((e[lo:hi, 0] + e[lo:hi, 1]) % 2 if typed else etype[lo:hi]).astype(np.int32),
+            "part": part[lo:hi].astype(np.int32)}
     info = {"num_parts": p, "num_nodes": n, "num_edges": len(e), "directed": gm.directed,
-            "edge_types": et is not None, "num_edge_types": max(gm.num_edge_types, 1),
-            "dataset": str(data)}
+            "edge_types": bool(typed) or et is not None,
+            "num_edge_types": 2 if typed else max(gm.num_edge_types, 1), "dataset": str(data)}
     write_store_columns(comm, out, cols, member, info)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    sys.exit(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["typed"]))

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shardgnn.nau import dselect
 from shardgnn.nau.aggregation import Executor
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.hdg import HDG, SchemaTree
@@ -55,12 +56,18 @@ class GCNLayer(NAULayer):
         return F.relu(out) if self.act else out
 
 
+def norm_vector(deg: np.ndarray) -> np.ndarray:
+    """``1 / sqrt(deg + 1)`` (float32) of in-degrees ``deg``."""
+    return (1.0 / np.sqrt(np.asarray(deg).astype(np.float64) + 1.0)).astype(np.float32)
+
+
 class GCN(NAUModel):
     """Kipf & Welling GCN as an NAU model (HDGs built once: the graph's own CSC)."""
 
     schema = SchemaTree(("vertex",), (1,))
     hdg_reuse = "once"
     partial_aggregation = True
+    distributed_selection = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  dropout: float = 0.5, **_: Any) -> None:
@@ -76,6 +83,22 @@ class GCN(NAUModel):
         pos, idx = gather_rows(ptr.astype(np.int64), roots)
         return Records(pos, np.zeros(pos.size, np.int64), src[idx], None, None)
 
+    def dist_nbr_udf(self, comm: Any, part: Any, roots: np.ndarray,
+                     rng: np.random.Generator) -> Records:
+        """The owned roots' in-neighbours from the rank's own rows (no communication)."""
+        return dselect.in_neighbours(part, roots)
+
+    def vertex_data(self, graph: Any, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """In-degrees (the normalisation's ``d``)."""
+        if isinstance(graph, TypedGraph):
+            return {"deg": np.diff(graph.csc()[0]).astype(np.int64)[ids]}
+        return {"deg": graph.in_degree(ids)}
+
+    def bind_vertex_data(self, layer: int, data: dict[str, np.ndarray],
+                         root_rows: np.ndarray) -> None:
+        d = torch.from_numpy(norm_vector(data["deg"]))[:, None]
+        self.layers[layer].norm = (d, d[torch.from_numpy(root_rows)])  # type: ignore[index,union-attr,assignment]
+
     def select(self, graph: TypedGraph, exe: Executor, seed: int,
                roots: np.ndarray | None = None) -> HDGSet:
         """The graph's CSC as the HDG of every vertex (shared), else a copy for a root subset;
@@ -88,8 +111,7 @@ class GCN(NAUModel):
             hs = HDGSet(hdg, graph.num_nodes, exe).prepare()
         else:
             hs = super().select(graph, exe, seed, roots)
-        d = torch.from_numpy((1.0 / np.sqrt(np.diff(ptr).astype(np.float64) + 1.0))
-                             .astype(np.float32))[:, None]
+        d = torch.from_numpy(norm_vector(np.diff(ptr)))[:, None]
         for layer in self.layers:  # type: ignore[union-attr]
             layer.norm = (d, d if hs.identity_roots else d[hs.roots_t])  # type: ignore[union-attr,assignment]
         return hs

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shardgnn.errors import ShardError
+from shardgnn.nau import dselect
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.hdg import SchemaTree
 from shardgnn.nau.layer import HDGSet, LevelGraph, NAULayer, NAUModel, Records, aggregation
@@ -60,6 +61,7 @@ class JKNet(NAUModel):
 
     hdg_reuse = "once"
     partial_aggregation = True
+    distributed_selection = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, rings: int = 3,
                  jk_mode: str = "cat", dropout: float = 0.5, **_: Any) -> None:
@@ -70,3 +72,8 @@ class JKNet(NAUModel):
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:
         return khop_rings(graph, roots, schema.num_types)
+
+    def dist_nbr_udf(self, comm: Any, part: Any, roots: np.ndarray,
+                     rng: np.random.Generator) -> Records:
+        """The rings by a BFS of (root, vertex) pairs across the parts."""
+        return dselect.khop_rings(comm, part, roots, self.schema.num_types)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shardgnn.errors import ShardError
+from shardgnn.nau import dselect
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.hdg import SchemaTree
 from shardgnn.nau.layer import HDGSet, LevelGraph, NAULayer, NAUModel, Records, aggregation
@@ -34,10 +35,7 @@ def parse_metapaths(graph: TypedGraph, text: str | None, target: int) -> list[li
     if text:
         mps = [[graph.type_id(t.strip()) for t in mp.split("-")] for mp in text.split(",") if mp]
     else:
-        src, dst = graph.edge_pairs()
-        st, dt = graph.node_type[src], graph.node_type[dst]
-        others = sorted(set(dt[st == target].tolist()) - {target})
-        mps = [[target, o, target] for o in others]
+        mps = [[target, o, target] for o in graph.adjacent_types(target)]
         if not mps:
             mps = [[target, target]]
     for mp in mps:
@@ -115,6 +113,7 @@ class MAGNN(NAUModel):
 
     hdg_reuse = "once"
     partial_aggregation = True
+    distributed_selection = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, graph: TypedGraph,
                  target: int = 0, metapaths: Sequence[Sequence[int]] | None = None,
@@ -132,14 +131,34 @@ class MAGNN(NAUModel):
         layer.node_type = torch.from_numpy(graph.node_type.astype(np.int64))
         self.layers = nn.ModuleList([layer])
 
-    def roots(self, graph: TypedGraph) -> np.ndarray:
-        return np.flatnonzero(graph.node_type == self.target).astype(np.int64)
+    def root_mask(self, node_type: np.ndarray) -> np.ndarray:
+        return np.asarray(node_type) == self.target
+
+    def vertex_data(self, graph: Any, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Node types (the type-specific projections)."""
+        return {"node_type": np.asarray(graph.node_type, np.int64)[ids]}
+
+    def bind_vertex_data(self, layer: int, data: dict[str, np.ndarray],
+                         root_rows: np.ndarray) -> None:
+        self.layers[layer].node_type = torch.from_numpy(data["node_type"])  # type: ignore[index,union-attr,assignment]
 
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:
+        return self._records([metapath_instances(graph, roots, mp, cap=self.max_instances,
+                                                 rng=rng) for mp in self.metapaths])
+
+    def dist_nbr_udf(self, comm: Any, part: Any, roots: np.ndarray,
+                     rng: np.random.Generator) -> Records:
+        """The same instances: counts from the neighbours' owners, paths decoded across parts."""
+        return self._records([dselect.metapath_instances(comm, part, roots, mp,
+                                                         cap=self.max_instances, rng=rng)
+                              for mp in self.metapaths])
+
+    def _records(self, found: list[tuple[np.ndarray, np.ndarray]]) -> Records:
+        """One record per instance: ``found[p]`` = (root positions, paths) of metapath p."""
         rr, tt, ll, sizes = [], [], [], []
-        for p, mp in enumerate(self.metapaths):
-            r, paths = metapath_instances(graph, roots, mp, cap=self.max_instances, rng=rng)
+        for p, (r, paths) in enumerate(found):
+            mp = self.metapaths[p]
             rr.append(r)
             tt.append(np.full(r.size, p, np.int64))
             ll.append(paths.reshape(-1))

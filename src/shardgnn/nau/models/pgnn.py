@@ -1,7 +1,8 @@
 """P-GNN in NAU: anchor sets as neighbour types, position-aware messages. Rank-local.
 
-NeighborSelection (rebuilt every epoch, anchor sets redrawn): ``k`` anchor sets of sizes
-``n/2^i``; slot ``(v, j)`` holds the members ``u`` of set ``j`` within ``q`` hops of ``v``,
+NeighborSelection (rebuilt every epoch, anchor sets redrawn): ``k`` anchor sets, set ``j``
+holding each vertex with probability ``2^-(1 + j mod log2 n)`` (P-GNN's sizes ``n/2^i`` in
+expectation; keyed by vertex, so every rank draws the same sets); slot ``(v, j)`` holds the members ``u`` of set ``j`` within ``q`` hops of ``v``,
 weighted ``s(v,u)/count`` with ``s = 1/(dist+1)``. Aggregation: leaves → anchor set (fused
 weighted mean of ``h_u``, plus the mean of ``s`` as one extra column), then per set the message
 ``ReLU(W · [s̄ · h_v ‖ Σ s·h_u])`` (computed as ``s̄ · W_1 h_v + Σ s · W_2 h_u``, so the
@@ -17,10 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shardgnn.nau import dselect
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.hdg import SchemaTree
 from shardgnn.nau.layer import HDGSet, LevelGraph, NAULayer, NAUModel, Records, aggregation
-from shardgnn.nau.selection import anchor_neighbours, anchor_sets
+from shardgnn.nau.selection import anchor_neighbours
 
 
 class PGNNLayer(NAULayer):
@@ -58,6 +60,7 @@ class PGNN(NAUModel):
 
     hdg_reuse = "epoch"
     partial_aggregation = True
+    distributed_selection = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  dropout: float = 0.5, anchor_sets: int = 16, anchor_hops: int = 2,
@@ -71,5 +74,11 @@ class PGNN(NAUModel):
 
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:
-        sets = anchor_sets(graph.num_nodes, schema.num_types, rng)
-        return anchor_neighbours(graph, roots, sets, self.q)
+        key = int(rng.integers(0, 2 ** 62))
+        return anchor_neighbours(graph, roots, schema.num_types, self.q, key)
+
+    def dist_nbr_udf(self, comm: Any, part: Any, roots: np.ndarray,
+                     rng: np.random.Generator) -> Records:
+        """The same keyed anchor sets; distances by a BFS of (root, vertex) pairs."""
+        key = int(rng.integers(0, 2 ** 62))
+        return dselect.anchor_neighbours(comm, part, roots, self.schema.num_types, self.q, key)

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shardgnn.nau import dselect
 from shardgnn.nau.dense import cat_linear, relu_l2_normalize
 from shardgnn.nau.graph import TypedGraph
 from shardgnn.nau.hdg import SchemaTree
@@ -53,6 +54,7 @@ class PinSage(NAUModel):
     schema = SchemaTree(("vertex",), (1,))
     hdg_reuse = "epoch"
     partial_aggregation = True
+    distributed_selection = True
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  dropout: float = 0.5, walks: int = 10, walk_length: int = 3, topk: int = 10,
@@ -66,3 +68,8 @@ class PinSage(NAUModel):
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:
         return walk_topk(graph, roots, self.walks, self.walk_length, self.topk, rng)
+
+    def dist_nbr_udf(self, comm: Any, part: Any, roots: np.ndarray,
+                     rng: np.random.Generator) -> Records:
+        """The same walks, each step on the rank owning the walk's vertex."""
+        return dselect.walk_topk(comm, part, roots, self.walks, self.walk_length, self.topk, rng)

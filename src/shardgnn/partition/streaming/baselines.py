@@ -19,6 +19,7 @@ from shardgnn import log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.io.canonical import EdgeStream
+from shardgnn.partition.metrics import count_bounds
 from shardgnn.partition.streaming import kernels as K
 from shardgnn.partition.streaming import vcut_kernels as VK
 from shardgnn.partition.streaming.passes import PassTimer, lockstep
@@ -28,13 +29,17 @@ from shardgnn.registry import load_target
 
 @dataclass
 class BaselineParams:
-    """Parameters of the baselines (defaults of the original papers / CATGNN's ports)."""
+    """Parameters of the baselines: the defaults of ``shardgnn partition``. CATGNN's ports
+    as published: ``vcut_balance=0, owner_balance=0`` (and ``twops_port=True`` for 2PS-L),
+    which may give degenerate partitions (docs/partitioning.md)."""
 
     hdrf_lambda: float = 1.0
     hdrf_epsilon: float = 1.0
     twops_port: bool = False     #: CATGNN port: tau 0.1*|E|/p, all partitions scored
     twops_balance: float = 1.05  #: 2PS-L edge capacity = balance * m / p
-    vcut_balance: float = 0.0    #: HDRF/Greedy edge capacity = balance * m / p (0: none, as CATGNN)
+    vcut_balance: float = 1.05   #: HDRF/Greedy edge capacity = balance * m / p (0: none, as CATGNN)
+    #: owned vertices per partition within [2 - B, B] * n / p (0: the plain rule, as CATGNN)
+    owner_balance: float = 1.05
     seed: int = 0
 
 
@@ -142,7 +147,30 @@ def vertexcut_owner(stream: EdgeStream, comm: Communicator, algo: str, p: int, d
     timer.add("vertexcut", time.perf_counter() - t0, stream.hi - stream.lo)
     info["vertexcut_rf"] = float((cnt > 0).sum() / max(n, 1))
     info["vertexcut_edge_balance"] = float(load.max() / max(load.sum() / p, 1e-9))
+    if params.owner_balance > 0:
+        info["owner_moves"] = balance_pass(stream, comm, owner, cnt, params, timer)
     return owner, info
+
+
+def balance_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarray, cnt: np.ndarray,
+                 params: BaselineParams, timer: PassTimer) -> int:
+    """Bring the owned vertices of every partition within [2 - B, B] * n / p (B =
+    ``params.owner_balance``, rounded outwards to whole vertices): one streaming pass counts, for every vertex, its neighbours
+    owned by each partition (into ``cnt``, reused), then the vertices losing the fewest
+    neighbours move (:func:`vcut_kernels.balance_owners`). Identical on every rank.
+    Collective over comm."""
+    n, p = cnt.shape
+    b = params.owner_balance
+    t0 = time.perf_counter()
+    cnt.fill(0)
+    directed = bool(stream.meta.directed)
+    for e in stream:
+        K.neighbour_part_counts(e, owner, cnt, directed)
+    comm.allreduce(cnt, "sum")
+    cap, floor = count_bounds(n, p, b, 2.0 - b)
+    moves = int(VK.balance_owners(cnt, owner, cap, floor, params.seed))
+    timer.add("owner_balance", time.perf_counter() - t0, stream.hi - stream.lo)
+    return moves
 
 
 def _run_user(step: Callable[[np.ndarray, np.ndarray], None], e: np.ndarray, out: np.ndarray,
@@ -176,6 +204,11 @@ def _twops_step(stream: EdgeStream, comm: Communicator, p: int, deg: np.ndarray,
     return step, {"tau_vol": float(tau), "clusters": int(cl.num_clusters)}
 
 
-def hash_owner(n: int, p: int, seed: int) -> np.ndarray:
-    """Hash partitioning of vertices (no streaming pass needed)."""
-    return K.vertex_hash_parts(n, p, seed)
+def hash_owner(n: int, p: int, seed: int, balance: float = 0.0) -> np.ndarray:
+    """Hash partitioning of vertices (no streaming pass needed); with ``balance`` B > 0 the
+    owned vertices per partition are then brought within [2 - B, B] * n / p
+    (:func:`vcut_kernels.balance_free`)."""
+    owner = K.vertex_hash_parts(n, p, seed)
+    if balance > 0:
+        VK.balance_free(owner, p, *count_bounds(n, p, balance, 2.0 - balance), seed)
+    return owner

@@ -12,15 +12,17 @@ from typing import Any
 from shardgnn.comm import Communicator
 from shardgnn.partition.streaming.baselines import BaselineParams
 from shardgnn.partition.store_write import COMPRESSIONS
-from shardgnn.partition.streaming.pipeline import ALGORITHMS, AutoParts, PartitionConfig, main
+from shardgnn.partition import metrics
+from shardgnn.partition.streaming.pipeline import (ALGORITHMS, DEFAULT_REFINE, AutoParts,
+                                                   PartitionConfig, main)
 from shardgnn.partition.streaming.spring import SpringParams
 from shardgnn.train.guards import parse_size
 
 __all__ = ["ALGORITHMS", "add_arguments", "run", "config_from_args", "parse_size"]
 
 #: SPRING's default refinement (docs/partitioning.md has the measurements behind it).
-DEFAULT_REFINE = 16
 DEFAULT_REFINE_CLUSTERS = 4
+DEFAULT_REFINE_BASELINES = 2
 DEFAULT_REFINE_FRAC = 0.8
 DEFAULT_REFINE_TAU = 0.05
 
@@ -28,6 +30,7 @@ DEFAULT_REFINE_TAU = 0.05
 #: Option defaults come from the parameter dataclasses (one source).
 _S = SpringParams()
 _B = BaselineParams()
+_P = PartitionConfig(dataset="", algo="", parts=1, out="")
 
 
 def add_arguments(parser: Any) -> None:
@@ -65,7 +68,9 @@ def add_arguments(parser: Any) -> None:
                    "goes to one endpoint's partition at random) (default: 1)")
     g.add_argument("--refine", type=int, default=None, metavar="K",
                    help="K restreaming refinement passes after the initial assignment (SPRING "
-                   "default: %d; others: 0, so the baselines stay as published). SPRING first "
+                   "default: %d; HDRF, DBH, Greedy, 2PS-L and user classes: %d, after the owner "
+                   "balancing of --owner-balance, whose replication they recover; hash: 0; "
+                   "--refine 0 --owner-balance 0 keeps a baseline as published). SPRING first "
                    "moves whole merged clusters, then whole streaming clusters (up to "
                    "--refine-clusters passes each), then single vertices, each towards the "
                    "partition holding most of their neighbours, never above --refine-balance * "
@@ -73,7 +78,7 @@ def add_arguments(parser: Any) -> None:
                    "|V| x p neighbour-count matrix: O(|V|*p) memory; with one rank and the CSR "
                    "write (--write-from csr) each pass reads the CSR rows instead and gathers a "
                    "vertex's counts from its neighbours' owners (same moves; a cluster pass "
-                   "keeps a #clusters x p matrix)" % DEFAULT_REFINE)
+                   "keeps a #clusters x p matrix)" % (DEFAULT_REFINE, DEFAULT_REFINE_BASELINES))
     g.add_argument("--refine-clusters", type=int, default=DEFAULT_REFINE_CLUSTERS, metavar="C",
                    help="SPRING: refinement passes per cluster level (merged clusters, then "
                    "streaming clusters) before vertex moves; 0 = vertex moves only "
@@ -82,9 +87,14 @@ def add_arguments(parser: Any) -> None:
                    help="fraction of vertices (seeded random) allowed to move per vertex refine "
                    "pass; below 1 keeps neighbours from swapping back and forth "
                    "(default: %(default)s)")
-    g.add_argument("--refine-balance", type=float, default=1.05, metavar="B",
+    g.add_argument("--refine-balance", type=float, default=_P.refine_balance, metavar="B",
                    help="owned-vertex cap per partition during refinement, as a multiple of "
-                   "|V|/p (default: 1.05)")
+                   "|V|/p (default: %(default)s)")
+    g.add_argument("--refine-floor", type=float, default=_P.refine_floor, metavar="F",
+                   help="owned-vertex floor per partition during refinement, as a multiple of "
+                   "|V|/p: no move leaves a partition below it (without one, the partitions "
+                   "the moves drain fall far below the mean, e.g. 0.65 on R-MAT 2^20, p = 8); "
+                   "0 = none (default: %(default)s)")
     g.add_argument("--beta", type=float, default=_S.beta,
                    help="SPRING balance factor: clusters merge while |C_i|+|C_t| <= beta*|V|/p "
                    "(default: %(default)s)")
@@ -118,8 +128,18 @@ def add_arguments(parser: Any) -> None:
     g.add_argument("--hdrf-epsilon", type=float, default=_B.hdrf_epsilon,
                    help="HDRF epsilon in the balance term (default: %(default)s, as CATGNN)")
     g.add_argument("--vcut-balance", type=float, default=_B.vcut_balance, metavar="B",
-                   help="HDRF/Greedy: hard edge capacity B*|E|/p per partition, as the C++ "
-                   "reference implementations enforce (0 = none, as CATGNN's ports) (default: %(default)s)")
+                   help="HDRF/Greedy: hard edge capacity B*|E|/p per partition (0 = none, as "
+                   "CATGNN's ports: on a stream grouped by vertex, e.g. the adjacency order "
+                   "of a converted graph, HDRF and Greedy then put nearly every edge in one or "
+                   "two partitions, because HDRF's balance term, normalised by the load spread "
+                   "as in the paper, stays below its replication term) (default: %(default)s)")
+    g.add_argument("--owner-balance", type=float, default=_B.owner_balance, metavar="B",
+                   help="HDRF/DBH/Greedy/2PS-L/Hash/user classes: keep every partition's owned "
+                   "vertices within [2 - B, B] * |V|/p when the full-neighbourhood rule picks "
+                   "owners (a vertex goes to the partition holding most of its edges; the "
+                   "vertices losing the fewest edges move to balance; Hash: vertices in a "
+                   "seeded hash order); 0 = the plain rule, as CATGNN's ports "
+                   "(default: %(default)s)")
     g.add_argument("--twops-port", action="store_true",
                    help="2PS-L with CATGNN's port constants (max community volume 0.1*|E|/p, all "
                    "partitions scored) instead of the original (2*|E|/p, the two community "
@@ -175,6 +195,12 @@ def add_arguments(parser: Any) -> None:
                    "multiple of q whose parts fit in M-T")
 
 
+def default_refine(algo: str) -> int:
+    """``--refine``'s default for ``algo``: SPRING's, 2 passes for the vertex-cut baselines
+    and user classes (they recover the replication the owner balancing costs), 0 for hash."""
+    return DEFAULT_REFINE if algo == "spring" else 0 if algo == "hash" else DEFAULT_REFINE_BASELINES
+
+
 def config_from_args(args: argparse.Namespace) -> PartitionConfig:
     """Build the job's config from parsed arguments (no validation; main() validates)."""
     algo = args.algo if ":" in args.algo else args.algo.lower()
@@ -182,7 +208,7 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
     if str(args.parts).lower() == "auto":
         auto = AutoParts(devices=args.devices or 0, device_mem=args.device_mem or 0.0,
                          reserve=args.reserve)
-    refine = args.refine if args.refine is not None else DEFAULT_REFINE if algo == "spring" else 0
+    refine = args.refine if args.refine is not None else default_refine(algo)
     tau = args.tau if args.tau is not None else DEFAULT_REFINE_TAU if refine else _S.tau
     order = args.stream_order
     if order == "auto":
@@ -193,13 +219,16 @@ def config_from_args(args: argparse.Namespace) -> PartitionConfig:
         results=args.results, chunk=args.chunk, hops=args.hops,
         refine=refine,
         refine_frac=args.refine_frac, refine_balance=args.refine_balance,
+        refine_floor=args.refine_floor,
         refine_clusters=args.refine_clusters,
         spring=SpringParams(beta=args.beta, tau=tau, merge=args.merge,
                             assign_order=args.assign_order, stream_order=order),
         base=BaselineParams(hdrf_lambda=args.hdrf_lambda, hdrf_epsilon=args.hdrf_epsilon,
                             twops_port=args.twops_port, twops_balance=args.twops_balance,
-                            vcut_balance=args.vcut_balance,
+                            vcut_balance=args.vcut_balance, owner_balance=args.owner_balance,
                             seed=args.seed),
+        limits=getattr(args, "balance_limits", metrics.BalanceLimits()),
+        allow_imbalance=bool(getattr(args, "allow_imbalance", False)),
         auto=auto, memory=args.memory, write_memory=args.write_memory,
         compression=args.store_compression,
         write_from=args.write_from, write_threads=args.write_threads, threads=args.threads)
@@ -211,6 +240,5 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
     m = main(comm, cfg)
     if comm.rank == 0:
         print(f"{cfg.algo}: parts={len(m['owned_per_partition'])} rf={m['rf']:.4f} "
-              f"owned_balance={m['vertex_balance_owned']:.4f} "
-              f"edge_balance={m['edge_balance']:.4f} out={cfg.out}", flush=True)
+              f"{metrics.balance_line(m)} out={cfg.out}", flush=True)
     return 0

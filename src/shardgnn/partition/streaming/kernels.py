@@ -533,10 +533,13 @@ def neighbour_part_counts(edges, owner, cnt, directed):
 
 
 @njit(cache=True, inline="always")
-def best_part(c, a, load, cap):
+def best_part(c, a, load, cap, floor):
     """The partition i with most counts c[i] (first such i) among those whose ``load`` stays
     within ``cap`` after one more vertex, if it holds more than the current partition ``a``;
-    else ``a`` (ties keep a vertex where it is). The decision of every refinement sweep."""
+    else ``a`` (ties keep a vertex where it is; so does a partition whose load would drop
+    below ``floor``). The decision of every refinement sweep."""
+    if load[a] - 1 < floor:
+        return a
     best = a
     bc = c[a]
     for i in range(c.shape[0]):
@@ -547,8 +550,9 @@ def best_part(c, a, load, cap):
 
 
 @njit(cache=True)
-def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
-    """Move vertices towards the partition holding most neighbours, never above ``cap`` owned.
+def refine_sweep(cnt, owner, load, cap, floor, seed, rnd, frac):
+    """Move vertices towards the partition holding most neighbours, never above ``cap`` owned
+    nor below ``floor`` (:func:`best_part`).
 
     Only a seeded random ``frac`` of the vertices may move in one sweep (limits oscillation from
     stale counts). Ties keep the current partition. Returns the number of moves.
@@ -560,7 +564,7 @@ def refine_sweep(cnt, owner, load, cap, seed, rnd, frac):
         if pair_hash(v, rnd, seed) > thresh:
             continue
         a = owner[v]
-        best = best_part(cnt[v], a, load, cap)
+        best = best_part(cnt[v], a, load, cap, floor)
         if best != a:
             owner[v] = best
             load[a] -= 1
@@ -632,9 +636,9 @@ def cluster_part_counts(edges, owner, label, cnt, inner, directed):
 
 
 @njit(cache=True)
-def cluster_sweep(cnt, inner, size, part_of, load, cap, seed, rnd):
+def cluster_sweep(cnt, inner, size, part_of, load, cap, floor, seed, rnd):
     """Move whole clusters to the partition holding most of their outside neighbours, never
-    above ``cap`` owned vertices; clusters visited in a seeded random order (their rows
+    above ``cap`` owned vertices nor leaving a partition below ``floor``; clusters visited in a seeded random order (their rows
     prefetched :data:`COUNT_AHEAD` clusters ahead). Returns moves."""
     k, p = cnt.shape
     keys = np.empty(k, np.uint64)
@@ -652,7 +656,7 @@ def cluster_sweep(cnt, inner, size, part_of, load, cap, seed, rnd):
             prefetch(inner, c)
         c = order[idx]
         a = part_of[c]
-        if a < 0 or size[c] == 0:
+        if a < 0 or size[c] == 0 or load[a] - size[c] < floor:
             continue
         stay = cnt[c, a] - inner[c]
         best = a

@@ -383,10 +383,11 @@ def _route_masks(stream: EdgeStream, comm: Communicator, p: int, pres: np.ndarra
 
 
 def cluster_refine_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarray, label: np.ndarray,
-                        p: int, rounds: int, cap: float, seed: int, timer: PassTimer) -> list[int]:
+                        p: int, rounds: int, cap: float, seed: int, timer: PassTimer,
+                        floor: float = 0.0) -> list[int]:
     """``rounds`` restreaming passes moving whole clusters (``label``: cluster of each vertex,
     every cluster inside one partition) towards the partition holding most of their outside
-    neighbours, never above ``cap`` owned vertices. Memory: a (#clusters, p) int64 count matrix.
+    neighbours, never above ``cap`` owned vertices nor leaving one below ``floor``. Memory: a (#clusters, p) int64 count matrix.
     Updates ``owner`` in place, identically on every rank. Collective over comm.
     """
     k = int(label.max()) + 1 if label.size else 0
@@ -406,7 +407,7 @@ def cluster_refine_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarra
                 bar.update(len(e))
         comm.allreduce(cnt, "sum")
         comm.allreduce(inner, "sum")
-        m = K.cluster_sweep(cnt, inner, size, part_of, load, cap, seed, 1000 + r)
+        m = K.cluster_sweep(cnt, inner, size, part_of, load, cap, floor, seed, 1000 + r)
         owner[...] = part_of[label]
         moves.append(int(m))
         timer.add("refine", time.perf_counter() - t0, stream.hi - stream.lo)
@@ -416,9 +417,11 @@ def cluster_refine_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarra
 
 
 def refine_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarray, p: int, rounds: int,
-                cap: float, seed: int, timer: PassTimer, frac: float = 0.5) -> list[int]:
+                cap: float, seed: int, timer: PassTimer, frac: float = 0.5,
+                floor: float = 0.0) -> list[int]:
     """``rounds`` restreaming passes moving vertices towards the partition holding most of their
-    neighbours, never above ``cap`` owned vertices per partition. Memory: an (n, p) int32
+    neighbours, never above ``cap`` owned vertices per partition nor leaving one below
+    ``floor``. Memory: an (n, p) int32
     count matrix. Identical on every rank after each pass. Collective over comm.
 
     Returns the number of moves per pass.
@@ -436,7 +439,7 @@ def refine_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarray, p: in
                 K.neighbour_part_counts(e, owner, cnt, directed)
                 bar.update(len(e))
         comm.allreduce(cnt, "sum")
-        m = K.refine_sweep(cnt, owner, load, cap, seed, r + 1, frac)
+        m = K.refine_sweep(cnt, owner, load, cap, floor, seed, r + 1, frac)
         moves.append(int(m))
         timer.add("refine", time.perf_counter() - t0, stream.hi - stream.lo)
         if m == 0:

@@ -59,6 +59,7 @@ class PartitionConfig:
     refine: int = 0
     refine_frac: float = 0.5
     refine_balance: float = 1.05
+    refine_floor: float = 0.9   # owned-vertex floor of the refinement, a multiple of |V|/p
     refine_clusters: int = 0
     spring: SpringParams = field(default_factory=SpringParams)
     base: BaselineParams = field(default_factory=BaselineParams)
@@ -69,6 +70,12 @@ class PartitionConfig:
     write_from: str = "csr"   # csr: from the sorted CSR where usable (store_csr); spill: always
     write_threads: int | None = None   # CSR write's worker threads; None = write_threads()
     threads: int | None = None   # threads of the degree, adjacency and hop passes; None = same
+    limits: metrics.BalanceLimits = field(default_factory=metrics.BalanceLimits)
+    allow_imbalance: bool = False   # write a store outside ``limits`` (one warning line)
+
+
+#: SPRING's default refinement passes (docs/partitioning.md has the measurements behind it).
+DEFAULT_REFINE = 16
 
 
 def write_threads(comm: Communicator) -> int:
@@ -151,7 +158,7 @@ def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
     SPRING's targets file when ``keep``."""
     n = stream.meta.num_nodes
     if cfg.algo == "hash":
-        return hash_owner(n, p, cfg.seed), {}
+        return hash_owner(n, p, cfg.seed, cfg.base.owner_balance), {}
     copies = passes.fit_threads(threads, 8 * n, mem.agreed_room(comm) // 4)
     deg = passes.degree_pass(stream, comm, timer, copies)
     if cfg.algo == "spring":
@@ -181,13 +188,48 @@ def main(comm: Communicator, cfg: PartitionConfig, command: str = "") -> dict[st
     out = Path(cfg.out).absolute()
     with outputs.output_dir(comm, out) as tmp:   # lock OUT for the job; OUT.tmp-PID -> OUT
         m = _partition(comm, cfg, meta, p, tmp, t_start)
+        check_balance(comm, cfg, m)   # a refusal removes OUT.tmp-PID: nothing is written
         _finish(comm, cfg, meta, p, tmp, m, command)
     if comm.rank == 0:
-        log.get().info("partitioned %s into %d parts with %s: RF %.3f, owned balance %.3f, "
-                       "edge balance %.3f, %.1f s", cfg.dataset, p, cfg.algo, m["rf"],
-                       m["vertex_balance_owned"], m["edge_balance"], m["seconds_total"])
+        log.get().info("partitioned %s into %d parts with %s: RF %.3f, %s, %.1f s", cfg.dataset,
+                       p, cfg.algo, m["rf"], metrics.balance_line(m), m["seconds_total"])
         sys.stdout.flush()
     return m
+
+
+def balance_hint(cfg: PartitionConfig, owned: bool) -> str:
+    """The option that brings ``cfg.algo``'s owned vertices (``owned``) or edge copies within
+    the limits. Pure."""
+    if not owned:
+        return ("no algorithm here bounds the edge copies of a full-neighbourhood partition; "
+                "--algo hash or dbh spread them most evenly (at a higher RF)")
+    b = BaselineParams().owner_balance
+    if cfg.algo != "spring":
+        return (f"--owner-balance {b:g} keeps the owned vertices within [{2 - b:g}, {b:g}] x "
+                "|V|/p")
+    d = PartitionConfig(dataset="", algo="", parts=1, out="")
+    bounds = (f"[{d.refine_floor:g}, {d.refine_balance:g}] x |V|/p (--refine-floor, "
+              "--refine-balance)")
+    if cfg.refine == 0:
+        return f"--refine {DEFAULT_REFINE} keeps the owned vertices within {bounds}"
+    return (f"--refine-floor {d.refine_floor:g} --refine-balance {d.refine_balance:g} keep the "
+            f"owned vertices within {bounds}")
+
+
+def check_balance(comm: Communicator, cfg: PartitionConfig, m: dict[str, Any]) -> None:
+    """Refuse a partitioning whose owned vertices or edge copies (``m``: metrics, or only the
+    owned vertices before the write) pass ``cfg.limits`` (:func:`metrics.enforce_balance`:
+    ShardError, the same line on every rank, as ``m`` is the same everywhere); with
+    ``--allow-imbalance`` rank 0 logs the line instead. Sets ``m["balance_ok"]`` when the
+    edges are known. No communication."""
+    edges = m.get("edges_per_partition")
+    warn = metrics.enforce_balance(m["owned_per_partition"], edges, cfg.limits,
+                                   str(Path(cfg.out)), cfg.algo,
+                                   lambda owned: balance_hint(cfg, owned), cfg.allow_imbalance)
+    if edges is not None:
+        m["balance_ok"] = not warn
+        if warn and comm.rank == 0:
+            log.get().warning("%s", warn)
 
 
 def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tmp: Path,
@@ -268,6 +310,8 @@ def _place(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, tm
     elif cfg.refine:
         _refine(comm, cfg, meta, p, stream, timer, owner, labels, info, None)
     del labels
+    # the owned vertices before the hops and the write: fail fast
+    check_balance(comm, cfg, {"owned_per_partition": np.bincount(owner, minlength=p)})
     sink: store.SpillSink | None = None
     try:
         pres = None
@@ -321,12 +365,14 @@ def _refine(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, s
             timer: passes.PassTimer, owner: np.ndarray, labels: list[np.ndarray] | None,
             info: dict[str, Any], rows: adjacency.AdjacencyShard | None, threads: int = 1,
             mem: budget.MemoryBudget | None = None) -> None:
-    """SPRING's restreaming refinement of ``owner`` (in place): ``--refine-clusters`` passes
+    """SPRING's restreaming refinement of ``owner`` (in place; owned vertices per partition kept
+    within [--refine-floor, --refine-balance] * |V|/p): ``--refine-clusters`` passes
     per cluster level of ``labels``, then vertex passes; from the CSR ``rows`` of every vertex
     when given (one rank, :mod:`rowrefine`, by ``threads`` threads; a cluster level's extra
     count copies fit a quarter of the room ``mem`` leaves), else streamed. Collective over
     comm."""
     cap = cfg.refine_balance * meta.num_nodes / p
+    floor = cfg.refine_floor * meta.num_nodes / p
     rounds = cfg.refine
     show = comm.rank == 0
     for level, lab in enumerate(labels or []):
@@ -338,18 +384,19 @@ def _refine(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, s
             copy = k * (p * rowrefine.count_dtype(int(rows.indptr[-1])).itemsize + 8)
             done = rowrefine.cluster_refine_pass_rows(
                 rows, owner, lab, p, c_rounds, cap, cfg.seed + level, timer, show,
-                passes.fit_threads(threads, copy, (mem.room() if mem else 0) // 4))
+                passes.fit_threads(threads, copy, (mem.room() if mem else 0) // 4), floor)
         else:
             done = passes.cluster_refine_pass(stream, comm, owner, lab, p, c_rounds, cap,
-                                              cfg.seed + level, timer)
+                                              cfg.seed + level, timer, floor)
         info[f"refine_cluster_moves_{level}"] = done
         rounds -= len(done)
     if rounds > 0 and rows is not None:
         info["refine_moves"] = rowrefine.refine_pass_rows(rows, owner, p, rounds, cap, cfg.seed,
-                                                          timer, cfg.refine_frac, show, threads)
+                                                          timer, cfg.refine_frac, show, threads,
+                                                          floor)
     elif rounds > 0:
         info["refine_moves"] = passes.refine_pass(stream, comm, owner, p, rounds, cap,
-                                                  cfg.seed, timer, cfg.refine_frac)
+                                                  cfg.seed, timer, cfg.refine_frac, floor)
 
 
 def _metrics(comm: Communicator, meta: GraphMeta, p: int, stats: dict[int, dict[str, Any]],
@@ -461,12 +508,12 @@ def _finish(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int, t
     """Write meta.json and the results file into ``tmp``. Collective over comm."""
     params = {"spring": asdict(cfg.spring), "baselines": asdict(cfg.base), "hops": cfg.hops,
               "refine": cfg.refine, "refine_frac": cfg.refine_frac,
-              "refine_balance": cfg.refine_balance,
+              "refine_balance": cfg.refine_balance, "refine_floor": cfg.refine_floor,
               "refine_clusters": cfg.refine_clusters, "seed": cfg.seed, "chunk": cfg.chunk,
               "ranks": comm.size, "memory": m["memory_bytes"],
               "write_memory": m["write_memory_bytes"],
               "write_threads": m["write_threads"],
-              "store_compression": cfg.compression}
+              "store_compression": cfg.compression, "write_from": cfg.write_from}
     doc = store.meta_record(
         algorithm=cfg.algo, parameters=params, parts=p, num_nodes=meta.num_nodes,
         num_edges=meta.num_edges, directed=meta.directed, hops=cfg.hops,

@@ -56,7 +56,7 @@ def count_dtype(lines: int) -> np.dtype:
 
 
 @njit(cache=True)
-def refine_rows(indptr, tgt, lo, s0, s1, snap, owner, load, cap, seed, rnd, frac, p):
+def refine_rows(indptr, tgt, lo, s0, s1, snap, owner, load, cap, floor, seed, rnd, frac, p):
     """:func:`kernels.refine_sweep` over rows s0..s1-1 (vertices lo + s), the counts of a
     vertex that may move gathered from its row: cnt[i] = neighbours u with snap[u] = i.
     ``tgt`` holds the targets from row s0 on. Returns the moves."""
@@ -77,7 +77,7 @@ def refine_rows(indptr, tgt, lo, s0, s1, snap, owner, load, cap, seed, rnd, frac
                 prefetch(snap, tgt[j + GATHER_AHEAD])
             cnt[snap[tgt[j]]] += 1
         a = owner[v]
-        best = K.best_part(cnt, a, load, cap)
+        best = K.best_part(cnt, a, load, cap, floor)
         if best != a:
             owner[v] = best
             load[a] -= 1
@@ -110,7 +110,7 @@ def row_counts(indptr, tgt, lo, s0, s1, r0, snap, seed, rnd, frac, cnt):
 
 
 @njit(cache=True)
-def sweep_rows(lo, s0, s1, cnt, owner, load, cap, seed, rnd, frac):
+def sweep_rows(lo, s0, s1, cnt, owner, load, cap, floor, seed, rnd, frac):
     """Second phase, in vertex order: :func:`kernels.refine_sweep`'s moves of vertices
     lo + s0 .. lo + s1 - 1 from their :func:`row_counts` (row s - s0). Returns the moves."""
     thresh = np.uint64(frac * 18446744073709551615.0)
@@ -121,7 +121,7 @@ def sweep_rows(lo, s0, s1, cnt, owner, load, cap, seed, rnd, frac):
             continue
         row = s - s0
         a = owner[v]
-        best = K.best_part(cnt[row], a, load, cap)
+        best = K.best_part(cnt[row], a, load, cap, floor)
         if best != a:
             owner[v] = best
             load[a] -= 1
@@ -179,7 +179,7 @@ def _each(pool: Any, cuts: list[int], work: Any) -> None:
 
 def refine_pass_rows(rows: Any, owner: np.ndarray, p: int, rounds: int, cap: float, seed: int,
                      timer: Any, frac: float = 0.5, show: bool = True,
-                     threads: int = 1) -> list[int]:
+                     threads: int = 1, floor: float = 0.0) -> list[int]:
     """:func:`passes.refine_pass` on one rank from ``rows`` (an
     :class:`adjacency.AdjacencyShard` of every vertex, undirected): the same moves. With
     ``threads`` > 1 the counts of each block of rows are gathered by that many threads into
@@ -201,7 +201,7 @@ def refine_pass_rows(rows: Any, owner: np.ndarray, p: int, rounds: int, cap: flo
                 for s, end, tgt in rows.row_blocks():
                     if pool is None:
                         m += refine_rows(ip, tgt, rows.lo, s, end, snap, owner, load, cap,
-                                         seed, r + 1, frac, p)
+                                         floor, seed, r + 1, frac, p)
                         bar.update(len(tgt))
                         continue
                     if cnt.shape[0] < end - s:
@@ -213,7 +213,8 @@ def refine_pass_rows(rows: Any, owner: np.ndarray, p: int, rounds: int, cap: flo
                                    frac, cnt)
 
                     _each(pool, _cuts(ip, s, end, threads), work)
-                    m += sweep_rows(rows.lo, s, end, cnt, owner, load, cap, seed, r + 1, frac)
+                    m += sweep_rows(rows.lo, s, end, cnt, owner, load, cap, floor, seed,
+                                    r + 1, frac)
                     bar.update(len(tgt))
             moves.append(int(m))
             timer.add("refine", time.perf_counter() - t0, total // 2)
@@ -227,7 +228,8 @@ def refine_pass_rows(rows: Any, owner: np.ndarray, p: int, rounds: int, cap: flo
 
 def cluster_refine_pass_rows(rows: Any, owner: np.ndarray, label: np.ndarray, p: int,
                              rounds: int, cap: float, seed: int, timer: Any,
-                             show: bool = True, threads: int = 1) -> list[int]:
+                             show: bool = True, threads: int = 1,
+                             floor: float = 0.0) -> list[int]:
     """:func:`passes.cluster_refine_pass` on one rank from ``rows`` (as
     :func:`refine_pass_rows`): the same moves. With ``threads`` > 1 the rows of each block
     are counted by that many threads, each into its own (#clusters, p) counts (summed before
@@ -247,7 +249,7 @@ def cluster_refine_pass_rows(rows: Any, owner: np.ndarray, label: np.ndarray, p:
             cnt, inner = _cluster_counts(rows, keys, bits, k, p, pool, threads,
                                          f"cluster refine {r + 1}/{rounds}", show)
             del keys
-            m = K.cluster_sweep(cnt, inner, size, part_of, load, cap, seed, 1000 + r)
+            m = K.cluster_sweep(cnt, inner, size, part_of, load, cap, floor, seed, 1000 + r)
             owner[...] = part_of[label]
             moves.append(int(m))
             timer.add("refine", time.perf_counter() - t0, total // 2)
@@ -293,15 +295,15 @@ def warmup(dtypes: tuple[Any, ...], p: int) -> None:
     for dt in dtypes:
         tgt = np.array([1, 0], dt)
         snap = snapshot(owner, p)
-        refine_rows(indptr, tgt, 0, 0, 2, snap, owner.copy(), np.zeros(p, np.int64), 1.0, 0, 1,
-                    0.5, p)
+        refine_rows(indptr, tgt, 0, 0, 2, snap, owner.copy(), np.zeros(p, np.int64), 1.0, 0.0,
+                    0, 1, 0.5, p)
         rc = np.empty((2, p), count_dtype(2))
         row_counts(indptr, tgt, 0, 0, 2, 0, snap, 0, 1, 0.5, rc)
-        sweep_rows(0, 0, 2, rc, owner.copy(), np.zeros(p, np.int64), 1.0, 0, 1, 0.5)
+        sweep_rows(0, 0, 2, rc, owner.copy(), np.zeros(p, np.int64), 1.0, 0.0, 0, 1, 0.5)
         cnt = np.zeros((5001, p), count_dtype(2))
         inner = np.zeros(5001, np.int64)
         for lab in (label, np.array([0, 5000], np.int64)):   # int16 and int32 keys
             keys, bits = cluster_keys(owner, lab, p)
             cluster_rows_counts(indptr, tgt, 0, 0, 2, keys, bits, cnt, inner)
     K.cluster_sweep(cnt[:1], inner[:1], np.ones(1, np.int64), np.zeros(1, np.int64),
-                    np.zeros(p, np.int64), 1.0, 0, 1)
+                    np.zeros(p, np.int64), 1.0, 0.0, 0, 1)

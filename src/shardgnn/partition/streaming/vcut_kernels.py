@@ -228,3 +228,115 @@ def owners_from_counts(cnt):
             owner[v] = best
             owned[best] += 1
     return owner
+
+
+@njit(cache=True)
+def _best_with_room(c, a, load, cap):
+    """The partition i != a with most counts c[i] (lowest index on ties) whose load stays
+    within ``cap`` after one more vertex; -1 if none."""
+    best = -1
+    for i in range(c.shape[0]):
+        if i != a and load[i] + 1 <= cap and (best < 0 or c[i] > c[best]):
+            best = i
+    return best
+
+
+@njit(cache=True)
+def _by_loss(loss, key):
+    """Vertex order by ascending ``loss``, ties by ascending ``key``."""
+    o = np.argsort(key)
+    return o[np.argsort(loss[o], kind="mergesort")]
+
+
+@njit(cache=True)
+def balance_owners(cnt, owner, cap, floor, seed):
+    """Bring every partition's owned vertices within [floor, cap] by moving the vertices that
+    lose the fewest edges (cnt[v, from] - cnt[v, to]; ties in a seeded hash order): first
+    out of partitions above ``cap`` into their best partition with room, then into
+    partitions below ``floor`` from partitions that stay at or above it. ``owner`` (every
+    vertex assigned) is changed in place; returns the moves."""
+    n, p = cnt.shape
+    load = np.zeros(p, np.int64)
+    for v in range(n):
+        load[owner[v]] += 1
+    moves = 0
+    loss = np.empty(n, np.int64)
+    key = np.empty(n, np.uint64)
+    for v in range(n):
+        key[v] = pair_hash(v, 1, seed)
+    over = 0
+    for i in range(p):
+        over += load[i] > cap
+    if over:
+        for v in range(n):
+            a = owner[v]
+            b = _best_with_room(cnt[v], a, load, cap) if load[a] > cap else -1
+            loss[v] = cnt[v, a] - cnt[v, b] if b >= 0 else np.iinfo(np.int64).max
+        for v in _by_loss(loss, key):
+            if loss[v] == np.iinfo(np.int64).max:
+                break
+            a = owner[v]
+            if load[a] <= cap:
+                continue
+            b = _best_with_room(cnt[v], a, load, cap)
+            if b >= 0:
+                owner[v] = b
+                load[a] -= 1
+                load[b] += 1
+                moves += 1
+    under = 0
+    for i in range(p):
+        under += load[i] < floor
+    if under:
+        for v in range(n):
+            a = owner[v]
+            bc = -1
+            for i in range(p):
+                if load[i] < floor and (bc < 0 or cnt[v, i] > bc):
+                    bc = cnt[v, i]
+            loss[v] = cnt[v, a] - bc if load[a] - 1 >= floor and bc >= 0 \
+                else np.iinfo(np.int64).max
+        for v in _by_loss(loss, key):
+            if loss[v] == np.iinfo(np.int64).max:
+                break
+            a = owner[v]
+            if load[a] - 1 < floor:
+                continue
+            b = -1
+            for i in range(p):
+                if load[i] < floor and (b < 0 or cnt[v, i] > cnt[v, b]):
+                    b = i
+            if b < 0:
+                break
+            owner[v] = b
+            load[a] -= 1
+            load[b] += 1
+            moves += 1
+    return moves
+
+
+@njit(cache=True)
+def balance_free(owner, p, cap, floor, seed):
+    """:func:`balance_owners` without edge counts (hash partitioning: no vertex prefers a
+    partition): vertices in a seeded hash order leave partitions above ``cap`` and fill
+    partitions below ``floor``, each time for the least loaded partition. Returns the moves."""
+    n = owner.shape[0]
+    load = np.zeros(p, np.int64)
+    for v in range(n):
+        load[owner[v]] += 1
+    key = np.empty(n, np.uint64)
+    for v in range(n):
+        key[v] = pair_hash(v, 2, seed)
+    moves = 0
+    for v in np.argsort(key):
+        a = owner[v]
+        b = 0
+        for i in range(1, p):
+            if load[i] < load[b]:
+                b = i
+        if (load[a] > cap and load[b] + 1 <= cap) or (load[b] < floor and load[a] - 1 >= floor):
+            owner[v] = b
+            load[a] -= 1
+            load[b] += 1
+            moves += 1
+    return moves

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,13 @@ from shardgnn.errors import ShardError, raise_first
 from shardgnn.io.canonical import check_node_files, read_meta
 from shardgnn.io.results import ResultWriter
 from shardgnn.memory import return_freed_memory, rss_bytes
-from shardgnn.partition import budget
+from shardgnn.partition import budget, metrics
 from shardgnn.partition.vertexcut.adaptive import RESPONSES
 from shardgnn.partition.vertexcut.expansion import ExpansionConfig, expand
 from shardgnn.partition.vertexcut.metrics import distributed_quality
+from shardgnn.partition.vertexcut.owners import owner_partitions
 from shardgnn.partition.vertexcut.shard import load_shard
-from shardgnn.partition.vertexcut.store import write_store_columns
+from shardgnn.partition.vertexcut.store import membership_bytes, write_store_columns
 from shardgnn.registry import PARTITIONERS
 
 #: Vertex-cut partitioners (registered in :data:`shardgnn.registry.PARTITIONERS`).
@@ -64,7 +65,12 @@ def add_arguments(parser: Any) -> None:
                    help="steepness beta of the exp response (default: %(default)s)")
     g.add_argument("--ada-cap", type=float, default=_D.ada_cap,
                    help="AdaDNE safety edge cap factor: |E_i| <= cap*|E|/p (our addition, not in "
-                   "the paper; 0 = the paper's pure soft constraint with no cap) (default: %(default)s)")
+                   "the paper). What it is for: a bound on the graphs where the adaptive factor "
+                   "cannot slow a partition down, because two-hop allocations hand it a dense "
+                   "core within a few iterations (without it EB 2.35-2.8 on facebook_combined "
+                   "and musae-github, p = 8); a run whose EB equals the cap is one where the "
+                   "adaptive factor alone did not hold the edges (docs/vertexcut.md). 0 = the "
+                   "paper's pure soft constraint, no cap (default: %(default)s)")
     g.add_argument("--ada-tail", type=float, default=_D.tail,
                    help="AdaDNE tail mode: once at most this share of edges is free, every "
                    "partition expands its whole boundary and a partition that keeps running out "
@@ -144,6 +150,8 @@ class VertexCutConfig:
     expansion: ExpansionConfig
     results: str | None = None
     chunk: int = 1 << 20
+    limits: metrics.BalanceLimits = field(default_factory=metrics.BalanceLimits)
+    allow_imbalance: bool = False   # write a store outside ``limits`` (one warning line)
     memory: int | None = None   # peak resident bytes per rank; None = budget.default_memory()
 
 
@@ -154,13 +162,16 @@ def run(comm: Communicator, args: argparse.Namespace) -> int:
         raise ShardError(f"--chunk: expected >= 1 edges, got {args.chunk}")
     cfg = VertexCutConfig(dataset=args.dataset, out=args.out, expansion=expansion,
                           results=args.results, chunk=args.chunk,
+                          limits=getattr(args, "balance_limits", metrics.BalanceLimits()),
+                          allow_imbalance=bool(getattr(args, "allow_imbalance", False)),
                           memory=getattr(args, "memory", None))
     main(comm, cfg)
     return 0
 
 
 def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
-    """Load -> expand -> quality -> store -> results; returns the summary. Collective."""
+    """Load -> expand -> quality -> store -> results; returns the summary (and the
+    per-partition counts, :data:`PER_PART`). Collective."""
     t_start = time.perf_counter()
     return_freed_memory()   # freed arrays leave the resident set at once (memory.py)
     ex = cfg.expansion
@@ -183,10 +194,13 @@ def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
     res = expand(comm, shard, ex)
     _mem("after expansion")
     q = distributed_quality(comm, res.rec_part, res.vsize, res.member, ex.parts)
+    q.update(balances(q, res.member, ex.parts))
+    check_balance(comm, cfg, q)   # before the store: a refusal writes nothing
     t_store = _store(comm, cfg, shard, res, q)
     rss = np.asarray(comm.allgather_obj(peak_rss_bytes()), dtype=np.int64)
     summary = {"algo": ex.algo, "parts": ex.parts, "ranks": comm.size, "rf": q["rf"],
                "eb": q["eb"], "vb": q["vb"], "iterations": res.iterations,
+               **{k: q[k] for k in BALANCE_KEYS}, "balance_ok": q["balance_ok"],
                "seconds_partition": res.seconds, "seconds_load": t_load,
                "seconds_store": t_store, "seconds_total": time.perf_counter() - t_start,
                "peak_rss_max_bytes": int(rss.max()), "memory_bytes": mem,
@@ -196,7 +210,58 @@ def main(comm: Communicator, cfg: VertexCutConfig) -> dict[str, Any]:
                           "partitioners hold their edge shard in memory)", mem >> 20,
                           int(rss.max()) >> 20)
     _results(comm, cfg, summary, q, rss)
-    return summary
+    return {**summary, **{k: np.asarray(q[k]).tolist() for k in PER_PART}}
+
+
+#: Per-partition counts main() returns besides the summary (the results hold them too).
+PER_PART = ("owned_per_part", "edges_per_part", "vertices_per_part")
+#: The balances both ways the summary, meta.json and the results record.
+BALANCE_KEYS = tuple(k + s for k, _ in metrics.QUANTITIES for s in ("", "_min"))
+
+
+def balances(q: dict[str, Any], member: np.ndarray, p: int) -> dict[str, Any]:
+    """Owned vertices per partition (the store's owner rule,
+    :func:`owners.owner_partitions`) and the balances both ways of owned vertices, edges
+    (each stored once: the edge copies) and vertex copies. Rank-local; the same on every
+    rank (``member`` is replicated)."""
+    owned = np.bincount(owner_partitions(membership_bytes(member, p), p), minlength=p)
+    out: dict[str, Any] = {"owned_per_part": owned.astype(np.int64)}
+    for key, arr in (("vertex_balance_owned", owned), ("edge_balance", q["edges_per_part"]),
+                     ("vertex_balance_total", q["vertices_per_part"])):
+        out[key], out[key + "_min"] = metrics.balance(arr)
+    return out
+
+
+def balance_hint(algo: str, owned: bool) -> str:
+    """The option that brings a vertex-cut's owned vertices (``owned``) or edges within the
+    limits. Pure."""
+    if owned and algo == "dne":
+        return ("a vertex is owned by a partition holding it and DNE balances edges only; "
+                "--algo adadne balances the vertex copies, and so the owned vertices, too")
+    if owned:
+        return ("a vertex is owned by a partition holding it, so the vertex copies bound how "
+                "evenly the vertices can be owned; --algo spring (edge-cut) balances owned "
+                "vertices")
+    if algo == "dne":
+        return f"--dne-balance {_D.balance:g} caps every partition at that multiple of |E|/p"
+    if algo == "adadne":
+        return (f"--ada-cap {_D.ada_cap:g} caps every partition at that multiple of |E|/p "
+                "(the adaptive factor alone does not bound the edges)")
+    return "--algo dne balances the edges of every partition"
+
+
+def check_balance(comm: Communicator, cfg: VertexCutConfig, q: dict[str, Any]) -> None:
+    """Refuse a vertex-cut whose owned vertices or edges pass ``cfg.limits``
+    (:func:`metrics.enforce_balance`: ShardError, the same line on every rank); with
+    ``--allow-imbalance`` rank 0 logs the line instead. ``q["balance_ok"]`` records the
+    verdict. No communication."""
+    algo = cfg.expansion.algo
+    warn = metrics.enforce_balance(q["owned_per_part"], q["edges_per_part"], cfg.limits,
+                                   str(cfg.out), algo, lambda owned: balance_hint(algo, owned),
+                                   cfg.allow_imbalance)
+    q["balance_ok"] = not warn
+    if warn and comm.rank == 0:
+        log.get().warning("%s", warn)
 
 
 #: Bytes per edge of a rank's shard that the vertex-cut partitioners hold at least (the edge
@@ -233,6 +298,7 @@ def _store(comm: Communicator, cfg: VertexCutConfig, shard: Any, res: Any,
             "num_edge_types": shard.num_edge_types, "algo": ex.algo, "ranks": comm.size,
             "params": vars(ex), "dataset": str(Path(cfg.dataset).resolve()),
             "rf": q["rf"], "eb": q["eb"], "vb": q["vb"], "iterations": res.iterations,
+            **{k: q[k] for k in BALANCE_KEYS}, "balance_ok": q["balance_ok"],
             "adaptive_factor": "reconstruction of GLISP eq. 5-7" if ex.algo == "adadne" else ""}
     cols = {"src": shard.src, "dst": shard.dst, "etype": shard.etype, "part": res.rec_part}
     shard.src = shard.dst = shard.etype = res.rec_part = None  # freed once sent to their hosts
@@ -253,12 +319,14 @@ def _results(comm: Communicator, cfg: VertexCutConfig, summary: dict[str, Any],
         w.attrs("partition", summary)
         w.dataset("partition/edges_per_part", q["edges_per_part"])
         w.dataset("partition/vertices_per_part", q["vertices_per_part"])
+        w.dataset("partition/owned_per_part", q["owned_per_part"])
         w.dataset("partition/peak_rss_bytes", rss)
         w.dataset("partition/bytes_sent", np.asarray(comm.allgather_obj(
             int(sum(v for k, v in comm.bytes.items()))), dtype=np.int64))
     if comm.rank == 0:
         print(f"{ex.algo} p={ex.parts} P={comm.size}: RF {q['rf']:.4f}  EB {q['eb']:.4f}  "
-              f"VB {q['vb']:.4f}  iterations {summary['iterations']}  partition "
+              f"VB {q['vb']:.4f}  {metrics.balance_line(q)}  iterations "
+              f"{summary['iterations']}  partition "
               f"{summary['seconds_partition']:.2f} s  total {summary['seconds_total']:.2f} s  "
               f"peak RSS/rank max {rss.max() / 2**20:.1f} MiB")
         print("SUMMARY " + json.dumps(summary, sort_keys=True), flush=True)
