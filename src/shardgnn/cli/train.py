@@ -161,8 +161,8 @@ def add_parser(sub: Any) -> None:
         _OWN[fam.__name__] = {a.dest for a in p._actions[k:]}
     _NAMES.update(guards.track_explicit(p._actions))
     p.only_if("eval_every", lambda a: a.eval != "none", "when evaluating (not with --eval none)")
-    p.only_if("heads", lambda a: a.model.lower() == "gat" or a.engine.lower() not in
-              ("averaging", "sampled"), "with --model gat")
+    p.only_if("heads", lambda a: a.model.lower() in ("gat", "hgt") or a.engine.lower() not in
+              ("averaging", "sampled"), "with --model gat or hgt")
     for fam in families():
         if hasattr(fam, "option_rules"):
             fam.option_rules(p)

@@ -16,7 +16,6 @@ from shardgnn.sampled import link
 from shardgnn.sampled.cli import config_from_args
 from shardgnn.sampled.engine import _share, _slice
 from shardgnn.sampled.linkdata import pair_keys
-from shardgnn.train import guards
 
 
 def pairs(mb):
@@ -32,7 +31,6 @@ def main(out, argv):
     comm = world()
     with RankReport(Path(out), comm.rank):
         args = build_parser().parse_args(argv)
-        args.given_options = guards.resolve_explicit(args)
         cfg = config_from_args(args)
         cfg.validate()
         run = link._LinkRun(comm, cfg)
