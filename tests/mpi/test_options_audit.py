@@ -480,7 +480,14 @@ audit("partition", "spring",
       max_iterations=[C(["--max-iterations", 1], _fails_naming("--max-iterations"), ctx="dne"),
                       C(["--max-iterations", 5], X, ctx="hash2d")],
       force=[C(["--force"], _force), C(["--force"], _force, ctx="adadne")],
-      memory=[C(["--memory", "4G"], _knob("1K")), C(["--memory", "4G"], _knob("1K"), ctx="adadne")])
+      memory=[C(["--memory", "4G"], _knob("1K")), C(["--memory", "4G"], _knob("1K"), ctx="adadne")],
+      balance_limits=C(["--balance-limits", "1,1,1,1"], _fails_naming("--allow-imbalance")),
+      allow_imbalance=C(["--balance-limits", "1,1,1,1", "--allow-imbalance"],
+                        _text("--allow-imbalance")),
+      refine_floor=[C(["--refine-floor", 0.5], R, key="refine_floor", value=0.5),
+                    C(["--refine-floor", 0.5], X, ctx="hdrf")],
+      owner_balance=[C(["--owner-balance", 0], R, key="owner_balance", value=0.0, ctx="hdrf"),
+                     C(["--owner-balance", 1.1], X)])
 
 COMMON = dict(  # every engine: the common options
     out=C([], _out), epochs=C(["--epochs", 3]), hidden=C(["--hidden", 5]),
@@ -583,7 +590,34 @@ audit("train sampled", "sampled", **COMMON, **ckpt("sampled-2"),
       eval_batch_size=[C(["--eval-batch-size", 5]),
                        C(["--eval", "none", "--eval-batch-size", 5], X)],
       dataset=[C(["--dataset", "@W/csbm"], R, key="dataset", value="@W/csbm", same=True),
-               C(["--dataset", "@W/het"], _fails_naming("het"))])
+               C(["--dataset", "@W/het"], _fails_naming("het"))],
+      type_fanouts=[C(["--type-fanouts", "0:1,1 1:3,3"], ctx="sampled-link-het"),
+                    C(["--type-fanouts", "nosuch:1,1"], _fails_naming("nosuch"),
+                      ctx="sampled-link-het")],
+      task=C(["--task", "link", "--model", "sage"]),
+      decoder=[C(["--decoder", "distmult"], ctx="sampled-link"), C(["--decoder", "mlp"], X)],
+      neg=[C(["--neg", 3], ctx="sampled-link"), C(["--neg", 3], X)],
+      neg_sampler=[C(["--neg-sampler", "degree"], ctx="sampled-link"),
+                   C(["--neg-sampler", "degree"], X)],
+      neg_filtered=[C(["--neg-filtered", "--neg", 8], ctx="sampled-link"),
+                    C(["--neg-filtered"], X)],
+      loss=[C(["--loss", "margin"], ctx="sampled-link"), C(["--loss", "margin"], X)],
+      margin=[C(["--loss", "margin", "--margin", 0.1], ctx="sampled-link-margin"),
+              C(["--margin", 0.1], X)],
+      target_types=[C(["--target-types", "target-hub"], ctx="sampled-link-het"),
+                    C(["--target-types", "nosuch"], _fails_naming("nosuch"),
+                      ctx="sampled-link-het")],
+      link_split=[C(["--link-split", "0.6,0.2,0.2"], ctx="sampled-link"),
+                  C(["--link-split", "0.6,0.2,0.2"], X)],
+      link_split_files=[C(["--link-split-files", "@W/nosuch-split"],
+                          _fails_naming("nosuch-split"), ctx="sampled-link"),
+                        C(["--link-split-files", "@W/nosuch-split"], X)],
+      embed_dim=[C(["--embed-dim", 4], ctx="sampled-link"), C(["--embed-dim", 4], X)],
+      embed_optimizer=[C(["--embed-optimizer", "adagrad"], ctx="sampled-link-emb"),
+                       C(["--embed-optimizer", "adagrad"], X)],
+      embed_lr=[C(["--embed-lr", 0.5], ctx="sampled-link-emb"), C(["--embed-lr", 0.5], X)],
+      no_features=[C(["--no-features"], ctx="sampled-link-emb"), C(["--no-features"], X)],
+      eval_edges=[C(["--eval-edges", 3], ctx="sampled-link"), C(["--eval-edges", 3], X)])
 NAU_MODELS = {"pinsage": ("walks", "walk_length", "topk"), "jknet": ("rings", "jk_mode"),
               "pgnn": ("anchor_sets", "anchor_hops")}
 nau_cases: dict[str, Any] = dict(
@@ -619,7 +653,7 @@ for model, opts in NAU_MODELS.items():
         flag = "--" + o.replace("_", "-")
         nau_cases[o] = [C(["--model", model, flag, vals[o]]), C([flag, vals[o]], X)]
 for o, v in (("balance_after", 2), ("balance_tolerance", 0.5), ("balance_plans", 1),
-             ("balance_chunks", 2)):
+             ("balance_chunks", 2), ("balance_every", 2)):
     flag = "--" + o.replace("_", "-")
     nau_cases[o] = [C(["--balance", "--epochs", 3, flag, v], R, key=o, value=v),
                     C(["--partition", "@W/parts1", flag, v], X)]
@@ -816,6 +850,11 @@ def _inputs(w: Path) -> Ctx:
     B["sampled"] = ["train", "--engine", "sampled", "@W/vparts", "--epochs", 1, "--batch-size", 64]
     B["sampled-2"] = B["sampled"] + ["--epochs", 2]
     B["sampled-gat"] = B["sampled"] + ["--model", "gat"]
+    B["sampled-link"] = B["sampled"] + ["--task", "link", "--model", "sage"]
+    B["sampled-link-margin"] = B["sampled-link"] + ["--loss", "margin"]
+    B["sampled-link-emb"] = B["sampled-link"] + ["--embed-dim", 4]
+    B["sampled-link-het"] = ["train", "--engine", "sampled", "@W/hvparts", "--epochs", 1,
+                             "--batch-size", 64, "--task", "link", "--model", "rgcn"]
     B["sampled-directed"] = ["train", "--engine", "sampled", "@W/dvparts", "--epochs", 1,
                              "--batch-size", 32]
     B["nau"] = ["train", "--engine", "nau", "@W/csbm", "--epochs", 2]

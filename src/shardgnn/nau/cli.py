@@ -110,7 +110,7 @@ MODEL_OPTIONS = {"pinsage": ("walks", "walk_length", "topk"), "jknet": ("rings",
                  "pgnn": ("anchor_sets", "anchor_hops")}
 #: Options of the distributed engine (P > 1, --partition or --balance).
 DIST_OPTIONS = ("pipeline", "partial_layers", "balance", "balance_after", "balance_tolerance",
-                "balance_plans", "balance_chunks")
+                "balance_plans", "balance_chunks", "balance_every")
 
 
 def option_rules(parser: Any) -> None:
@@ -122,8 +122,8 @@ def option_rules(parser: Any) -> None:
         parser.only_if(dests, when(lambda a, m=model: ":" in a.model or a.model.lower() == m),
                        f"with --model {model} (nau)")
     parser.only_if("partial_layers", when(lambda a: a.pipeline), "with --pipeline (nau)")
-    parser.only_if(("balance_after", "balance_tolerance", "balance_plans", "balance_chunks"),
-                   when(lambda a: a.balance), "with --balance (nau)")
+    parser.only_if(("balance_after", "balance_tolerance", "balance_plans", "balance_chunks",
+                    "balance_every"), when(lambda a: a.balance), "with --balance (nau)")
 
 
 def check_distributed(args: argparse.Namespace, size: int) -> None:
