@@ -465,3 +465,26 @@ def test_git_status_takes_no_lock_in_the_users_repository(monkeypatch):
         provenance.git_commit.cache_clear()
     status = [env for cmd, env in seen if "status" in cmd]
     assert status and all(env.get("GIT_OPTIONAL_LOCKS") == "0" for env in status)
+
+
+def test_a_zombie_holds_no_lock():
+    """A killed job's rank that is not reaped yet (a zombie) is not a live writer."""
+    import subprocess
+    import sys
+    import time
+
+    from shardgnn.io.outputs import pid_alive
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.time() + 30
+    while time.time() < deadline:     # exited, not reaped: a zombie
+        try:
+            state = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.01)
+    assert not pid_alive(proc.pid)
+    proc.wait()
+    assert pid_alive(os.getpid())

@@ -64,7 +64,8 @@ def lock_path(target: str | os.PathLike) -> Path:
 
 
 def pid_alive(pid: int) -> bool:
-    """True when process ``pid`` exists on this host."""
+    """True when process ``pid`` exists on this host and is not a zombie (a killed job's rank
+    that its parent has not reaped yet holds no lock: it will never write again)."""
     if pid <= 0:
         return False
     try:
@@ -73,7 +74,11 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:   # Linux: the state follows the parenthesised command name in /proc/PID/stat
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def describe_os_error(exc: OSError) -> str:
