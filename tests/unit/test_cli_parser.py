@@ -69,7 +69,8 @@ def test_path_options_are_marked():
         ("train", "engine"), ("train", "model"), ("train", "order"), ("train", "metapaths"),
         ("train", "target_type"), ("train", "exclude_edge_types"),
         ("sample", "fanouts"), ("sample", "type_fanouts"), ("sample", "mask"),
-        ("infer", "fanouts"), ("infer", "samplewise"),
+        ("infer", "fanouts"), ("infer", "samplewise"), ("infer", "device_id"),
+        ("train", "type_fanouts"), ("train", "target_types"),
     }
     unmarked = []
     for name, p in commands().items():

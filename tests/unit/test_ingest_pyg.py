@@ -162,5 +162,7 @@ def test_bad_pyg_inputs_are_one_line_errors(tmp_path, capsys):
                  str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "--pyg 'torch_geometric.datasets:NoSuch'" in err and "NoSuch" in err
-    assert main(["convert", "x.txt", "--root", "r", "--out", str(tmp_path / "o")]) == 2
-    assert "--root/--pyg-arg: expected --pyg" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:      # refused while parsing, before any work
+        main(["convert", "x.txt", "--root", "r", "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    assert "--root: applies only with --pyg" in capsys.readouterr().err

@@ -116,7 +116,7 @@ hidden = 16
     assert plan["train-rdm"][1] == str(w / "data")                 # rdm: the dataset ...
     assert _value(plan["train-rdm"], "--partition") == str(w / "parts")   # ... cut by SPRING
     assert _value(plan["train-nau"], "--partition") == str(w / "parts")
-    assert "--checkpoint" not in plan["train-nau"]                 # nau writes none
+    assert _value(plan["train-nau"], "--checkpoint") == str(w / "train-nau.h5.ckpt.h5")  # nau too
     assert plan["train-sampled"][1] == str(w / "parts-vc")         # sampled: vertex-cut store
     assert _value(plan["train-sampled"], "--checkpoint") == str(w / "train-sampled.h5.ckpt.h5")
     assert _value(plan["train-sampled"], "--fanouts") == "-1,-1"

@@ -98,7 +98,7 @@ def _link_arguments(parser: Any) -> None:
     g.add_argument("--link-split", type=_fractions, default=None, metavar="F,F,F",
                    help="train,valid,test fractions of the target edges, keyed by --seed "
                    f"(default: {','.join(str(v) for v in d('split'))})")
-    g.add_argument("--link-split-files", default=None, metavar="DIR",
+    g.add_argument("--link-split-files", default=None, type=input_path, metavar="DIR",
                    help="the split given instead: DIR/{train,valid,test}.txt (lines 'head tail "
                    "[type]') or .npy (k, 2|3) of target edges")
     g.add_argument("--embed-dim", type=int, default=d("embed_dim"), metavar="D",

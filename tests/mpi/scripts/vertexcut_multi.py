@@ -3,7 +3,6 @@
 Usage: vertexcut_multi.py RUNS.json — RUNS.json holds a list of `shardgnn partition` argument
 lists; each is run in-process on all ranks, one after the other.
 """
-import argparse
 import json
 import sys
 
@@ -13,10 +12,9 @@ from shardgnn.comm import world
 
 def main(path):
     from shardgnn.cli import partition as cli_partition
+    from shardgnn.cli.main import build_parser
 
-    parser = argparse.ArgumentParser(prog="shardgnn")
-    sub = parser.add_subparsers(dest="command")
-    cli_partition.add_parser(sub)
+    parser = build_parser("partition")
     comm = world()
     log.setup(comm.rank)
     with open(path) as fh:

@@ -1,5 +1,4 @@
 """Rank script: run the vertex-cut partitioner through the `shardgnn partition` parser in-process."""
-import argparse
 import sys
 
 from shardgnn import log
@@ -8,10 +7,9 @@ from shardgnn.comm import world
 
 def main(argv):
     from shardgnn.cli import partition as cli_partition
+    from shardgnn.cli.main import build_parser
 
-    parser = argparse.ArgumentParser(prog="shardgnn")
-    sub = parser.add_subparsers(dest="command")
-    cli_partition.add_parser(sub)
+    parser = build_parser("partition")
     args = parser.parse_args(["partition"] + argv)
     comm = world()
     log.setup(comm.rank)
