@@ -14,6 +14,8 @@ first layer (``W1 [h; t] = W1_h h + W1_t t``).
 """
 from __future__ import annotations
 
+import abc
+
 from typing import Any
 
 import torch
@@ -25,15 +27,15 @@ DECODERS = ("dot", "distmult", "mlp")
 _MLP_PAIRS = 1 << 20
 
 
-class Decoder(nn.Module):
+class Decoder(nn.Module, abc.ABC):
     """Scores of edges from endpoint embeddings (``forward(h, t, rel)`` -> (m,))."""
 
+    @abc.abstractmethod
     def score_all(self, fixed: torch.Tensor, rel: torch.Tensor, cand: torch.Tensor,
                   side: str) -> torch.Tensor:
         """(b, C) scores of b edges whose ``side`` (``"tail"`` or ``"head"``) is replaced by
         each of the C candidates ``cand`` (their embeddings); ``fixed`` holds the other
         endpoint's embeddings."""
-        raise NotImplementedError
 
 
 class DotDecoder(Decoder):

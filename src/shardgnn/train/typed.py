@@ -17,6 +17,8 @@ the batch or the rank that computes it.
 """
 from __future__ import annotations
 
+import abc
+
 from typing import Any, Sequence
 
 import torch
@@ -24,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 
-class _TypedStack(nn.Module):
+class _TypedStack(nn.Module, abc.ABC):
     """Layers with ReLU between them (none after the last) and dropout before each."""
 
     supports_types = True
@@ -34,8 +36,9 @@ class _TypedStack(nn.Module):
         self.convs = nn.ModuleList(convs)
         self.dropout = float(dropout)
 
+    @abc.abstractmethod
     def conv(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
-        raise NotImplementedError
+        """Layer ``i``'s convolution of ``x`` over the typed block."""
 
     def layer(self, i: int, x: torch.Tensor, block: Any) -> torch.Tensor:
         """Layer ``i`` on one typed block: dropout, the typed convolution from the
