@@ -280,3 +280,28 @@ def test_device_layers_equal_the_host_kernels(name, norm):
         h = rng.normal(size=(7, 16)).astype(np.float32)
         np.testing.assert_allclose(numpy_of(dl.ahead(1, dl.dev.upload(h))), sage_ahead(lm, 1, h),
                                    rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dot", "distmult", "mlp"])
+def test_numpy_decoders_equal_the_torch_decoders(name):
+    """infer's NumPy decoders (no torch import) give the trained torch decoder's scores
+    (rel 1e-5), over more edges than one block."""
+    import torch
+
+    from shardgnn.infer.model import _DECODE_ROWS, decode
+    from shardgnn.train.decoders import build
+
+    torch.manual_seed(0)
+    dec = build(name, 16, 3)
+    with torch.no_grad():
+        for p in dec.parameters():   # the MLP's per-type bias starts at zero: make it count
+            p.add_(0.3 * torch.randn_like(p))
+    rng = np.random.default_rng(0)
+    m = _DECODE_ROWS + 77
+    h, t = (rng.standard_normal((m, 16)).astype(np.float32) for _ in range(2))
+    r = rng.integers(0, 3, m)
+    with torch.no_grad():
+        want = dec(torch.from_numpy(h), torch.from_numpy(t), torch.from_numpy(r)).numpy()
+    got = decode(name, {k: v.numpy() for k, v in dec.state_dict().items()}, h, t, r)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

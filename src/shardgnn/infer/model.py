@@ -4,7 +4,8 @@ Supported: GraphSAGE (``sage``), GCN (``gcn``) and GAT (``gat``) checkpoints of 
 and ``averaging`` engines (the models with a per-layer forward). GraphSAGE and GCN layers run as
 NumPy/SciPy kernels on the checkpoint's weights — the same computation as the torch layers, in
 float32, without importing torch (whose import, with PyG's, costs ~6 s of CPU per rank, more
-than a whole 2-layer layerwise pass over 100k vertices); GAT runs its torch module. A GCN keeps
+than a whole 2-layer layerwise pass over 100k vertices); GAT and the typed encoders of
+``--task link`` checkpoints (HGT, R-GCN: :data:`TYPED`) run their torch modules. A GCN keeps
 the normalisation it was trained with: D^-1/2 (A+I) D^-1/2 with whole-graph degrees (averaging
 engine) or the mean over the block's neighbours and itself (sampled engine, ``GCN.layer``).
 """
@@ -23,6 +24,9 @@ from shardgnn.sampling.blocks import Block, segment_index
 from shardgnn.train import checkpoint
 
 SUPPORTED = ("sage", "gcn", "gat")
+#: typed encoders of ``--task link`` checkpoints (torch modules on typed blocks: the edge type
+#: of every neighbour and the node type of every row, :mod:`shardgnn.train.typed`)
+TYPED = ("hgt", "rgcn")
 #: parameters of layer i of each kernel model: name -> (shape from (in, out) widths)
 _PARAMS = {"sage": {"lin_l.weight": lambda a, b: (b, a), "lin_l.bias": lambda a, b: (b,),
                     "lin_r.weight": lambda a, b: (b, a)},
@@ -54,39 +58,78 @@ class LoadedModel:
     embed_dim: int = 0
     features: bool = True
     _module: Any = field(default=None, repr=False)
-    _decoder: Any = field(default=None, repr=False)
+
+    @property
+    def typed(self) -> bool:
+        """An encoder over typed blocks (:data:`TYPED`)."""
+        return self.name in TYPED
+
+    def link_info(self) -> dict[str, Any]:
+        """What a ``--task link`` run recorded about the graph (type counts, triples, the
+        training fanouts)."""
+        return dict(dict(self.config.get("link") or {}).get("info") or {})
 
     def module(self) -> Any:
         """The torch module with the checkpoint's weights in eval mode (built on first use:
-        GAT layers, and as a reference for tests). Imports torch."""
+        GAT and typed layers, and as a reference for tests). Imports torch."""
         if self._module is None:
             import torch
 
             from shardgnn.train import models
 
-            m = models.build(self.name, self.in_channels, int(self.config["hidden"]),
-                             self.out_channels, self.layers, 0.0,
-                             int(self.config.get("heads", 4)))
+            hidden, heads = int(self.config["hidden"]), int(self.config.get("heads", 4))
+            if self.typed:
+                info = self.link_info()
+                m = models.build_typed(self.name, self.in_channels, hidden, self.out_channels,
+                                       self.layers, 0.0, heads,
+                                       int(info.get("num_node_types", 1)), self.num_edge_types,
+                                       [tuple(t) for t in info.get("triples", [])])
+            else:
+                m = models.build(self.name, self.in_channels, hidden, self.out_channels,
+                                 self.layers, 0.0, heads)
             m.load_state_dict({k: torch.from_numpy(v) for k, v in self.state.items()})
             self._module = m.eval()
         return self._module
 
     def score(self, h: np.ndarray, t: np.ndarray, rel: np.ndarray) -> np.ndarray:
         """Scores of edges from their endpoints' final embeddings: the trained decoder of a
-        ``--task link`` checkpoint, else the dot product (float32)."""
-        if self.decoder in ("", "dot"):
-            return np.einsum("ij,ij->i", h, t).astype(np.float32)
-        if self._decoder is None:
-            import torch
+        ``--task link`` checkpoint, else the dot product (float32). The decoders of
+        :mod:`shardgnn.train.decoders` run as NumPy on their weights (:func:`decode`: the same
+        float32 computation, without importing torch)."""
+        return decode(self.decoder or "dot", self.decoder_state, h, t, rel)
 
-            from shardgnn.train import decoders
 
-            d = decoders.build(self.decoder, self.out_channels, self.num_edge_types)
-            d.load_state_dict({k: torch.from_numpy(v) for k, v in self.decoder_state.items()})
-            self._decoder = d.eval()
-        from shardgnn.train.decoders import scores
+#: edges per block of :func:`decode` (bounds the MLP's (rows, hidden) temporaries)
+_DECODE_ROWS = 1 << 14
 
-        return np.asarray(scores(self._decoder, h, t, rel), np.float32)
+
+def decode(name: str, state: dict[str, np.ndarray], h: np.ndarray, t: np.ndarray,
+           rel: np.ndarray) -> np.ndarray:
+    """The scores (float32) of decoder ``name`` (:data:`shardgnn.train.decoders.DECODERS`)
+    with parameters ``state`` for head rows ``h``, tail rows ``t`` and edge types ``rel``:
+    ``<h, t>``, ``<h, R_r, t>`` or ``w . relu(W_h h + W_t t + b_r) + c``, block by block. Pure."""
+    h, t = np.asarray(h, np.float32), np.asarray(t, np.float32)
+    rel = np.asarray(rel, np.int64)
+    out = np.empty(h.shape[0], np.float32)
+    if name == "mlp":
+        wh, wt = state["lin_h.weight"].T, state["lin_t.weight"].T
+        br, w, c = state["rel.weight"], state["out.weight"][0], state["out.bias"][0]
+        warm_blas()
+    for lo in range(0, h.shape[0], _DECODE_ROWS):
+        a, b, r = h[lo:lo + _DECODE_ROWS], t[lo:lo + _DECODE_ROWS], rel[lo:lo + _DECODE_ROWS]
+        if name == "dot":
+            out[lo:lo + a.shape[0]] = np.einsum("ij,ij->i", a, b)
+        elif name == "distmult":
+            out[lo:lo + a.shape[0]] = np.einsum("ij,ij->i", a * state["rel"][r], b)
+        elif name == "mlp":
+            z = a @ wh
+            z += b @ wt
+            z += br[r]
+            np.maximum(z, 0, out=z)
+            out[lo:lo + a.shape[0]] = z @ w + c
+        else:
+            raise ValueError(f"unknown decoder {name!r}")
+    return out
 
 
 def _width(state: dict[str, np.ndarray], prefix: str, suffix: str, dim: int, ndim: int) -> int:
@@ -176,19 +219,25 @@ def load_model(path: str) -> LoadedModel:
         cfg = ck["config"]
         state = {k: np.ascontiguousarray(np.array(v)) for k, v in ck["parts"][0]["model"].items()}
     name = str(cfg.get("model", ""))
-    if name not in SUPPORTED:
+    link = cfg.get("task") == "link"
+    if name not in SUPPORTED + (TYPED if link else ()):
         raise input_error(path, f"expected a checkpoint of a model with a per-layer forward "
-                          f"({', '.join(SUPPORTED)}), got model {name!r}")
+                          f"({', '.join(SUPPORTED)}; {', '.join(TYPED)} of --task link), got "
+                          f"model {name!r}")
     if engine not in ("rdm", "cagnet1d"):
         engine = "sampled" if "sampler" in cfg else "averaging"
-    link = cfg.get("task") == "link"
     dec_state: dict[str, np.ndarray] = {}
     if link:   # LinkModel: encoder.* (the GNN) and decoder.*
         dec_state = {k[8:]: v for k, v in state.items() if k.startswith("decoder.")}
         state = {k[8:]: v for k, v in state.items() if k.startswith("encoder.")}
     layers = int(cfg["layers"])
-    in_c = _width(state, "convs.0.", "weight", 1, 2)
-    out_c = _width(state, f"convs.{layers - 1}.", "bias", 0, 1)
+    if name in TYPED:   # the encoder's input: features and embeddings; its output: --hidden
+        info = dict(dict(cfg.get("link") or {}).get("info") or {})
+        in_c = int(info.get("features", 0)) + int(info.get("embed_dim", 0))
+        out_c = int(cfg["hidden"])
+    else:
+        in_c = _width(state, "convs.0.", "weight", 1, 2)
+        out_c = _width(state, f"convs.{layers - 1}.", "bias", 0, 1)
     if in_c < 0 or out_c < 0:
         raise input_error(path, f"expected the weights of a {layers}-layer {name} model, got "
                           f"keys {sorted(state)[:4]}")
@@ -225,7 +274,8 @@ def load_model(path: str) -> LoadedModel:
         first = str(exc).strip().splitlines()[0]
         raise input_error(path, f"expected the state of a {name} model as in its config, got "
                           f"other shapes ({first})") from None
-    lm.widths = [int(c.out_channels) * (int(c.heads) if c.concat else 1) for c in m.convs]
+    if not lm.typed:
+        lm.widths = [int(c.out_channels) * (int(c.heads) if c.concat else 1) for c in m.convs]
     return lm
 
 
@@ -261,28 +311,33 @@ def _adjacency(block: Block, vals: np.ndarray | None = None, self_loops: bool = 
     return sp.csr_matrix((data, indices, indptr), shape=(nd, ns))
 
 
-def _dst_first(x: np.ndarray, block: Block, deg_src: np.ndarray | None, dst: np.ndarray
-               ) -> tuple[np.ndarray, Block, np.ndarray | None]:
+def _dst_first(x: np.ndarray, block: Block, deg_src: np.ndarray | None, dst: np.ndarray,
+               src_type: np.ndarray | None = None
+               ) -> tuple[np.ndarray, Block, np.ndarray | None, np.ndarray | None]:
     """The same block over only the rows it uses, its destinations (``dst``, rows of ``x``)
-    first: the layout the torch layers and the self-loops of GCN take."""
+    first: the layout the torch layers and the self-loops of GCN take; the degrees and node
+    types of those rows."""
     used = np.unique(block.indices)
     rows = np.concatenate([np.asarray(dst, np.int64), used])
     nd = int(block.num_dst)
     blk = Block(num_src=int(rows.size), num_dst=nd, indptr=block.indptr,
-                indices=nd + np.searchsorted(used, block.indices))
-    return x[rows], blk, (None if deg_src is None else np.asarray(deg_src)[rows])
+                indices=nd + np.searchsorted(used, block.indices), etype=block.etype)
+    return (x[rows], blk, None if deg_src is None else np.asarray(deg_src)[rows],
+            None if src_type is None else np.asarray(src_type)[rows])
 
 
 def apply_layer(lm: LoadedModel, i: int, x: np.ndarray, block: Block,
-                deg_src: np.ndarray | None, dst: np.ndarray | None = None) -> np.ndarray:
+                deg_src: np.ndarray | None, dst: np.ndarray | None = None,
+                src_type: np.ndarray | None = None) -> np.ndarray:
     """Model layer ``i`` on one block; float32 rows of its destinations. ``x``: float32 rows of
     the block's sources, the destinations first, or, with ``dst``, any rows (the block's
     ``indices`` and ``dst`` index them: layerwise inference passes its whole static cache).
     ``deg_src``: whole-graph degrees of the rows of ``x`` (only the averaging engine's GCN uses
-    them)."""
+    them); ``src_type``: node types of the rows of ``x`` (typed models; they also read the
+    block's ``etype``)."""
     x = np.asarray(x, np.float32)
     if dst is not None and lm.name != "sage":
-        x, block, deg_src = _dst_first(x, block, deg_src, dst)
+        x, block, deg_src, src_type = _dst_first(x, block, deg_src, dst, src_type)
         dst = None
     s, p = lm.state, f"convs.{i}."
     nd = int(block.num_dst)
@@ -295,7 +350,7 @@ def apply_layer(lm: LoadedModel, i: int, x: np.ndarray, block: Block,
         out = gcn_adjacency(lm, block, deg_src) @ h
         out += s[p + "bias"]
     else:
-        return _torch_layer(lm, i, x, block)
+        return _torch_layer(lm, i, x, block, src_type)
     if i < lm.layers - 1:
         np.maximum(out, 0, out=out)
     return np.ascontiguousarray(out, np.float32)
@@ -341,23 +396,25 @@ class DeviceLayers:
         return torch.sparse.mm(_csr(adj.tocsr(), self.dev), h)
 
     def rows(self, i: int, x: np.ndarray, block: Block, deg_src: np.ndarray | None,
-             dst: np.ndarray, mapped: bool = False) -> Any:
+             dst: np.ndarray, mapped: bool = False, src_type: np.ndarray | None = None) -> Any:
         """Layer ``i``'s rows (a device tensor) of the block's destinations; ``x``: the cache's
         rows, which ``block.indices`` and ``dst`` index (:func:`apply_layer`'s ``dst`` form);
-        ``mapped``: GraphSAGE rows already ``[x W_l^T | x W_r^T]`` (:func:`sage_ahead`)."""
+        ``mapped``: GraphSAGE rows already ``[x W_l^T | x W_r^T]`` (:func:`sage_ahead`);
+        ``src_type``: node types of the rows of ``x`` (typed models)."""
         import torch
 
         from shardgnn.train.models import TorchBlock
 
         lm, p = self.lm, f"convs.{i}."
-        xs, blk, deg = _dst_first(np.asarray(x, np.float32), block, deg_src, dst)
+        xs, blk, deg, stype = _dst_first(np.asarray(x, np.float32), block, deg_src, dst,
+                                         src_type)
         nd = int(blk.num_dst)
         h = self.dev.upload(xs)
         with torch.no_grad():
-            if lm.name == "gat":
+            if lm.name not in _PARAMS:   # GAT, typed models: their torch module
                 if self._module is None:
                     self._module = lm.module().to(self.dev.torch)
-                return self._module.layer(i, h, TorchBlock.of(blk, self.dev))
+                return self._module.layer(i, h, TorchBlock.of(blk, self.dev, src_type=stype))
             if lm.name == "gcn":
                 out = self._spmm(gcn_adjacency(lm, blk, deg), h @ self.w(p + "lin.weight").T)
                 out = out + self.w(p + "bias")
@@ -557,12 +614,15 @@ def sage_output(lm: LoadedModel, i: int, agg: np.ndarray, xself: np.ndarray,
     return res
 
 
-def _torch_layer(lm: LoadedModel, i: int, x: np.ndarray, block: Block) -> np.ndarray:
-    """Layer ``i`` through the torch module (GAT)."""
+def _torch_layer(lm: LoadedModel, i: int, x: np.ndarray, block: Block,
+                 src_type: np.ndarray | None = None) -> np.ndarray:
+    """Layer ``i`` through the torch module (GAT; typed models with the rows' node types and
+    the block's edge types)."""
     import torch
 
     from shardgnn.device import numpy_of
     from shardgnn.train.models import TorchBlock
 
     with torch.no_grad():
-        return numpy_of(lm.module().layer(i, torch.from_numpy(x), TorchBlock.of(block)))
+        return numpy_of(lm.module().layer(i, torch.from_numpy(x),
+                                          TorchBlock.of(block, src_type=src_type)))

@@ -16,7 +16,7 @@ with any fanouts their embeddings equal the layerwise ones.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,7 +33,7 @@ MODES = ("target", "batch")
 
 
 def _expand(sampler: GatherApplySampler, tid: np.ndarray, gid: np.ndarray, hop: int,
-            fanout: int, n: int) -> tuple[np.ndarray, np.ndarray, Block]:
+            fanout: Any, n: int) -> tuple[np.ndarray, np.ndarray, Block]:
     """One hop of per-target subgraphs. Collective over comm.
 
     ``(tid, gid)`` are the current level's vertices (target index, global id), a vertex once per
@@ -44,14 +44,15 @@ def _expand(sampler: GatherApplySampler, tid: np.ndarray, gid: np.ndarray, hop: 
     deduplicated across targets.
     """
     u, inv = np.unique(gid, return_inverse=True)
-    dst, nbr, _ = sampler.hop(u, 0, hop, fanout)
-    order = np.lexsort((nbr, dst))
-    nbr = nbr[order].astype(np.int64)
+    dst, nbr, et = sampler.hop(u, 0, hop, fanout)
+    order = np.lexsort((et, nbr, dst))
+    nbr, et = nbr[order].astype(np.int64), et[order]
     deg = np.bincount(dst, minlength=u.size)
     start = np.concatenate([[0], np.cumsum(deg)[:-1]]).astype(np.int64)
     cnt = deg[inv]
     e_dst = np.repeat(np.arange(gid.size, dtype=np.int64), cnt)
-    e_key = tid[e_dst] * n + nbr[segment_index(start[inv], cnt)]
+    e_at = segment_index(start[inv], cnt)
+    e_key = tid[e_dst] * n + nbr[e_at]
     cur = tid * n + gid
     keys = np.concatenate([cur, e_key])
     uniq, first = np.unique(keys, return_index=True)
@@ -61,11 +62,12 @@ def _expand(sampler: GatherApplySampler, tid: np.ndarray, gid: np.ndarray, hop: 
     idx = srt[np.searchsorted(nxt[srt], e_key)]
     indptr = np.zeros(gid.size + 1, np.int64)
     np.cumsum(cnt, out=indptr[1:])
-    blk = Block(num_src=int(nxt.size), num_dst=int(gid.size), indptr=indptr, indices=idx)
+    blk = Block(num_src=int(nxt.size), num_dst=int(gid.size), indptr=indptr, indices=idx,
+                etype=et[e_at])
     return nxt // n, nxt % n, blk
 
 
-def _per_target(sampler: GatherApplySampler, seeds: np.ndarray, fanouts: list[int],
+def _per_target(sampler: GatherApplySampler, seeds: np.ndarray, fanouts: list[Any],
                 n: int) -> tuple[list[np.ndarray], list[Block]]:
     """The block-diagonal k-hop subgraphs of ``seeds``, one per target: (global ids per level,
     blocks per hop). Collective over comm."""
@@ -79,11 +81,12 @@ def _per_target(sampler: GatherApplySampler, seeds: np.ndarray, fanouts: list[in
 
 
 def run(comm: Communicator, lm: LoadedModel, mode: str, targets: np.ndarray, deg: np.ndarray,
-        sampler: GatherApplySampler, feats: VertexData, fanouts: list[int], batch: int,
-        st: dict[str, float]) -> np.ndarray:
+        sampler: GatherApplySampler, feats: VertexData, fanouts: list[Any], batch: int,
+        st: dict[str, float], ntype: np.ndarray | None = None) -> np.ndarray:
     """Last-layer embeddings of ``targets`` (this rank's, in order) by sample-wise inference in
-    ``mode`` (:data:`MODES`), ``batch`` targets at a time; timings and work in ``st``
-    (``computed_rows``: rows computed over all layers). Collective over comm."""
+    ``mode`` (:data:`MODES`), ``batch`` targets at a time (``fanouts``: the sampler's, per edge
+    type for a typed model, which reads the node types ``ntype`` of the rows); timings and
+    work in ``st`` (``computed_rows``: rows computed over all layers). Collective over comm."""
     L, n = lm.layers, sampler.num_nodes
     steps = int(comm.allreduce_scalar(-(-targets.size // batch), "max"))
     out = np.empty((targets.size, lm.out_channels), np.float32)
@@ -103,7 +106,8 @@ def run(comm: Communicator, lm: LoadedModel, mode: str, targets: np.ndarray, deg
         t2 = time.perf_counter()
         for i in range(L):
             b = blocks[L - 1 - i]
-            h = apply_layer(lm, i, h, b, deg[levels[L - i]])
+            h = apply_layer(lm, i, h, b, deg[levels[L - i]],
+                            src_type=None if ntype is None else ntype[levels[L - i]])
             st["computed_rows"] += b.num_dst
         out[s * batch:s * batch + seeds.size] = h
         st["sample_time"] += t1 - t0
