@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
@@ -334,16 +334,73 @@ def _save(comm: Communicator, cfg: SampledConfig, path: str, epoch: int, run: _R
     comm.barrier()
 
 
+def resumed_history(ck: dict[str, Any], series: tuple[str, ...]) -> dict[str, Any]:
+    """The per-epoch series of a checkpoint (``series``, bytes per collective, server load)."""
+    hist: dict[str, Any] = {k: list(ck["history"].get(k, [])) for k in series}
+    hist["bytes"] = json.loads(ck["history"].get("bytes_json", "[]"))
+    hist["load"] = json.loads(ck["history"].get("load_json", "[]"))
+    return hist
+
+
 def _resume(comm: Communicator, cfg: SampledConfig, run: _Run) -> tuple[int, dict[str, Any]]:
     ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, [comm.rank])
     msg = checkpoint.config_mismatch(cfg.resume, ck["config"], asdict(cfg), RESUME_KEYS + ("ranks",))
     comm.agree(not msg, msg)
     run.torch_rng, run.np_rng = checkpoint.restore_partition(ck["parts"][comm.rank], run.model,
                                                              run.opt)
-    hist = {k: list(ck["history"].get(k, [])) for k in SERIES}
-    hist["bytes"] = json.loads(ck["history"].get("bytes_json", "[]"))
-    hist["load"] = json.loads(ck["history"].get("load_json", "[]"))
-    return ck["epoch"] + 1, hist
+    return ck["epoch"] + 1, resumed_history(ck, SERIES)
+
+
+@dataclass
+class EpochLoop:
+    """What one sampled engine plugs into :func:`run_epochs`: its series, the per-rank times
+    reduced by max, one epoch of training and of evaluation, the epoch's log line and the
+    checkpoint writer (epoch, history as stored)."""
+
+    series: tuple[str, ...]
+    times: tuple[str, ...]
+    train: Callable[[int, log.Progress], dict[str, float]]
+    evaluate: Callable[[int], dict[str, float]]
+    describe: Callable[[int, dict[str, float]], None]
+    save: Callable[[int, dict[str, Any]], None]
+
+
+def run_epochs(comm: Communicator, cfg: SampledConfig, sampler: GatherApplySampler,
+               loop: EpochLoop, hist: dict[str, Any], start: int, prog: log.Progress) -> str:
+    """Epochs ``start`` .. ``cfg.epochs`` of a sampled engine into ``hist``: train, evaluate
+    when due (``--eval full``, every ``--eval-every`` and the last), the times reduced by max
+    and the sampled edges summed over ranks, bytes per collective and server load per epoch,
+    the NaN-loss stop, checkpoints when due. Returns the stop message ('' when none).
+    Collective over comm."""
+    stop = ""
+    for epoch in range(start, cfg.epochs + 1):
+        comm.reset_counters()
+        load0 = sampler.load.as_array()
+        t0 = time.perf_counter()
+        st = loop.train(epoch, prog)
+        st["epoch_time"] = time.perf_counter() - t0
+        if cfg.eval == "full" and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
+            t1 = time.perf_counter()
+            st.update(loop.evaluate(epoch))
+            st["eval_time"] = time.perf_counter() - t1
+        st["epoch"] = epoch
+        for k in loop.times:
+            st[k] = comm.allreduce_scalar(st[k], "max")
+        st["sampled_edges"] = comm.allreduce_scalar(st["sampled_edges"])
+        for k in loop.series:
+            hist[k].append(float(st.get(k, float("nan"))))
+        hist["bytes"].append(dict(comm.counters()["bytes"]))
+        hist["load"].append((sampler.load.as_array() - load0).tolist())
+        loop.describe(epoch, st)
+        stop = guards.nan_loss_stop(hist, epoch, st["loss"], cfg)  # the loss is all-reduced
+        if stop:
+            break
+        if cfg.checkpoint_due(epoch, cfg.epochs):
+            h = {k: hist[k] for k in loop.series}
+            h.update(bytes_json=json.dumps(hist["bytes"]), load_json=json.dumps(hist["load"]))
+            loop.save(epoch, h)
+    prog.close()
+    return stop
 
 
 def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
@@ -368,40 +425,20 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
     logger.info("sampled: %d ranks serve %d partitions, model %s, fanouts %s, global batch %d, "
                 "%d training seeds", comm.size, run.sampler.num_parts, cfg.model, cfg.fanouts,
                 cfg.batch_size, run.masks["train"].size)
-    stop = ""
-    for epoch in range(start, cfg.epochs + 1):
-        comm.reset_counters()
-        load0 = run.sampler.load.as_array()
-        t0 = time.perf_counter()
-        st = _train_epoch(comm, cfg, run, epoch, prog)
-        st["epoch_time"] = time.perf_counter() - t0
-        if cfg.eval == "full" and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
-            t1 = time.perf_counter()
-            st.update(_evaluate(comm, cfg, run, epoch))
-            st["eval_time"] = time.perf_counter() - t1
-        else:
-            st.update(val_acc=float("nan"), test_acc=float("nan"))
-        st["epoch"] = epoch
-        for k in ("sample_time", "fetch_time", "copy_time", "compute_time", "allreduce_time"):
-            st[k] = comm.allreduce_scalar(st[k], "max")
-        st["sampled_edges"] = comm.allreduce_scalar(st["sampled_edges"])
-        for k in SERIES:
-            hist[k].append(float(st.get(k, float("nan"))))
-        hist["bytes"].append(dict(comm.counters()["bytes"]))
-        hist["load"].append((run.sampler.load.as_array() - load0).tolist())
+
+    def describe(epoch: int, st: dict[str, float]) -> None:
         logger.info("epoch %d loss %.4f train %.4f val %.4f test %.4f (%.2fs: sample %.2f fetch "
                     "%.2f copy %.2f compute %.2f allreduce %.2f)", epoch, st["loss"],
-                    st["train_acc"], st["val_acc"], st["test_acc"], st["epoch_time"],
-                    st["sample_time"], st["fetch_time"], st["copy_time"], st["compute_time"],
-                    st["allreduce_time"])
-        stop = guards.nan_loss_stop(hist, epoch, st["loss"], cfg)  # the loss is all-reduced
-        if stop:
-            break
-        if cfg.checkpoint_due(epoch, cfg.epochs):
-            h = {k: hist[k] for k in SERIES}
-            h.update(bytes_json=json.dumps(hist["bytes"]), load_json=json.dumps(hist["load"]))
-            _save(comm, cfg, ckpt, epoch, run, h)
-    prog.close()
+                    st["train_acc"], st.get("val_acc", float("nan")),
+                    st.get("test_acc", float("nan")), st["epoch_time"], st["sample_time"],
+                    st["fetch_time"], st["copy_time"], st["compute_time"], st["allreduce_time"])
+
+    loop = EpochLoop(SERIES, ("sample_time", "fetch_time", "copy_time", "compute_time",
+                              "allreduce_time"),
+                     lambda epoch, pg: _train_epoch(comm, cfg, run, epoch, pg),
+                     lambda epoch: _evaluate(comm, cfg, run, epoch), describe,
+                     lambda epoch, h: _save(comm, cfg, ckpt, epoch, run, h))
+    stop = run_epochs(comm, cfg, run.sampler, loop, hist, start, prog)
     summary = _write(comm, cfg, run, hist, command)
     comm.agree(not stop, stop)
     return summary

@@ -14,7 +14,6 @@ curve of one rank up to float summation order (docs/linkpred.md).
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from typing import Any
@@ -26,8 +25,8 @@ import torch.nn.functional as F
 from shardgnn import log
 from shardgnn.comm import Communicator, block_bounds, peak_rss_bytes
 from shardgnn.io.results import ResultWriter
-from shardgnn.sampled.engine import (EVAL_STEP0, RESUME_KEYS, SampledConfig, _share, _slice,
-                                     layers, typed_fanouts)
+from shardgnn.sampled.engine import (EVAL_STEP0, RESUME_KEYS, EpochLoop, SampledConfig, _share,
+                                     _slice, layers, resumed_history, run_epochs, typed_fanouts)
 from shardgnn.sampled.linkdata import Exclusion, LinkData, load_link_data
 from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import load_vertex_data, open_store, owner_ranks
@@ -278,10 +277,7 @@ def _resume(comm: Communicator, cfg: SampledConfig, run: _LinkRun) -> tuple[int,
                                                              run.opt)
     if run.emb is not None:
         run.emb.load(comm.run_agreed(checkpoint.read_extra, cfg.resume, "embedding"))
-    hist = {k: list(ck["history"].get(k, [])) for k in SERIES}
-    hist["bytes"] = json.loads(ck["history"].get("bytes_json", "[]"))
-    hist["load"] = json.loads(ck["history"].get("load_json", "[]"))
-    return ck["epoch"] + 1, hist
+    return ck["epoch"] + 1, resumed_history(ck, SERIES)
 
 
 def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
@@ -305,36 +301,16 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
                    cfg.model, cfg.link.decoder, run.data.edges.shape[0], ntrain,
                    run.data.split["valid"].size, run.data.split["test"].size, cfg.link.neg,
                    cfg.batch_size)
-    stop = ""
-    for epoch in range(start, cfg.epochs + 1):
-        comm.reset_counters()
-        load0 = run.sampler.load.as_array()
-        t0 = time.perf_counter()
-        st = _train_epoch(comm, cfg, run, epoch, prog)
-        st["epoch_time"] = time.perf_counter() - t0
-        if cfg.eval == "full" and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
-            t1 = time.perf_counter()
-            st.update(evaluate(comm, cfg, run, epoch))
-            st["eval_time"] = time.perf_counter() - t1
-        st["epoch"] = epoch
-        for k in ("sample_time", "fetch_time", "compute_time", "allreduce_time"):
-            st[k] = comm.allreduce_scalar(st[k], "max")
-        st["sampled_edges"] = comm.allreduce_scalar(st["sampled_edges"])
-        for k in SERIES:
-            hist[k].append(float(st.get(k, float("nan"))))
-        hist["bytes"].append(dict(comm.counters()["bytes"]))
-        hist["load"].append((run.sampler.load.as_array() - load0).tolist())
+    def describe(epoch: int, st: dict[str, float]) -> None:
         log.get().info("epoch %d loss %.4f val MRR %.4f test MRR %.4f (%.2fs)", epoch,
                        st["loss"], st.get("val_mrr", float("nan")),
                        st.get("test_mrr", float("nan")), st["epoch_time"])
-        stop = guards.nan_loss_stop(hist, epoch, st["loss"], cfg)
-        if stop:
-            break
-        if cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0:
-            h = {k: hist[k] for k in SERIES}
-            h.update(bytes_json=json.dumps(hist["bytes"]), load_json=json.dumps(hist["load"]))
-            _save(comm, cfg, ckpt, epoch, run, h)
-    prog.close()
+
+    loop = EpochLoop(SERIES, ("sample_time", "fetch_time", "compute_time", "allreduce_time"),
+                     lambda epoch, pg: _train_epoch(comm, cfg, run, epoch, pg),
+                     lambda epoch: evaluate(comm, cfg, run, epoch), describe,
+                     lambda epoch, h: _save(comm, cfg, ckpt, epoch, run, h))
+    stop = run_epochs(comm, cfg, run.sampler, loop, hist, start, prog)
     summary = _write(comm, cfg, run, hist, command)
     comm.agree(not stop, stop)
     return summary
