@@ -43,6 +43,7 @@ def _ours(a: argparse.Namespace, name: str, opts: list[str], work: Path) -> dict
     out = work / f"{name}.h5"
     args = ["train", "--engine", "sampled", a.store, "--task", "link", "--neg", a.neg,
             "--fanouts", a.fanouts, "--hidden", a.hidden, "--embed-dim", a.embed_dim,
+            "--embed-lr", a.embed_lr,
             "--batch-size", a.batch_size, "--epochs", a.epochs, "--eval-edges", a.eval_edges,
             "--lr", a.lr, "--dropout", "0", "--seed", a.seed, "--out", out, "--force", *opts]
     rec = harness.timed(harness.shardgnn(args, ranks=a.ranks))
@@ -150,6 +151,7 @@ def main() -> int:
     p.add_argument("--kge-evals", default="4", help="validations of a KGE run (best kept)")
     p.add_argument("--hidden", default="64")
     p.add_argument("--embed-dim", default="32")
+    p.add_argument("--embed-lr", default="0.01", help="learning rate of our learnt embeddings")
     p.add_argument("--fanouts", default="5,3")
     p.add_argument("--neg", default="2")
     p.add_argument("--batch-size", default="2048")
