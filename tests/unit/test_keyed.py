@@ -125,7 +125,8 @@ def test_torch_chunks_give_the_same_mask(monkeypatch):
     assert keyed.keep_mask(np.zeros(0, np.int64), 0, 7, 1, 2, 3, 0.4).shape == (0, 7)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (GPU-only test)")
 def test_cuda_mask_equals_numba():
     g = _gids(np.random.default_rng(5), 500)
     want = keyed.keep_mask(g, 64, 100, 2 ** 40 + 1, 17, 2, 0.5)
@@ -179,7 +180,8 @@ def test_fused_not_taken_on_cpu():
     assert not keyed.fused_available(torch.zeros(2, 2))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (GPU-only test)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_fused_equals_numba_and_torch_ops(dtype, monkeypatch):
     from shardgnn.device import cupy_available
