@@ -17,7 +17,7 @@ the features and labels written here; ``hetero`` = ``shardgnn generate hetero`` 
   ``--epochs`` epochs; NeighborSelection seconds per epoch at P = 1 (the one-rank engine's
   ``train/t_neighbor_selection``) and P = 2 (``dist/select_time``, the slowest rank per
   build), medians over the epochs after the first, and the bytes of every walk step
-  (``dist/selection_bytes``).
+  (``dist/selection_bytes``, all builds, and per build).
 * ``adb`` (timed, under the lock): MAGNN on ``hetero`` at P = 2 from two starts, a store
   giving rank 0 ``--skew`` of every node type's vertices and a SPRING store, each with
   ``--balance --balance-after 1 --balance-every 1`` and without; per check the predicted
@@ -162,6 +162,9 @@ def section_select(a: argparse.Namespace, res: dict[str, Any]) -> None:
             per_build = np.asarray(r["select_time"], np.float64).max(axis=0)  # slowest rank
             # epoch 0's build is the first one (P = 1 records it apart, as 0 in the series)
             r["select_per_epoch_median"] = float(np.median(per_build[1:]))
+            if "selection_bytes" in r:  # summed over ranks and builds: per build (= epoch)
+                r["selection_bytes_per_build"] = {k: v / per_build.size
+                                                  for k, v in r["selection_bytes"].items()}
             res[f"select/{a.select_graph}/P{p}"] = r
             print(f"select P{p}", r["select_per_epoch_median"], file=sys.stderr, flush=True)
         res["select/loadavg_after"] = harness.loadavg()
