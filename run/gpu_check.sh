@@ -121,7 +121,7 @@ if [ "$CUDA" = "1" ]; then
   if [ "$ONLY" != rdm ]; then
     step engines-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu \
       --junitxml="$OUTDIR/engines-tests.xml" tests/mpi/test_engine_devices.py \
-      tests/mpi/test_nau_devices.py
+      tests/mpi/test_nau_devices.py tests/unit/test_nau_resume.py
     step engines-bench "$BENCH_TIMEOUT" "$PY" run/bench/train/gpu_engines.py \
       "$OUTDIR/gpu_engines.json" $SMALL --work /tmp/shardgnn-gpu-engines --timeout 200
   fi
