@@ -265,6 +265,7 @@ class DistTrainer:
             nbr = layer.aggregation(hin, hdgs)
             h = layer.update(hdgs.root_feats(hin), nbr)
             if stats is not None:
+                self.dev.sync()  # a GPU's queued kernels counted in this layer's time
                 key = f"l{li}"
                 stats[f"fwd_{key}"] = stats.get(f"fwd_{key}", 0.0) + time.perf_counter() - t0 - t_comm
         return h
@@ -281,6 +282,7 @@ class DistTrainer:
                               reduction="sum") / self.n_train
         t0 = time.perf_counter()
         loss.backward()
+        self.dev.sync()
         stats["backward"] = stats.get("backward", 0.0) + time.perf_counter() - t0
         t0 = time.perf_counter()
         sync.allreduce_grads(self.comm, self.model)  # sums: the loss is over n_train already

@@ -45,7 +45,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model = build_model(cfg, graph).to(dev.torch)
         self.exe = Executor(cfg.aggregation, dev)
-        self.timer = Timer()
+        self.timer = Timer(dev.sync if dev.is_cuda else None)
         self.x = dev.tensor(features.apply(np.asarray(graph.x), cfg.feature_norm_used),
                             np.float32)
         self.opt = torch.optim.Adam(self.model.param_groups(cfg.weight_decay), lr=cfg.lr)

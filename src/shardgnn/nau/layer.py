@@ -243,10 +243,12 @@ def aggregation(feats: torch.Tensor, hdgs: HDGSet, udfs: Sequence[LevelUDF | Non
 
 
 class Timer:
-    """Seconds per NAU stage, accumulated."""
+    """Seconds per NAU stage, accumulated; ``sync`` (e.g. :meth:`shardgnn.device.Device.sync`)
+    is called before each stage ends, so a GPU's queued kernels count in their stage."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync: Callable[[], None] | None = None) -> None:
         self.t = {s: 0.0 for s in STAGES}
+        self.sync = sync
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -254,6 +256,8 @@ class Timer:
         try:
             yield
         finally:
+            if self.sync is not None:
+                self.sync()
             self.t[name] += time.perf_counter() - t0
 
     def reset(self) -> dict[str, float]:
