@@ -5,6 +5,7 @@ as device ones (the executor's ``"torch"`` provider, the dense torch fallbacks, 
 staged through host memory): losses and accuracies equal the compiled CPU run's (rel 1e-4).
 With CUDA, ``--device cuda`` against the CPU run (marked ``gpu``; skipped without CUDA)."""
 import json
+import sys
 
 import h5py
 import numpy as np
@@ -12,6 +13,9 @@ import pytest
 import torch
 
 from conftest import SCRIPTS, run_cli, run_mpi
+
+sys.path.insert(0, str(SCRIPTS))
+from nau_data import write_typed  # noqa: E402
 
 MODELS = {"gcn": [], "pinsage": ["--walks", "4", "--topk", "5"], "jknet": ["--rings", "2"],
           "pgnn": ["--anchor-sets", "4"], "magnn": ["--max-instances", "6", "--layers", "1"]}
@@ -29,26 +33,10 @@ def _homo(d, n=90, seed=1):
     return d
 
 
-def _typed(d, seed=2, n_movie=50, n_user=30, n_actor=12):
-    from shardgnn.io.canonical import write_dataset
-
-    rng = np.random.default_rng(seed)
-    n = n_movie + n_user + n_actor
-    nt = np.repeat([0, 1, 2], [n_movie, n_user, n_actor])
-    src = np.concatenate([rng.integers(0, n_movie, 160), rng.integers(0, n_movie, 60)])
-    dst = np.concatenate([n_movie + rng.integers(0, n_user, 160),
-                          n_movie + n_user + rng.integers(0, n_actor, 60)])
-    e = np.unique(np.stack([src, dst], 1), axis=0)
-    write_dataset(d, e, n, x=rng.standard_normal((n, 8)).astype(np.float32),
-                  y=np.where(nt == 0, rng.integers(0, 3, n), -1))
-    np.save(d / "node_type.npy", nt)
-    return d
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     w = tmp_path_factory.mktemp("nau-devices")
-    return {"homo": _homo(w / "homo"), "typed": _typed(w / "typed")}
+    return {"homo": _homo(w / "homo"), "typed": write_typed(w / "typed", seed=2)}
 
 
 def _runs(data):

@@ -134,18 +134,10 @@ def test_kernel_choice() -> None:
 
 
 def _model_run(name: str, mode: str, kernel: str, monkeypatch: pytest.MonkeyPatch):
-    from shardgnn.graph.generators import csbm
-    from shardgnn.nau.graph import from_edges
-    from test_nau import typed_graph
+    from test_nau import model_input
 
     monkeypatch.setattr(agg, "FUSED_KERNEL", kernel)  # the dense ops follow the provider
-    if name == "magnn":
-        g = typed_graph(seed=2)
-        kw = dict(graph=g, target=0, max_instances=5)
-    else:
-        s = csbm(300, num_classes=3, avg_degree=6, num_features=12, seed=1)
-        g = from_edges(s.num_nodes, s.edges[:, 0], s.edges[:, 1], x=s.x, y=s.y)
-        kw = dict(anchor_sets=5, rings=3)
+    g, kw = model_input(name)
     torch.manual_seed(0)
     m = NAU_MODELS[name](g.x.shape[1], 8, 3, dropout=0.3, **kw).train()
     exe = Executor(mode)
