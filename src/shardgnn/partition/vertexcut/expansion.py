@@ -450,21 +450,29 @@ def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionC
         pairs, parts = kernels.one_hop_propose(loc.lids(req[:, 0]), req[:, 1], loc.indptr,
                                                loc.adj, loc.assign, st.esize2, best)
         ph.lap("one_hop")
+        del req   # each step's arrays are dropped before the next step builds its own
         keep = _quota_cut(comm, parts, room)
-        joined = _commit(comm, loc, st, pairs[keep], parts[keep])
+        pairs, parts = pairs[keep], parts[keep]
+        del keep
+        joined = _commit(comm, loc, st, pairs, parts)
+        del pairs, parts
         ph.lap("commit")
         exp.add_joined(joined)
         ph.lap("boundary")
-        jv = np.unique(joined // p)
-        jl = loc.lids(jv)
+        jl = loc.lids(np.unique(joined // p))
+        del joined
         jl = jl[jl >= 0]
-        pairs2, parts2 = kernels.two_hop_propose(jl, loc.indptr, loc.adj, loc.assign, loc.pa,
-                                                 loc.pb, st.member, st.esize2, cap2, p, mark)
+        pairs, parts = kernels.two_hop_propose(jl, loc.indptr, loc.adj, loc.assign, loc.pa,
+                                               loc.pb, st.member, st.esize2, cap2, p, mark)
+        del jl
         ph.lap("two_hop")
         if capped:
             room = ((cap2 - st.esize2) // 2).clip(0).astype(np.int64)
-        keep2 = _quota_cut(comm, parts2, room)
-        _commit(comm, loc, st, pairs2[keep2], parts2[keep2])
+        keep = _quota_cut(comm, parts, room)
+        pairs, parts = pairs[keep], parts[keep]
+        del keep
+        _commit(comm, loc, st, pairs, parts)
+        del pairs, parts
         ph.lap("commit")
         trace.append({"iteration": it, "edges": st.esize2 // 2, "vertices": st.vsize.copy(),
                       "lam": lam.copy()})
