@@ -2,7 +2,8 @@
 the `--memory` budget (issue 37).
 
     python run/bench/partition/partition_memory.py RESULTS.json [--scales 20 22]
-        [--algos spring hdrf 2ps-l] [--budgets 0.5] [--vertexcut adadne:2 adadne:4]
+        [--algos spring hdrf 2ps-l] [--budgets 0.5] [--budget-bytes N ...]
+        [--vertexcut adadne:2 adadne:4]
         [--extra-graph NAME=DATASET_DIR] [--work DIR] [--src DIR --label NAME] [--lock]
         [--baseline-commit COMMIT --rounds N]
 
@@ -15,8 +16,8 @@ ranks' peaks and per-pass peaks from meta.json, the budget the run used (``memor
 the CSR stayed in memory and in how many passes it was built, wall and CPU seconds, the load
 average. Derived per graph and algorithm: graph-dependent bytes per edge = (peak on the graph
 - peak of the same command on Cora) / undirected edges, and, for each ``--budgets`` fraction f,
-a run with ``--memory`` = f x the default run's peak: its peak / budget and whether its
-partition files equal the default run's byte for byte.
+a run with ``--memory`` = f x the default run's peak (and one per ``--budget-bytes``): its
+peak / budget and whether its partition files equal the default run's byte for byte.
 
 ``--lock`` holds ``flock /tmp/shardgnn-bench.lock`` around every timed run (wall times are
 comparable only then, and only with the load average beside them); peak RSS and bytes are fine
@@ -166,6 +167,8 @@ def main() -> None:
     ap.add_argument("--algos", nargs="*", default=["spring", "hdrf", "2ps-l"])
     ap.add_argument("--budgets", type=float, nargs="*", default=[0.5],
                     help="--memory runs at these fractions of the default run's peak")
+    ap.add_argument("--budget-bytes", type=int, nargs="*", default=[],
+                    help="--memory runs at these absolute budgets too (bytes)")
     ap.add_argument("--vertexcut", nargs="*", default=[],
                     help="ALGO:RANKS vertex-cut runs on the R-MAT graphs (e.g. adadne:2)")
     ap.add_argument("--extra-graph", nargs="*", default=[], metavar="NAME=DIR")
@@ -213,8 +216,8 @@ def main() -> None:
                         graph_bytes_per_edge=round((peak - doc["fixed"][algo]) / m, 2))
             doc["runs"].append(base)
             save()
-            for f in a.budgets:
-                mem = int(f * peak)
+            for f, mem in [(f, int(f * peak)) for f in a.budgets] + \
+                    [(None, int(b)) for b in a.budget_bytes]:
                 r = partition(data, algo, 1, out, env, a.lock, memory=mem)
                 r.update(graph=name, budget_fraction=f)
                 if r["returncode"] == 0:
