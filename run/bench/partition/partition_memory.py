@@ -108,6 +108,12 @@ def has_allow_imbalance(src: Path | None) -> bool:
     return cli.exists() and "--allow-imbalance" in cli.read_text()
 
 
+def has_force(src: Path | None) -> bool:
+    """Whether the tree's ``partition`` has ``--force`` (older trees overwrite without it)."""
+    cli = (src if src is not None else ROOT) / "src" / "shardgnn" / "cli" / "partition.py"
+    return cli.exists() and '"--force"' in cli.read_text()
+
+
 def export_commit(commit: str, work: Path) -> Path:
     """The source tree of ``commit`` (``git archive`` of ``src``), exported once under
     ``work``."""
@@ -124,10 +130,13 @@ def export_commit(commit: str, work: Path) -> Path:
 
 def partition(data: Path, algo: str, ranks: int, out: Path, env: dict[str, str], lock: bool,
               memory: int | None = None, parts: int = PARTS,
-              extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One timed partition run; its record (peaks, budget, passes, wall, load)."""
-    args = ["partition", data, "--algo", algo, "--parts", parts, "--out", out, "--force",
-            *extra]
+              extra: tuple[str, ...] = (), force: bool = True) -> dict[str, Any]:
+    """One timed partition run; its record (peaks, budget, passes, wall, load). Without
+    ``force`` (a tree whose ``partition`` has no ``--force``) ``out`` is removed first."""
+    if not force:
+        shutil.rmtree(out, ignore_errors=True)
+    args = ["partition", data, "--algo", algo, "--parts", parts, "--out", out,
+            *(["--force"] if force else []), *extra]
     if memory is not None:
         args += ["--memory", memory]
     with bench_lock(lock):
@@ -250,23 +259,24 @@ def compare(a: argparse.Namespace, doc: dict[str, Any], graphs: dict[str, Path],
     """Wall times of the baseline commit's tree and this tree, the same commands in turn
     (see the module doc); fills ``doc["timed"]``."""
     base = export_commit(a.baseline_commit, a.work)
-    trees = {"baseline": (base, env_for(base), has_allow_imbalance(base)),
-             "this": (a.src, env_for(a.src), has_allow_imbalance(a.src))}
+    trees = {"baseline": (base, env_for(base), has_allow_imbalance(base), has_force(base)),
+             "this": (a.src, env_for(a.src), has_allow_imbalance(a.src), has_force(a.src))}
     doc.update(baseline_commit=a.baseline_commit, baseline_src=str(base), rounds=a.rounds,
                timed=[])
     jobs = [(algo, 1, False) for algo in a.algos] + \
         [(s.split(":")[0], int(s.split(":")[1]), True) for s in a.vertexcut]
     for algo, ranks, vc in jobs:   # untimed warm-up of each tree: numba's caches
-        for _, env, allow in trees.values():
+        for _, env, allow, force in trees.values():
             partition(cora, algo, ranks, out, env, False,
-                      extra=("--allow-imbalance",) if vc and allow else ())
+                      extra=("--allow-imbalance",) if vc and allow else (), force=force)
     for name, data in graphs.items():
         for algo, ranks, vc in jobs:
             runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this": []}
             for _ in range(a.rounds):
-                for label, (_, env, allow) in trees.items():
+                for label, (_, env, allow, force) in trees.items():
                     r = partition(data, algo, ranks, out, env, a.lock,
-                                  extra=("--allow-imbalance",) if vc and allow else ())
+                                  extra=("--allow-imbalance",) if vc and allow else (),
+                                  force=force)
                     runs[label].append(r)
             walls = {k: [r["wall_s"] for r in v if r["returncode"] == 0]
                      for k, v in runs.items()}
