@@ -118,12 +118,25 @@ def _agree(comm: Communicator, c: np.ndarray, vol: np.ndarray, rich: np.ndarray,
 def _compact(c: np.ndarray) -> tuple[np.ndarray, int]:
     """Relabel cluster ids to 1..K-1 keeping their order; unseen vertices (isolated) get fresh
     singleton ids after them in vertex order. Returns (ids, K)."""
-    ids, inv = np.unique(c, return_inverse=True)
-    has_zero = ids.size > 0 and ids[0] == 0
-    out = np.asarray(inv, dtype=np.int64).reshape(-1)   # in place: no |V| copies
-    if not has_zero:
-        out += 1
-    num = int(ids.size) + (0 if has_zero else 1)
+    top = int(c.max(initial=-1))
+    if c.size and int(c.min()) >= 0 and top < 8 * c.size:
+        # np.unique's inverse from a table over the ids (no sort of |V| ids and its copies)
+        used = np.zeros(top + 1, dtype=bool)
+        used[c] = True
+        nids, has_zero = int(used.sum()), bool(used[0])
+        rank = np.cumsum(used, dtype=np.int64)
+        del used
+        out = rank[c]
+        del rank
+        if has_zero:
+            out -= 1
+    else:
+        ids, inv = np.unique(c, return_inverse=True)
+        nids, has_zero = int(ids.size), ids.size > 0 and ids[0] == 0
+        out = np.asarray(inv, dtype=np.int64).reshape(-1)   # in place: no |V| copies
+        if not has_zero:
+            out += 1
+    num = nids + (0 if has_zero else 1)
     iso = np.flatnonzero(c == 0)
     out[iso] = num + np.arange(iso.size)
     return out, num + int(iso.size)
