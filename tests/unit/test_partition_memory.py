@@ -56,7 +56,7 @@ def test_budget_room_and_write_bucket(comm):
     assert budget.write_bucket(0) == budget.WRITE_MIN
     assert budget.write_bucket(3 << 30, cap=5 << 20) == 5 << 20
     assert budget.write_bucket(0, cap=1 << 10) == 1 << 10
-    assert budget.floor(1000, 8) == (64 + 4 * 8) * 1000
+    assert budget.floor(1000, 8) == (48 + 4 * 8) * 1000
 
 
 @pytest.mark.parametrize("threads", [1, 2])
