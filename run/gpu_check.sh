@@ -113,7 +113,8 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider)
 if [ "$CUDA" = "1" ]; then
   if [ "$ONLY" != engines ]; then
     step gpu-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu --junitxml="$OUTDIR/gpu-tests.xml" \
-      tests/unit/test_device.py tests/unit/test_rdm_kernels.py tests/mpi/test_gpu.py
+      tests/unit/test_device.py tests/unit/test_keyed.py tests/unit/test_rdm_kernels.py \
+      tests/mpi/test_gpu.py
     step gpu-bench "$BENCH_TIMEOUT" "$PY" run/bench/rdm/gpu.py "$OUTDIR/gpu_bench.json" $SMALL \
       --work /tmp/shardgnn-gpu-bench --timeout 150
   fi

@@ -75,6 +75,11 @@ def cupy_on_torch_stream() -> Iterator[Any]:
         yield cupy
 
 
+#: Whether the warning of :meth:`Device.set_rng_state` about a generator state of the other
+#: device kind was given in this process (once).
+_warned_rng_kind: list[bool] = []
+
+
 # ---------------------------------------------------------------------- local rank
 def env_local_rank(env: Any = None) -> int | None:
     """This process's rank on its node from the launcher's environment (None when unset)."""
@@ -419,9 +424,28 @@ class Device:
 
     def set_rng_state(self, state: Any) -> None:
         """Set torch's default generator of this device (from :meth:`get_rng_state` or
-        :meth:`seeded_rng_state`)."""
+        :meth:`seeded_rng_state`). A state of the other kind of generator (a checkpoint written
+        on a GPU resumed on the CPU, or back: the CPU's Mersenne Twister state and CUDA's
+        Philox state differ in size) cannot be loaded: this device's generator is then seeded
+        from a hash of that state's bytes, so the run continues reproducibly (the same
+        checkpoint gives the same curve), though not bit for bit as on the device it left."""
         import torch
 
+        state = torch.as_tensor(state, dtype=torch.uint8).cpu()
+        if state.numel() != self.get_rng_state().numel():
+            import hashlib
+
+            seed = int.from_bytes(hashlib.blake2b(state.numpy().tobytes(), digest_size=8).digest(),
+                                  "little") >> 1
+            if not _warned_rng_kind:
+                _warned_rng_kind.append(True)
+                from shardgnn import log
+
+                log.get().warning("the checkpoint's torch generator state is of another device "
+                                  "kind (%d bytes, this %s's: %d): seeded from it instead; the "
+                                  "curve goes on reproducibly but not bit for bit",
+                                  state.numel(), self, self.get_rng_state().numel())
+            state = self.seeded_rng_state(seed)
         if self.is_cuda:
             torch.cuda.set_rng_state(state, self.torch)
         else:

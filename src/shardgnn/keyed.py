@@ -31,7 +31,7 @@ of other modules only when their file changes too (or the cache is cleared).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numba
 import numpy as np
@@ -315,13 +315,132 @@ def keep_mask_torch(gids_or_row0: Any, col0: int, ncols: int, seed: int, step: i
     return torch.cat(parts)
 
 
+# ------------------------------------------------------------------------------ CUDA (CuPy)
+#: The fused CUDA dropout: one pass over the tile, each thread hashes its element's (row, column)
+#: and writes ``x * scale`` or ``x * 0`` (the torch form needs ~17 passes of int64 temporaries
+#: over the tile). The same arithmetic as :func:`_apply`: 64-bit unsigned wrap-around, logical
+#: shifts, the multiply by the looked-up value (so signed zeros and NaNs match too).
+_CUDA_PREAMBLE = f"""
+__device__ __forceinline__ unsigned long long shardgnn_mix64(unsigned long long x) {{
+    x = (x ^ (x >> 30)) * {int(_M1)}ull;
+    x = (x ^ (x >> 27)) * {int(_M2)}ull;
+    return x ^ (x >> 31);
+}}
+"""
+_CUDA_BODY = f"""
+long long r = i / ncols;
+long long c = i - r * ncols;
+unsigned long long k = shardgnn_mix64(((unsigned long long)rows[r]) ^ prefix);
+k = shardgnn_mix64(k ^ saltg);
+unsigned long long b = shardgnn_mix64(k + (unsigned long long)(col0 + c + 1) * {int(GOLDEN)}ull);
+y = x * ((b >> 11) >= th ? scale : (T)0);
+"""
+_CUDA_PARAMS = ("T x, raw int64 rows, uint64 prefix, uint64 saltg, int64 col0, int64 ncols, "
+                "uint64 th, T scale")
+#: dtypes of the fused kernel (others take the torch form).
+_CUDA_DTYPES = ("float32", "float64")
+_cuda_kernel: list[Any] = []
+
+
+def _fused_kernel() -> Any:
+    """The compiled (once per process, by CuPy/NVRTC) fused dropout kernel."""
+    if not _cuda_kernel:
+        import cupy
+
+        _cuda_kernel.append(cupy.ElementwiseKernel(_CUDA_PARAMS, "T y", _CUDA_BODY,
+                                                   "shardgnn_keyed_dropout",
+                                                   preamble=_CUDA_PREAMBLE))
+    return _cuda_kernel[0]
+
+
+def _fused_args(rows: torch.Tensor, col0: int, ncols: int, seed: int, step: int, layer: int,
+                p: float, np_dtype: Any) -> tuple[Any, ...]:
+    """The fused kernel's arguments after ``x`` (rows as given; NumPy scalars of its types)."""
+    return (rows, np.uint64(_stream_prefix(seed, step, layer) & _MASK64),
+            np.uint64((DROP_SALT + int(GOLDEN)) & _MASK64), np.int64(col0), np.int64(ncols),
+            np.uint64(draw01_threshold(float(p))), np.dtype(np_dtype).type(_scale(p)))
+
+
+def _fused_launch(x: torch.Tensor, args: tuple[Any, ...], kernel: Any = None) -> torch.Tensor:
+    """``kernel(x, *args, y)`` with x, rows and y handed over without copies (CUDA array
+    interface) on torch's current stream; ``y`` is a new torch tensor of x's shape."""
+    import torch
+
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if x.numel() == 0:
+        return y
+    if kernel is not None:          # a host kernel posing as the device one (tests)
+        kernel(x, *args, y)
+        return y
+    from shardgnn.device import cupy_on_torch_stream
+
+    with cupy_on_torch_stream() as cp:
+        _fused_kernel()(cp.asarray(x), cp.asarray(args[0]), *args[1:], cp.asarray(y))
+    return y
+
+
+def _fused_dropout_fn() -> Any:
+    import torch
+
+    class KeyedDropout(torch.autograd.Function):
+        """``x * mask`` with the mask recomputed in the backward (``g * mask``): nothing of the
+        tile's size is kept between the passes."""
+
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, args: tuple[Any, ...],
+                    kernel: Any) -> torch.Tensor:
+            ctx.fused = (args, kernel)
+            return _fused_launch(x, args, kernel)
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+            args, kernel = ctx.fused
+            return _fused_launch(g.contiguous(), args, kernel), None, None
+
+    return KeyedDropout
+
+
+_fused_fn: list[Any] = []
+
+
+def dropout_fused(x: torch.Tensor, gids_or_row0: Any, col0: int, seed: int, step: int,
+                  layer: int, p: float, *, kernel: Any = None) -> torch.Tensor:
+    """:func:`dropout_torch` in one fused CUDA pass (CuPy; float32/float64 tiles), forward and
+    backward. ``kernel``: a stand-in for the compiled kernel with its signature (tests run the
+    wrapper on the CPU with one)."""
+    import torch
+
+    if not _fused_fn:
+        _fused_fn.append(_fused_dropout_fn())
+    x = x.contiguous()
+    rows = _rows_torch(gids_or_row0, x.shape[0], x.device).contiguous()
+    args = _fused_args(rows, int(col0), int(x.shape[1]), seed, step, layer, p,
+                       str(x.dtype).removeprefix("torch."))
+    if torch.is_grad_enabled() and x.requires_grad:
+        return cast(torch.Tensor, _fused_fn[0].apply(x, args, kernel))
+    return _fused_launch(x, args, kernel)
+
+
+def fused_available(x: torch.Tensor) -> bool:
+    """Whether :func:`dropout_torch` takes the fused CUDA pass for ``x``: a CUDA float32/float64
+    tensor, CuPy installed and seeing the device."""
+    if x.device.type != "cuda" or str(x.dtype).removeprefix("torch.") not in _CUDA_DTYPES:
+        return False
+    from shardgnn.device import cupy_available
+
+    return cupy_available()
+
+
 def dropout_torch(x: torch.Tensor, gids_or_row0: Any, col0: int, seed: int, step: int, layer: int,
                   p: float) -> torch.Tensor:
     """Inverted dropout of the 2-D block ``x`` (rows: global ids or an int ``row0``; global
     columns ``col0..``) computed on x's device: ``x * mask`` with :func:`dropout_mask`'s bits
-    (the scale ``1 / (1 - p)`` in x's dtype)."""
+    (the scale ``1 / (1 - p)`` in x's dtype). A CUDA float tile takes one fused pass
+    (:func:`dropout_fused`) when CuPy sees the device; otherwise torch elementwise ops."""
     import torch
 
+    if fused_available(x):
+        return dropout_fused(x, gids_or_row0, col0, seed, step, layer, p)
     keep = keep_mask_torch(gids_or_row0, col0, x.shape[1], seed, step, layer, p,
                            nrows=x.shape[0], device=x.device)
     scale = torch.tensor(_scale(p), dtype=torch.float64).to(device=x.device, dtype=x.dtype)

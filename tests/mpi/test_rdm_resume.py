@@ -43,7 +43,7 @@ def same(a, b):
 
 @pytest.mark.parametrize("uninterrupted,resumed,k", [
     ("u2-rdm.h5", "r2-rdm.h5", 3), ("u2-cagnet1d.h5", "r2-cagnet1d.h5", 3),
-    ("u1.h5", "r1.h5", 3), ("us.h5", "rs.h5", 2)])
+    ("u1.h5", "r1.h5", 3), ("u1.h5", "r1b.h5", 3), ("us.h5", "rs.h5", 2)])
 def test_resumed_curve_is_bit_identical(runs, uninterrupted, resumed, k):
     u, ua = curve(runs / uninterrupted)
     r, ra = curve(runs / resumed)

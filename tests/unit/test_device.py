@@ -199,3 +199,27 @@ def test_staging_of_cuda_tensors_on_one_rank():
     ag = c.allgatherv(t.reshape(5, 2))
     assert ag.is_cuda and torch.equal(ag, t.reshape(5, 2))
 
+
+
+def test_rng_state_of_the_other_device_kind_seeds_reproducibly(monkeypatch):
+    """A checkpoint's generator state from a GPU (CUDA Philox: 16 bytes) resumed on the CPU: the
+    CPU generator is seeded from it (same state -> same stream), with one warning; a CPU state
+    still loads as itself."""
+    import torch
+
+    from shardgnn import device, log
+    from shardgnn.device import CPU
+
+    said = []
+    monkeypatch.setattr(device, "_warned_rng_kind", [])
+    monkeypatch.setattr(log.get(), "warning", lambda msg, *a: said.append(msg % a))
+    cuda_like = torch.arange(16, dtype=torch.uint8)        # posing as torch.cuda.get_rng_state()
+    draws = []
+    for st in (cuda_like, cuda_like.clone(), cuda_like.flip(0)):
+        CPU.set_rng_state(st)
+        draws.append(torch.rand(4))
+    assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], draws[2])
+    assert len(said) == 1 and "another device kind (16 bytes" in said[0]
+    own = CPU.seeded_rng_state(5)
+    CPU.set_rng_state(own)
+    assert torch.equal(CPU.get_rng_state(), own)

@@ -125,7 +125,8 @@ def test_torch_chunks_give_the_same_mask(monkeypatch):
     assert keyed.keep_mask(np.zeros(0, np.int64), 0, 7, 1, 2, 3, 0.4).shape == (0, 7)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (GPU-only test)")
 def test_cuda_mask_equals_numba():
     g = _gids(np.random.default_rng(5), 500)
     want = keyed.keep_mask(g, 64, 100, 2 ** 40 + 1, 17, 2, 0.5)
@@ -135,3 +136,72 @@ def test_cuda_mask_equals_numba():
     out = keyed.dropout_torch(x.cuda(), g, 64, 2 ** 40 + 1, 17, 2, 0.5).cpu()
     ref = keyed.dropout_apply(x.numpy(), g, 64, 2 ** 40 + 1, 17, 2, 0.5)
     assert np.array_equal(out.numpy().view(np.uint32), ref.view(np.uint32))
+
+
+def _host_fused(x, rows, prefix, saltg, col0, ncols, th, scale, y):
+    """The fused CUDA kernel's body (keyed._CUDA_BODY) element by element in NumPy: a host
+    kernel posing as the device one, so the wrapper's arguments and autograd run here."""
+    mix = keyed.mix64.py_func
+    i = np.arange(x.numel(), dtype=np.int64)
+    r, c = i // int(ncols), i % int(ncols)
+    with np.errstate(over="ignore"):
+        k = mix(mix(rows.numpy()[r].astype(np.uint64) ^ prefix) ^ saltg)
+        b = mix(k + (np.int64(col0) + c + 1).astype(np.uint64) * keyed.GOLDEN)
+    vals = np.where((b >> np.uint64(11)) >= th, scale, scale.dtype.type(0))
+    with np.errstate(invalid="ignore"):
+        y.numpy().reshape(-1)[:] = x.numpy().reshape(-1) * vals
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("p", (0.1, 0.5, 0.999))
+def test_fused_wrapper_equals_numba_forward_and_backward(dtype, p):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((40, 13)).astype(dtype)
+    x[0, :3] = [-0.0, np.inf, np.nan]
+    g = _gids(rng, 40)
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    for rows in (g, torch.from_numpy(g), 2 ** 40 + 3):
+        ref = keyed.dropout_apply(x, rows if np.ndim(rows) == 0 else g, 9, 2 ** 40 + 1, 17, 2, p)
+        out = keyed.dropout_fused(torch.from_numpy(x), rows, 9, 2 ** 40 + 1, 17, 2, p,
+                                  kernel=_host_fused)
+        assert out.dtype == torch.from_numpy(x).dtype
+        assert np.array_equal(out.numpy().view(bits), ref.view(bits))
+    xt = torch.from_numpy(x[1:]).requires_grad_(True)
+    out = keyed.dropout_fused(xt, g[1:], 9, 2 ** 40 + 1, 17, 2, p, kernel=_host_fused)
+    gr = torch.from_numpy(rng.standard_normal(out.shape).astype(dtype))
+    out.backward(gr)
+    want = gr.numpy() * keyed.dropout_mask(g[1:], 9, 13, 2 ** 40 + 1, 17, 2, p, dtype)
+    assert np.array_equal(xt.grad.numpy().view(bits), want.view(bits))
+    assert keyed.dropout_fused(torch.zeros((0, 13), dtype=xt.dtype), 0, 0, 1, 2, 3, p,
+                               kernel=_host_fused).shape == (0, 13)
+
+
+def test_fused_not_taken_on_cpu():
+    assert not keyed.fused_available(torch.zeros(2, 2))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (GPU-only test)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_fused_equals_numba_and_torch_ops(dtype, monkeypatch):
+    from shardgnn.device import cupy_available
+
+    assert cupy_available(), "CuPy must see the GPU: the fused dropout is the GPU path"
+    rng = np.random.default_rng(6)
+    g = _gids(rng, 3000)
+    x = torch.randn(3000, 257, dtype=dtype)
+    x[0, :3] = torch.tensor([-0.0, float("inf"), float("nan")], dtype=dtype)
+    bits = np.uint32 if dtype == torch.float32 else np.uint64
+    with np.errstate(invalid="ignore"):
+        ref = keyed.dropout_apply(x.numpy(), g, 64, 2 ** 40 + 1, 17, 2, 0.5)
+    xc = x.cuda().requires_grad_(True)
+    assert keyed.fused_available(xc)
+    out = keyed.dropout_torch(xc, torch.from_numpy(g).cuda(), 64, 2 ** 40 + 1, 17, 2, 0.5)
+    assert np.array_equal(out.detach().cpu().numpy().view(bits), ref.view(bits))
+    with monkeypatch.context() as m:
+        m.setattr(keyed, "fused_available", lambda t: False)
+        ops = keyed.dropout_torch(x.cuda(), g, 64, 2 ** 40 + 1, 17, 2, 0.5).cpu()
+    assert np.array_equal(ops.numpy().view(bits), ref.view(bits))
+    out.backward(torch.ones_like(out))
+    want = keyed.dropout_mask(g, 64, 257, 2 ** 40 + 1, 17, 2, 0.5, x.numpy().dtype)
+    assert np.array_equal(xc.grad.cpu().numpy().view(bits), want.view(bits))

@@ -21,9 +21,11 @@ from shardgnn.errors import ShardError
 from shardgnn.train import checkpoint
 
 ENGINE = "rdm"
-#: Config fields a resumed run must share with its checkpoint (and the number of ranks).
+#: Config fields a resumed run must share with its checkpoint (and the number of ranks). Not the
+#: device, the SpMM kernel or the deprecated ``--backend`` spelling of them: the state is host
+#: arrays, so a run resumes on another device or kernel (float rounding may then differ).
 RESUME_KEYS = ("engine", "hidden", "layers", "dropout", "lr", "weight_decay", "seed", "memo",
-               "replicas", "bias", "dtype", "backend", "partition", "feature_norm", "saint",
+               "replicas", "bias", "dtype", "partition", "feature_norm", "saint",
                "saint_budget", "saint_walk_length", "saint_steps", "saint_presample", "order",
                "world_size")
 #: Per-epoch series identical on every rank / kept per rank.

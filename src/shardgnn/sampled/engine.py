@@ -261,7 +261,12 @@ def layers(model: torch.nn.Module, x: torch.Tensor, mb: MiniBatch, blocks: list[
 
 def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
                  prog: log.Progress) -> dict[str, float]:
-    """One epoch of synchronous data-parallel steps. Collective over comm."""
+    """One epoch of synchronous data-parallel steps. Collective over comm.
+
+    Step s+1's sample is drawn after step s's forward and backward are queued and before the
+    first wait on them (the loss read, the gradient all-reduce): on a GPU the host samples while
+    the device computes; on the CPU the order changes nothing. Samples are keyed by (seed, step),
+    so the batches are those of a loop without the overlap."""
     st = {k: 0.0 for k in SERIES}
     order = _share(run.masks["train"], cfg.seed, epoch, True)
     steps = -(-order.size // cfg.batch_size)
@@ -269,13 +274,20 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
     run.model.train()
     loss_sum, count = 0.0, 0
     counts = np.zeros(run.task.num_counts)
-    for s in range(steps):
+
+    def draw(s: int) -> tuple[np.ndarray, int, MiniBatch]:
         seeds = _slice(order, s, cfg.batch_size, comm)
         step = (epoch - 1) * steps + s
         t0 = time.perf_counter()
         mb = run.sampler.sample(seeds, run.fanouts, step=step)
         st["sample_time"] += time.perf_counter() - t0
         st["sampled_edges"] += sum(b.num_edges for b in mb.hops)
+        return seeds, step, mb
+
+    nxt = draw(0) if steps else None
+    for s in range(steps):
+        assert nxt is not None
+        seeds, step, mb = nxt
         t1, f0, c0 = time.perf_counter(), st["fetch_time"], st["copy_time"]
         ys = run.y.fetch(seeds, op_name="fetch")
         st["fetch_time"] += time.perf_counter() - t1
@@ -284,9 +296,11 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int,
         loss = (run.task.loss(out, run.task.targets(ys), reduction="sum") if seeds.size
                 else out.sum() * 0.0)
         loss.backward()
+        s0 = st["sample_time"]
+        nxt = draw(s + 1) if s + 1 < steps else None
         run.dev.sync()   # honest compute time on a GPU (its kernels run asynchronously)
         st["compute_time"] += (time.perf_counter() - t1 - (st["fetch_time"] - f0)
-                               - (st["copy_time"] - c0))
+                               - (st["copy_time"] - c0) - (st["sample_time"] - s0))
         loss_sum += float(loss.detach())
         counts += run.task.counts(out, ys)
         count += int(seeds.size)

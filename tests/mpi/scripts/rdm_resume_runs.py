@@ -6,7 +6,8 @@ command line runs in-process on the world communicator (P = 2) and on each rank 
 * P = 2, rdm and cagnet1d: an uninterrupted 5-epoch run writing a checkpoint after epoch 3, and
   a run resumed from it;
 * P = 1 on rank 0: a run stopped after 3 epochs (``--epochs 3 --checkpoint-every 3``), resumed
-  with ``--epochs 5``, and an uninterrupted 5-epoch run;
+  with ``--epochs 5`` (also under the deprecated ``--backend torch``), and an uninterrupted
+  5-epoch run;
 * P = 1 on rank 1: GraphSAINT (node sampler) with ``--order model``, 3 epochs uninterrupted with a
   checkpoint after epoch 2 and resumed; then two refused resumes: the P = 2 checkpoint at P = 1
   and a checkpoint with another ``--hidden``.
@@ -53,6 +54,9 @@ def main():
         if comm.rank == 0:
             train(alone, data, out / "a1.h5", "--epochs", 3, "--checkpoint-every", 3)
             train(alone, data, out / "r1.h5", "--epochs", 5, "--resume", out / "a1.h5.ckpt.h5")
+            # the deprecated --backend spelling of the same device and SpMM resumes too
+            train(alone, data, out / "r1b.h5", "--epochs", 5, "--backend", "torch",
+                  "--resume", out / "a1.h5.ckpt.h5")
             train(alone, data, out / "u1.h5", "--epochs", 5)
         else:
             saint = ["--saint", "node", "--saint-steps", 2, "--order", "model", "--epochs", 3]
