@@ -8,7 +8,8 @@
 #   OUTDIR: default $OUT (the device tool's output folder), else run/gpu-check-out
 #   --small: both benchmarks' --small (tens of thousands of nodes) instead of millions
 #   --only: the steps of RDM (tests/mpi/test_gpu.py, run/bench/rdm/gpu.py) or of the other
-#           engines (tests/mpi/test_engine_devices.py, run/bench/train/gpu_engines.py) only
+#           engines (tests/mpi/test_engine_devices.py, tests/mpi/test_nau_devices.py,
+#           run/bench/train/gpu_engines.py) only
 #
 # MPI: the venv's MPICH if any, else the MPICH wheel found in .whl/ (git-ignored, installed into
 # /tmp/mp, preferred over a system mpiexec), else mpiexec on PATH. Fetch the wheel once on a
@@ -120,7 +121,8 @@ if [ "$CUDA" = "1" ]; then
   fi
   if [ "$ONLY" != rdm ]; then
     step engines-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu \
-      --junitxml="$OUTDIR/engines-tests.xml" tests/mpi/test_engine_devices.py
+      --junitxml="$OUTDIR/engines-tests.xml" tests/mpi/test_engine_devices.py \
+      tests/mpi/test_nau_devices.py tests/unit/test_nau_resume.py
     step engines-bench "$BENCH_TIMEOUT" "$PY" run/bench/train/gpu_engines.py \
       "$OUTDIR/gpu_engines.json" $SMALL --work /tmp/shardgnn-gpu-engines --timeout 200
   fi
@@ -128,7 +130,7 @@ else
   note "no CUDA, GPU steps skipped"
   step staging-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" --junitxml="$OUTDIR/staging-tests.xml" \
     tests/unit/test_device.py tests/mpi/test_comm.py -k "staging or device" \
-    tests/mpi/test_device_engine.py tests/mpi/test_engine_devices.py
+    tests/mpi/test_device_engine.py tests/mpi/test_engine_devices.py tests/mpi/test_nau_devices.py
 fi
 
 "$PY" - "$OUTDIR" "$CUDA" "$status" <<'EOF'

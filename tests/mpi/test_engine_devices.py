@@ -1,8 +1,9 @@
 """Every engine's `--device` (issue 32): averaging, sampled and layerwise inference with every
 MPI buffer staged through host memory as device buffers are (``--mpi-path host`` forced on CPU
 tensors) give the plain CPU run's losses and embeddings bit for bit at P = 1 and P = 2;
-``--device cuda`` without CUDA stops every rank with one line (exit 2), and NAU refuses it for
-its models. The GPU comparisons (``--device cuda`` against the CPU run) are marked ``gpu``."""
+``--device cuda`` without CUDA stops every rank with one line (exit 2) (NAU's device runs:
+tests/mpi/test_nau_devices.py). The GPU comparisons (``--device cuda`` against the CPU run)
+are marked ``gpu``."""
 import json
 
 import h5py
@@ -118,18 +119,6 @@ def test_device_cuda_without_cuda_stops_every_rank(work, tmp_path):
         assert proc.stderr.count("--device cuda: expected a CUDA device visible to torch") == 2, \
             (name, proc.stderr)
         assert "Traceback" not in proc.stderr
-        assert not out.exists()
-
-
-def test_nau_refuses_device_cuda_for_its_models(work, tmp_path):
-    for model in ("gcn", "pinsage"):
-        out = tmp_path / f"nau-{model}.h5"
-        proc = run_cli(2, ["train", "--engine", "nau", work / "data", "--model", model,
-                           "--epochs", "1", "--out", out, "--device", "cuda"], timeout=180,
-                       check=False)
-        assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.count(f"--engine nau --model {model} aggregates with compiled CPU "
-                                 "kernels") == 2, proc.stderr
         assert not out.exists()
 
 

@@ -435,17 +435,22 @@ def test_magnn_equals_materialising_reference(mode: str) -> None:
 
 
 # ------------------------------------------------------------------ hybrid == scatter
-@pytest.mark.parametrize("name", ["gcn", "pinsage", "jknet", "pgnn", "magnn"])
-def test_hybrid_equals_scatter(name: str) -> None:
+def model_input(name: str) -> tuple[TypedGraph, dict]:
+    """A small graph for model ``name`` (typed for MAGNN, CSBM 300 otherwise) and the model's
+    keyword arguments."""
     from shardgnn.graph.generators import csbm
 
     if name == "magnn":
         g = typed_graph(seed=2)
-        kw = dict(graph=g, target=0, max_instances=5)
-    else:
-        s = csbm(300, num_classes=3, avg_degree=6, num_features=12, seed=1)
-        g = from_edges(s.num_nodes, s.edges[:, 0], s.edges[:, 1], x=s.x, y=s.y)
-        kw = dict(anchor_sets=5, rings=3)
+        return g, dict(graph=g, target=0, max_instances=5)
+    s = csbm(300, num_classes=3, avg_degree=6, num_features=12, seed=1)
+    g = from_edges(s.num_nodes, s.edges[:, 0], s.edges[:, 1], x=s.x, y=s.y)
+    return g, dict(anchor_sets=5, rings=3)
+
+
+@pytest.mark.parametrize("name", ["gcn", "pinsage", "jknet", "pgnn", "magnn"])
+def test_hybrid_equals_scatter(name: str) -> None:
+    g, kw = model_input(name)
     outs, grads = [], []
     for mode in ("hybrid", "scatter"):
         torch.manual_seed(0)

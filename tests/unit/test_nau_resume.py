@@ -62,3 +62,47 @@ def test_nau_checkpoint_refusals(data, capsys):
     assert cli("train", data / "data", "--engine", "nau", "--hidden", 9, "--epochs", 3,
                "--resume", ck, "--out", data / "x.h5") == 2
     assert "hidden" in capsys.readouterr().err
+
+
+def _cross(data, tag, first, second, setup):
+    """A 4-epoch run against 2 epochs under ``first`` then 2 resumed under ``second``
+    (``setup(which)`` switches the device path; returns extra CLI arguments)."""
+    common = ["--engine", "nau", "--model", "gcn", "--hidden", 8, "--seed", 5]
+    full, part, res = (data / f"x{tag}-{k}.h5" for k in ("full", "part", "res"))
+    assert cli("train", data / "data", *common, "--epochs", 4, "--out", full,
+               *setup(second)) == 0
+    assert cli("train", data / "data", *common, "--epochs", 2, "--checkpoint-every", 2,
+               "--out", part, *setup(first)) == 0
+    assert cli("train", data / "data", *common, "--epochs", 4, "--resume", f"{part}.ckpt.h5",
+               "--out", res, *setup(second)) == 0
+    (a, _), (b, attrs) = _series(full), _series(res)
+    assert attrs["resumed_after_epoch"] == 2
+    np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4, atol=0)
+    return attrs
+
+
+@pytest.mark.parametrize("first,second", [("torch", "numba"), ("numba", "torch")])
+def test_nau_checkpoint_crosses_the_device_path(data, monkeypatch, first, second):
+    """A checkpoint written by the device code path (the executor's torch provider, the dense
+    torch fallbacks: what --device cuda runs) resumes on the compiled CPU path and vice versa:
+    the state is device-neutral (numpy in HDF5, loaded where the parameters live)."""
+    import importlib
+
+    agg = importlib.import_module("shardgnn.nau.aggregation")
+
+    def setup(kernel):
+        monkeypatch.setattr(agg, "FUSED_KERNEL", kernel)
+        return []
+
+    attrs = _cross(data, f"{first}-{second}", first, second, setup)
+    assert attrs["kernel"] == second
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(),
+                    reason="no CUDA device (GPU-only test)")
+@pytest.mark.parametrize("first,second", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_nau_checkpoint_crosses_devices(data, first, second):
+    """--device cuda writes, --device cpu resumes, and the reverse (losses rel 1e-4)."""
+    attrs = _cross(data, f"{first}-{second}", first, second, lambda d: ["--device", d])
+    assert str(attrs["device"]).startswith(second)

@@ -17,11 +17,14 @@ the features and labels written here; ``hetero`` = ``shardgnn generate hetero`` 
   ``--epochs`` epochs; NeighborSelection seconds per epoch at P = 1 (the one-rank engine's
   ``train/t_neighbor_selection``) and P = 2 (``dist/select_time``, the slowest rank per
   build), medians over the epochs after the first, and the bytes of every walk step
-  (``dist/selection_bytes``).
+  (``dist/selection_bytes``, all builds, and per build); then ``walk_cpu.py`` at P = 1 and 2:
+  the CPU seconds of one build (the largest rank's, median of 3), which the load does not
+  inflate as it does wall time.
 * ``adb`` (timed, under the lock): MAGNN on ``hetero`` at P = 2 from two starts, a store
   giving rank 0 ``--skew`` of every node type's vertices and a SPRING store, each with
   ``--balance --balance-after 1 --balance-every 1`` and without; per check the predicted
-  max/mean cost before and after, and the median epoch time from epoch 2 on of each run.
+  max/mean cost before and after, and the median epoch time from epoch 2 on of each run, also
+  over the same run's epoch 0 (before any check).
 """
 from __future__ import annotations
 
@@ -162,11 +165,32 @@ def section_select(a: argparse.Namespace, res: dict[str, Any]) -> None:
             per_build = np.asarray(r["select_time"], np.float64).max(axis=0)  # slowest rank
             # epoch 0's build is the first one (P = 1 records it apart, as 0 in the series)
             r["select_per_epoch_median"] = float(np.median(per_build[1:]))
+            if "selection_bytes" in r:  # summed over ranks and builds: per build (= epoch)
+                r["selection_bytes_per_build"] = {k: v / per_build.size
+                                                  for k, v in r["selection_bytes"].items()}
             res[f"select/{a.select_graph}/P{p}"] = r
             print(f"select P{p}", r["select_per_epoch_median"], file=sys.stderr, flush=True)
+        for p in (1, 2):
+            res[f"select/{a.select_graph}/cpu/P{p}"] = walk_cpu(data, p, a.walks)
         res["select/loadavg_after"] = harness.loadavg()
     one, two = (res[f"select/{a.select_graph}/P{p}"]["select_per_epoch_median"] for p in (1, 2))
     res["select/P2_over_P1"] = two / one
+    one, two = (res[f"select/{a.select_graph}/cpu/P{p}"]["cpu_median_max_rank"] for p in (1, 2))
+    res["select/cpu_P2_over_P1"] = two / one
+
+
+def walk_cpu(data: Path, ranks: int, walks: int) -> dict[str, Any]:
+    """``walk_cpu.py`` at ``ranks``: CPU and wall seconds of one build per repeat and rank, and
+    the median over repeats of the largest rank's CPU seconds."""
+    out = WORK / f"walk_cpu_{ranks}_{os.getpid()}.json"
+    rec = harness.timed(harness.mpi(ranks, [Path(__file__).with_name("walk_cpu.py"), data, out,
+                                            "--walks", walks, "--walk-length", 3, "--topk", 10]))
+    r = json.loads(out.read_text())
+    out.unlink()
+    cpu = np.max([x["cpu"] for x in r["per_rank"]], axis=0)
+    r.update(cpu_median_max_rank=float(np.median(cpu)), loadavg=rec["loadavg"], cmd=rec["cmd"])
+    print(f"select cpu P{ranks}", r["cpu_median_max_rank"], file=sys.stderr, flush=True)
+    return r
 
 
 def skewed_store(data: Path, frac: float) -> Path:
@@ -206,6 +230,9 @@ def section_adb(a: argparse.Namespace, res: dict[str, Any]) -> None:
                                              "--balance-tolerance", a.tolerance])):
                 r = train(data, 2, "magnn", a.epochs, opts + ["--partition", store] + extra)
                 r["median_epoch_from_2"] = float(np.median(r["epoch_time"][2:]))
+                # within the run: epochs after the first check against epoch 0 (before any),
+                # which a run-to-run comparison at this load cannot resolve
+                r["from_2_over_epoch_0"] = r["median_epoch_from_2"] / r["epoch_time"][0]
                 res[f"adb/magnn/{start}/{label}"] = r
                 print(start, label, r.get("checks"), r["median_epoch_from_2"], file=sys.stderr,
                       flush=True)

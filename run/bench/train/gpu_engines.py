@@ -1,5 +1,5 @@
-"""Benchmark: the averaging, sampled and layerwise-inference engines on one GPU (issue 32), each
-against its baseline measured in the same run on the same machine.
+"""Benchmark: the averaging, sampled, layerwise-inference and NAU engines on one GPU (issue 32),
+each against its baseline measured in the same run on the same machine.
 
 usage: python run/bench/train/gpu_engines.py OUT.json [--small] [--work DIR] [--nodes N]
          [--infer-nodes N] [--rmat-scale S] [--epochs E] [--timeout S] [--device cuda|cpu]
@@ -17,6 +17,10 @@ usage: python run/bench/train/gpu_engines.py OUT.json [--small] [--work DIR] [--
   a 2- and a 3-layer GraphSAGE (weights from a one-epoch ``train --engine sampled`` run), GPU
   against CPU; ``infer{2,3}_pyg``: PyG's full-graph forward of the same weights on the GPU.
   Goal: GPU >= 5x faster than the CPU.
+* ``nau_gcn_gpu`` / ``nau_gcn_cpu``: ``train --engine nau --model gcn`` (2 layers, hidden 128,
+  hybrid aggregation) on the CSBM graph, P = 1, ``--device cuda`` (the executor's torch
+  provider) against ``--device cpu`` (the numba kernels) on the same machine: median epoch time
+  and the Aggregation / Update / backward stage times of the last epoch.
 
 Each run is a subprocess with a time limit (``--timeout``); a failed or cut run is recorded with
 its error and the next goes on; OUT.json is rewritten after each run (meta:
@@ -38,7 +42,9 @@ import harness
 from common import csbm
 
 RUNS = ("avg_gcn_gpu", "avg_pyg", "avg_sage_gpu", "sampled_gpu", "sampled_cpu", "infer2_gpu",
-        "infer2_cpu", "infer2_pyg", "infer3_gpu", "infer3_cpu", "infer3_pyg")
+        "infer2_cpu", "infer2_pyg", "infer3_gpu", "infer3_cpu", "infer3_pyg", "nau_gcn_gpu",
+        "nau_gcn_cpu")
+NAU_STAGES = ("t_aggregation", "t_update", "t_backward")
 PHASES = ("sample_time", "fetch_time", "copy_time", "compute_time", "allreduce_time")
 
 
@@ -152,6 +158,24 @@ def infer(g: dict[str, Path], work: Path, ckpt: Path, device: str, layers: int,
     return rec
 
 
+def nau(g: dict[str, Path], work: Path, device: str, a: argparse.Namespace) -> dict[str, Any]:
+    import h5py
+
+    out = work / f"nau-gcn-{device}.h5"
+    rec = _cli(["train", "--engine", "nau", g["csbm"], "--model", "gcn", "--layers", 2,
+                "--hidden", 128, "--epochs", a.epochs, "--eval-every", a.epochs,
+                "--device", device, "--out", out, "--force"], 1, a)
+    if "error" not in rec:
+        with h5py.File(out) as f:
+            ep = [float(x) for x in f["train/epoch_time"][()]]
+            rec.update(epoch_times=ep, median_epoch_s=harness_median(ep),
+                       kernel=str(f["train"].attrs.get("kernel", "")),
+                       loss=[float(x) for x in f["train/loss"][()]])
+            for k in NAU_STAGES:
+                rec[k] = float(f[f"train/{k}"][()][-1])
+    return rec
+
+
 def worker_pyg_infer(ckpt: str, data: str, device: str) -> dict[str, Any]:
     """PyG's full-graph forward (``SAGEConv`` layers, the checkpoint's weights) on ``device``."""
     import numpy as np
@@ -260,6 +284,8 @@ def main() -> None:
         plan[f"infer{L}_gpu"] = gpu_run
         plan[f"infer{L}_cpu"] = lambda L=L: infer(g, work, ck[L], "cpu", L, a)
         plan[f"infer{L}_pyg"] = lambda L=L: pyg_infer(ck[L], g["csbm_infer"], a)
+    plan["nau_gcn_gpu"] = lambda: nau(g, work, D, a)
+    plan["nau_gcn_cpu"] = lambda: nau(g, work, "cpu", a)
     for name in RUNS:
         if name in skip:
             res["runs"][name] = {"skipped": "--skip"}
@@ -300,6 +326,9 @@ def ratios(runs: dict[str, Any]) -> dict[str, Any]:
         pyg = get(f"infer{L}_pyg", "forward_s")
         if gpu_t and pyg:
             r[f"infer{L}_gpu_over_pyg_forward"] = gpu_t / pyg
+    gpu_t, cpu_t = get("nau_gcn_gpu", "median_epoch_s"), get("nau_gcn_cpu", "median_epoch_s")
+    if gpu_t and cpu_t:
+        r["nau_gcn_cpu_over_gpu"] = cpu_t / gpu_t
     return r
 
 

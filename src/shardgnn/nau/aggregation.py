@@ -19,6 +19,15 @@ An :class:`Executor` runs the operations a model's aggregation UDFs are written 
 ``mode="scatter"`` runs every level as plain gather + ``index_add``/``scatter_reduce`` with the
 messages materialised, the baseline FlexGraph compares against. Both modes give the same numbers
 up to float summation order.
+
+Kernel providers (:data:`KERNELS`) of the bottom level: ``"numba"`` (the CPU default above),
+``"csr"`` (torch's sparse CSR product on the CPU, kept for the measurement) and ``"torch"``: the
+same operations in torch alone on whatever device the executor's :class:`~shardgnn.device.Device`
+names (sparse CSR products forward and backward, the extremes by ``scatter_reduce`` with the
+first winner kept for the backward, as the compiled kernel does). An executor on a GPU uses
+``"torch"``; on the CPU it is selectable (``Executor(kernel="torch")``), which is how the tests
+check it against the compiled kernels. The plans' index arrays are built on the host and moved
+once to the executor's device (:meth:`shardgnn.device.Device.tensor`).
 """
 from __future__ import annotations
 
@@ -29,6 +38,7 @@ import numba
 import numpy as np
 import torch
 
+from shardgnn.device import CPU, Device
 from shardgnn.errors import ShardError
 from shardgnn.jit import kernel_threads
 from shardgnn.nau.hdg import HDG
@@ -37,8 +47,9 @@ from shardgnn.train.models import SparseMM
 
 MODES = ("hybrid", "scatter")
 #: Fused bottom-level kernels: ``"numba"`` (compiled segment reduction over the HDG's CSC, rows
-#: in parallel) and ``"csr"`` (torch sparse CSR x dense product).
-KERNELS = ("numba", "csr")
+#: in parallel), ``"csr"`` (torch sparse CSR x dense product on the CPU) and ``"torch"`` (torch
+#: only, on the executor's device: the GPU provider; module docstring).
+KERNELS = ("numba", "csr", "torch")
 #: The kernel hybrid mode uses, chosen by measurement (``run/bench/nau/one_rank.py`` section ``fused``,
 #: forward + backward; ``docs/nau.md``).
 FUSED_KERNEL = "numba"
@@ -223,12 +234,27 @@ def segment_reduce(ptr: np.ndarray, idx: np.ndarray, w: np.ndarray | None,
     return out
 
 
-def _csr(ptr: np.ndarray, idx: np.ndarray, val: np.ndarray, shape: tuple[int, int]) -> torch.Tensor:
+def _csr(ptr: np.ndarray, idx: np.ndarray, val: np.ndarray, shape: tuple[int, int],
+         device: Device = CPU) -> torch.Tensor:
+    """A torch sparse CSR matrix on ``device`` (int64 indices on a GPU, where cuSPARSE takes
+    them for every product; the host's index width on the CPU)."""
+    it = np.int64 if device.is_cuda else None
     with warnings.catch_warnings():  # "sparse CSR support is in beta": used as documented
         warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(torch.from_numpy(ptr), torch.from_numpy(idx),
-                                       torch.from_numpy(np.ascontiguousarray(val, np.float32)),
-                                       shape, check_invariants=False)
+        return torch.sparse_csr_tensor(device.tensor(ptr, it), device.tensor(idx, it),
+                                       device.tensor(val, np.float32), shape,
+                                       check_invariants=False)
+
+
+def check_kernel(kernel: str, device: Device) -> str:
+    """``kernel`` if it is one of :data:`KERNELS` and runs on ``device`` (only ``"torch"`` runs
+    off the CPU); ShardError otherwise."""
+    if kernel not in KERNELS:
+        raise ShardError(f"nau kernel: expected one of {', '.join(KERNELS)}, got {kernel!r}")
+    if device.is_cuda and kernel != "torch":
+        raise ShardError(f"nau kernel {kernel!r}: runs on the CPU only, expected 'torch' on "
+                         f"{device}")
+    return kernel
 
 
 class LeafPlan:
@@ -238,11 +264,13 @@ class LeafPlan:
     None (all 1: no multiply, no array). ``symmetric`` says the matrix equals its transpose
     (GCN on an undirected graph), so the backward reuses it. The hybrid kernels read the HDG
     arrays in place; the transpose (for the backward) and, for the scatter baseline, the COO
-    destination index are built on first use.
+    destination index are built on first use. ``kernel`` (default :data:`FUSED_KERNEL`) is
+    the provider, ``device`` where its torch tensors live (``"torch"`` only off the CPU).
     """
 
     def __init__(self, ptr: np.ndarray, src: np.ndarray, weight: np.ndarray | None,
-                 num_src: int, symmetric: bool = False, kernel: str | None = None) -> None:
+                 num_src: int, symmetric: bool = False, kernel: str | None = None,
+                 device: Device = CPU) -> None:
         self.num_dst = int(ptr.shape[0] - 1)
         self.num_src = int(num_src)
         it = index_dtype(max(int(ptr[-1]), self.num_src, self.num_dst) + 1)
@@ -250,7 +278,8 @@ class LeafPlan:
         self.src: np.ndarray = np.ascontiguousarray(src, it)
         self.w = None if weight is None else np.ascontiguousarray(weight, np.float32)
         self.symmetric = bool(symmetric) and self.num_dst == self.num_src
-        self.kernel = kernel or FUSED_KERNEL
+        self.device = device
+        self.kernel = check_kernel(kernel or FUSED_KERNEL, device)
         self._t: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
         self._coo: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
         self._torch: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -273,19 +302,21 @@ class LeafPlan:
         """``(src, dst, w)`` index tensors of the scatter baseline."""
         if self._coo is None:
             dst = np.repeat(np.arange(self.num_dst, dtype=self.ptr.dtype), np.diff(self.ptr))
-            self._coo = (torch.from_numpy(self.src), torch.from_numpy(dst),
-                         None if self.w is None else torch.from_numpy(self.w))
+            dev = self.device
+            self._coo = (dev.tensor(self.src), dev.tensor(dst),
+                         None if self.w is None else dev.tensor(self.w))
         return self._coo
 
     def torch_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The matrix and its transpose as torch sparse CSR tensors (the ``"csr"`` kernel)."""
+        """The matrix and its transpose as torch sparse CSR tensors on the plan's device (the
+        ``"csr"`` and ``"torch"`` kernels)."""
         if self._torch is None:
             ones = np.ones(self.nnz, np.float32)
             a = _csr(self.ptr, self.src, ones if self.w is None else self.w,
-                     (self.num_dst, self.num_src))
+                     (self.num_dst, self.num_src), self.device)
             tp, ti, tw = self.transpose()
             at = a if self.symmetric else _csr(tp, ti, ones if tw is None else tw,
-                                               (self.num_src, self.num_dst))
+                                               (self.num_src, self.num_dst), self.device)
             self._torch = (a, at)
         return self._torch
 
@@ -299,7 +330,7 @@ class LeafPlan:
         """Build what the mode needs now (so its cost is counted with NeighborSelection)."""
         if not hybrid:
             self.coo()
-        elif self.kernel == "csr":
+        elif self.kernel != "numba":
             self.torch_csr()
         elif not self._pushes():
             self.transpose()
@@ -311,20 +342,27 @@ class LeafPlan:
             n += sum(a.nbytes for a in self._t if a is not None)
         if self._coo is not None:
             n += self._coo[1].numel() * self._coo[1].element_size()
+            if self.device.is_cuda:  # the source index and the weights are copies there
+                n += sum(t.numel() * t.element_size() for t in (self._coo[0], self._coo[2])
+                         if t is not None)
         if self._torch is not None:
-            n += self._torch[0].values().numel() * 4 * (1 if self.symmetric else 2)
+            for m in self._torch[:1 if self.symmetric else 2]:
+                n += m.values().numel() * 4
+                if self.device.is_cuda:  # the indices are copies on the device
+                    n += sum(t.numel() * t.element_size()
+                             for t in (m.crow_indices(), m.col_indices()))
         return int(n)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``A @ x`` with the chosen kernel."""
-        if self.kernel == "csr":
+        if self.kernel != "numba":
             return torch.sparse.mm(self.torch_csr()[0], x)
         return torch.from_numpy(segment_reduce(self.ptr, self.src, self.w,
                                                x.detach().numpy(), self.num_dst))
 
     def backward(self, g: torch.Tensor) -> torch.Tensor:
         """``Aᵀ @ g`` with the chosen kernel."""
-        if self.kernel == "csr":
+        if self.kernel != "numba":
             return torch.sparse.mm(self.torch_csr()[1], g)
         if self._pushes():
             out = np.zeros((self.num_src, g.shape[1]), dtype=np.float32)
@@ -335,23 +373,67 @@ class LeafPlan:
         return torch.from_numpy(segment_reduce(tp, ti, tw, g.detach().numpy(), self.num_src))
 
 
+def extreme_torch(x: torch.Tensor, plan: "LeafPlan", sign: float
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The torch provider of :func:`_rows_extreme` on x's device: ``(out, arg)``, the element-wise
+    maximum (``sign`` 1) or minimum (-1) of each destination's sources and the winning source
+    row (the first in the CSR on ties, as the compiled kernel; -1 and 0 for a destination
+    without sources). Materialises the ``E x d`` messages (``scatter_reduce``)."""
+    src, dst, _ = plan.coo()
+    n, d, e = plan.num_dst, x.shape[1], int(src.shape[0])
+    out = x.new_zeros((n, d))
+    arg = torch.full((n, d), -1, dtype=torch.int64, device=x.device)
+    if e == 0 or d == 0:
+        return out, arg
+    dst64 = dst.to(torch.int64)
+    msg = x.index_select(0, src)
+    idx = dst64.view(-1, 1).expand(-1, d)
+    out = out.scatter_reduce(0, idx, msg, "amax" if sign > 0 else "amin", include_self=False)
+    pos = torch.arange(e, dtype=torch.int64, device=x.device).view(-1, 1).expand(-1, d)
+    cand = torch.where(msg == out.index_select(0, dst64), pos, e)
+    first = torch.full((n, d), e, dtype=torch.int64, device=x.device).scatter_reduce(
+        0, idx, cand, "amin")
+    won = first < e
+    arg = torch.where(won, src.to(torch.int64)[first.clamp(max=e - 1)], arg)
+    return out, arg
+
+
+def scatter_arg_torch(arg: torch.Tensor, g: torch.Tensor, rows: int) -> torch.Tensor:
+    """The torch provider of :func:`_scatter_arg`: ``out[arg[r, k], k] += g[r, k]`` (``arg`` -1:
+    nothing), on g's device."""
+    d = g.shape[1]
+    out = g.new_zeros((rows, d))
+    if arg.numel() == 0:
+        return out
+    won = arg >= 0
+    flat = torch.where(won, arg * d + torch.arange(d, device=g.device), 0)
+    out.view(-1).index_add_(0, flat.view(-1), torch.where(won, g, 0).reshape(-1))
+    return out
+
+
 class _FusedExtreme(torch.autograd.Function):
     """Element-wise maximum (``sign`` 1) or minimum (-1) of each row's sources, fused: one
     compiled pass keeps the winner per element (no E × d tensor); the backward sends each
-    element's gradient to its winner."""
+    element's gradient to its winner. The ``"torch"`` provider: :func:`extreme_torch`."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, plan: "LeafPlan", sign: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.n, ctx.torch = x.shape[0], plan.kernel == "torch"
+        if ctx.torch:
+            out_t, ctx.arg = extreme_torch(x.detach().contiguous(), plan, sign)
+            return out_t
         kernel_threads()
         xn = x.detach().contiguous().numpy()
         out = np.zeros((plan.num_dst, xn.shape[1]), np.float32)
         arg = np.empty((plan.num_dst, xn.shape[1]), plan.src.dtype)
         _rows_extreme(plan.ptr, plan.src, xn, float(sign), out, arg)
-        ctx.arg, ctx.n = arg, xn.shape[0]
+        ctx.arg = arg
         return torch.from_numpy(out)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        if ctx.torch:
+            return scatter_arg_torch(ctx.arg, grad.detach().contiguous(), ctx.n), None, None
         g = grad.detach().contiguous().numpy()
         out = np.zeros((ctx.n, g.shape[1]), np.float32)
         _scatter_arg(ctx.arg, g, out)
@@ -371,8 +453,10 @@ class _Fused(torch.autograd.Function):
         return ctx.plan.backward(grad.contiguous()), None
 
 
-def leaf_plan(h: HDG, num_nodes: int, weight: str = "hdg") -> LeafPlan:
-    """The bottom-level plan of ``h``: into slots (flat HDGs) or into instances.
+def leaf_plan(h: HDG, num_nodes: int, weight: str = "hdg", kernel: str | None = None,
+              device: Device = CPU) -> LeafPlan:
+    """The bottom-level plan of ``h``: into slots (flat HDGs) or into instances, with the
+    provider ``kernel`` on ``device`` (:class:`LeafPlan`).
 
     ``weight``: ``"hdg"`` uses the HDG's instance weights (none: 1, no multiply) on flat HDGs
     and ``1 / size`` (the instance mean) otherwise; ``"one"`` uses 1 everywhere.
@@ -380,36 +464,46 @@ def leaf_plan(h: HDG, num_nodes: int, weight: str = "hdg") -> LeafPlan:
     if h.flat:
         w = None if (h.weight is None or weight == "one") else h.weight
         return LeafPlan(h.slot_ptr, h.leaf, w, num_nodes,
-                        symmetric=bool(h.info.get("symmetric", False)))
+                        symmetric=bool(h.info.get("symmetric", False)), kernel=kernel,
+                        device=device)
     sizes = h.instance_sizes()
     w = (None if weight == "one"
          else np.repeat(1.0 / np.maximum(sizes, 1), sizes).astype(np.float32))
-    return LeafPlan(h.instance_ptr(), h.leaf, w, num_nodes)
+    return LeafPlan(h.instance_ptr(), h.leaf, w, num_nodes, kernel=kernel, device=device)
 
 
 class SegmentPlan:
-    """The intermediate level of an HDG set: instances grouped by slot via ``slot_ptr`` only."""
+    """The intermediate level of an HDG set: instances grouped by slot via ``slot_ptr`` only;
+    its tensors on ``device``."""
 
-    def __init__(self, slot_ptr: np.ndarray) -> None:
+    def __init__(self, slot_ptr: np.ndarray, device: Device = CPU) -> None:
         self.ptr = np.ascontiguousarray(slot_ptr, np.int64)
         self.num_seg = int(self.ptr.shape[0] - 1)
-        self.lengths = torch.from_numpy(np.diff(self.ptr))
-        self.seg = torch.from_numpy(np.repeat(np.arange(self.num_seg, dtype=np.int64),
-                                              np.diff(self.ptr)))
+        self.device = device
+        lengths = np.diff(self.ptr)
+        seg = np.repeat(np.arange(self.num_seg, dtype=np.int64), lengths)
+        self.lengths = device.tensor(lengths)
+        self.seg = device.tensor(seg)
         n = int(self.ptr[-1])
         self.sum_a = _csr(self.ptr, np.arange(n, dtype=np.int64), np.ones(n, np.float32),
-                          (self.num_seg, n))
-        self.sum_at = _csr(np.arange(n + 1, dtype=np.int64), self.seg.numpy(),
-                           np.ones(n, np.float32), (n, self.num_seg))
+                          (self.num_seg, n), device)
+        self.sum_at = _csr(np.arange(n + 1, dtype=np.int64), seg, np.ones(n, np.float32),
+                           (n, self.num_seg), device)
 
 
 class Executor:
-    """Runs NAU level operations in ``"hybrid"`` or ``"scatter"`` mode (module docstring)."""
+    """Runs NAU level operations in ``"hybrid"`` or ``"scatter"`` mode (module docstring) on
+    ``device``, the bottom level with the provider ``kernel`` (default: :data:`FUSED_KERNEL` on
+    the CPU, ``"torch"`` elsewhere)."""
 
-    def __init__(self, mode: str = "hybrid") -> None:
+    def __init__(self, mode: str = "hybrid", device: Device = CPU,
+                 kernel: str | None = None) -> None:
         if mode not in MODES:
             raise ShardError(f"--aggregation: expected one of {', '.join(MODES)}, got {mode!r}")
         self.mode = mode
+        self.device = device
+        self.kernel = check_kernel(kernel or ("torch" if device.is_cuda else FUSED_KERNEL),
+                                   device)
 
     @property
     def hybrid(self) -> bool:
@@ -479,8 +573,8 @@ class Executor:
         return torch.repeat_interleave(v, plan.lengths, dim=0, output_size=int(plan.ptr[-1]))
 
     # ------------------------------------------------------------ schema level
-    def _root_index(self, n: int, t: int) -> torch.Tensor:
-        return torch.arange(n * t, dtype=torch.int64) // t
+    def _root_index(self, n: int, t: int, device: torch.device) -> torch.Tensor:
+        return torch.arange(n * t, dtype=torch.int64, device=device) // t
 
     def schema_sum(self, v: torch.Tensor, t: int, weight: torch.Tensor | None = None) -> torch.Tensor:
         """``out[r] = Σ_type weight[type] · v[r·T + type]`` (weight per type, default 1)."""
@@ -492,14 +586,14 @@ class Executor:
             return view.sum(dim=1)
         if weight is not None:
             v = v * weight.repeat(n).view(-1, *([1] * (v.dim() - 1)))
-        return v.new_zeros((n,) + tuple(v.shape[1:])).index_add_(0, self._root_index(n, t), v)
+        return v.new_zeros((n,) + tuple(v.shape[1:])).index_add_(0, self._root_index(n, t, v.device), v)
 
     def schema_max(self, v: torch.Tensor, t: int) -> torch.Tensor:
         """Element-wise maximum over each root's ``T`` slots."""
         n = v.shape[0] // t
         if self.hybrid:
             return v.view(n, t, *v.shape[1:]).amax(dim=1)
-        idx = self._root_index(n, t).view(-1, *([1] * (v.dim() - 1))).expand_as(v)
+        idx = self._root_index(n, t, v.device).view(-1, *([1] * (v.dim() - 1))).expand_as(v)
         return v.new_full((n,) + tuple(v.shape[1:]), -float("inf")).scatter_reduce(
             0, idx, v, "amax", include_self=False)
 
@@ -513,7 +607,7 @@ class Executor:
         n = v.shape[0] // t
         if self.hybrid:
             return v.view(n, t, *v.shape[1:]).mean(dim=0)
-        typ = torch.arange(n * t, dtype=torch.int64) % t
+        typ = torch.arange(n * t, dtype=torch.int64, device=v.device) % t
         return v.new_zeros((t,) + tuple(v.shape[1:])).index_add_(0, typ, v) / max(n, 1)
 
     def schema_view(self, v: torch.Tensor, t: int) -> torch.Tensor:

@@ -19,7 +19,9 @@ output) in one compiled pass forward and one backward, where torch runs about te
 passes and reductions over the ``n × d`` matrix.
 
 Both aggregation modes use these: they are shared dense work, not part of the hybrid/scatter
-switch.
+switch. Off the CPU each falls back to torch's own operations on the tensor's device (the same
+mask bits for dropout); so does the CPU when the executor's ``"torch"`` provider is the default
+(:data:`shardgnn.nau.aggregation.FUSED_KERNEL`, the tests' switch for the GPU path).
 """
 from __future__ import annotations
 
@@ -91,6 +93,14 @@ def _narrow_mm(g: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:  # pragma
                 out[i, j] += gc * w[c, j]
 
 
+def compiled(x: torch.Tensor) -> bool:
+    """Whether the compiled CPU pass serves ``x``: on the CPU, unless the ``"torch"`` provider
+    is the default there (module docstring)."""
+    from shardgnn.nau.aggregation import FUSED_KERNEL
+
+    return x.device.type == "cpu" and FUSED_KERNEL != "torch"
+
+
 #: Widest gradient (output columns) :func:`_gx` multiplies with :func:`_narrow_mm`.
 NARROW_MAX = 8
 
@@ -99,8 +109,8 @@ def _gx(g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``g · w`` (an input's gradient in :class:`_CatLinear`): :func:`_narrow_mm` when ``g`` is
     narrow float32 and ``w`` at least 16 columns wide (the class layer's ``(n × 4) · (4 × 64)``),
     else ``torch.mm``."""
-    if (g.dtype != torch.float32 or w.dtype != torch.float32 or not 1 <= g.shape[1] <= NARROW_MAX
-            or w.shape[1] < 16):
+    if (not compiled(g) or g.dtype != torch.float32 or w.dtype != torch.float32
+            or not 1 <= g.shape[1] <= NARROW_MAX or w.shape[1] < 16):
         return torch.mm(g, w)
     kernel_threads()
     out = np.empty((g.shape[0], w.shape[1]), dtype=np.float32)
@@ -200,8 +210,9 @@ class _ReluL2(torch.autograd.Function):
 
 
 def relu_l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """``F.normalize(F.relu(x), dim=1, eps=eps)`` of a float32 ``(n, d)`` matrix, fused."""
-    if x.dtype != torch.float32 or x.dim() != 2:
+    """``F.normalize(F.relu(x), dim=1, eps=eps)`` of a float32 ``(n, d)`` matrix, fused on the
+    CPU (torch's operations on a device)."""
+    if not compiled(x) or x.dtype != torch.float32 or x.dim() != 2:
         return torch.nn.functional.normalize(torch.relu(x), dim=1, eps=eps)
     return _ReluL2.apply(x, float(eps))
 
@@ -211,7 +222,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True, gids: np.ndarray |
     """Keyed inverted dropout of float32 ``x`` (module docstring): row ``i`` is the vertex
     ``gids[i]`` (default ``0 .. n-1``), ``key`` is (seed, step, call site) (default: a seed drawn
     from torch's generator, so ``torch.manual_seed`` fixes it). Identity when not training or
-    ``p == 0``; ``p == 1`` gives zeros."""
+    ``p == 0``; ``p == 1`` gives zeros. Off the CPU the same mask is drawn by torch on x's
+    device (:func:`shardgnn.keyed.dropout_torch`, the same bits)."""
     if not training or p <= 0.0:
         return x
     if p >= 1.0:
@@ -224,4 +236,18 @@ def dropout(x: torch.Tensor, p: float, training: bool = True, gids: np.ndarray |
         raise ShardError(f"dropout: expected one vertex id per row ({n}), got {ids.shape}")
     if key is None:
         key = (int(torch.randint(0, 2**62, (1,)).item()), 0, 0)
+    if not compiled(x):
+        return dropout_device(x, p, ids, key)
     return _Dropout.apply(x, float(p), ids, key)
+
+
+def dropout_device(x: torch.Tensor, p: float, gids: np.ndarray,
+                   key: tuple[int, int, int]) -> torch.Tensor:
+    """:func:`dropout`'s keyed mask drawn by torch on x's device (any device; the CPU in
+    tests): ``x * mask`` with the compiled pass's bits and scale, differentiable."""
+    seed, step, site = key
+    from shardgnn.device import device_of
+
+    x2 = x.reshape(x.shape[0], x.numel() // max(x.shape[0], 1))
+    ids = device_of(x).upload(gids, np.int64)
+    return keyed.dropout_torch(x2, ids, 0, seed, step, site, p).view(x.shape)

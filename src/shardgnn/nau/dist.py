@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from shardgnn.comm import Communicator
+from shardgnn.device import CPU, Device
 from shardgnn.errors import ShardError, input_error
 from shardgnn.nau.hdg import HDG
 
@@ -151,12 +152,13 @@ class Layout:
     """
 
     def __init__(self, rank: int, size: int, own: np.ndarray, halo: np.ndarray,
-                 recv_counts: np.ndarray, send_idx: np.ndarray, send_counts: np.ndarray) -> None:
+                 recv_counts: np.ndarray, send_idx: np.ndarray, send_counts: np.ndarray,
+                 device: Device = CPU) -> None:
         self.rank, self.size = rank, size
         self.own, self.halo = own, halo
         self.recv_counts, self.send_counts = recv_counts, send_counts
         self.send_idx = send_idx
-        self.send_idx_t = torch.from_numpy(send_idx)
+        self.send_idx_t = device.tensor(send_idx, np.int64)  # where the exchanged rows live
         self.gids = np.concatenate([own, halo])
 
     @property
@@ -178,8 +180,9 @@ class Layout:
 
 
 def build_layout(comm: Communicator, owner: np.ndarray, need: np.ndarray,
-                 op_name: str = "nau_plan") -> Layout:
-    """The layout of this rank for the leaves ``need`` (global ids, any order, repeats allowed).
+                 op_name: str = "nau_plan", device: Device = CPU) -> Layout:
+    """The layout of this rank for the leaves ``need`` (global ids, any order, repeats allowed),
+    its send index on ``device`` (where the exchanged rows live).
 
     The halo requests are exchanged once (one ``Alltoallv`` of int64 ids, counted under
     ``op_name``). Collective over comm.
@@ -196,7 +199,7 @@ def build_layout(comm: Communicator, owner: np.ndarray, need: np.ndarray,
     send_idx = np.searchsorted(own, req).astype(np.int64)
     if req.size and not np.array_equal(own[np.minimum(send_idx, max(own.size - 1, 0))], req):
         raise ShardError("nau layout: a rank asked for a vertex this rank does not own")
-    return Layout(comm.rank, comm.size, own, halo, recv_counts, send_idx, send_counts)
+    return Layout(comm.rank, comm.size, own, halo, recv_counts, send_idx, send_counts, device)
 
 
 class _Halo(torch.autograd.Function):

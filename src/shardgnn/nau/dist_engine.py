@@ -28,6 +28,7 @@ import torch
 
 from shardgnn import log as _log
 from shardgnn.comm import Communicator
+from shardgnn.device import CPU, Device, numpy_of
 from shardgnn.errors import ShardError
 from shardgnn.nau import resume
 from shardgnn.nau.aggregation import Executor
@@ -48,13 +49,15 @@ class DistTrainer:
     """State of one distributed NAU run on this rank (see the module docstring).
 
     ``graph`` is this rank's :class:`~shardgnn.nau.part.PartGraph`, or a whole in-memory
-    :class:`~shardgnn.nau.graph.TypedGraph` cut by ``owner`` (tests). Collective over comm:
-    construction, :meth:`refresh`, :meth:`step`, :meth:`evaluate`.
+    :class:`~shardgnn.nau.graph.TypedGraph` cut by ``owner`` (tests). The model, feature rows,
+    HDG plans and exchange indices live on ``dev`` (exchanges of device rows go through comm's
+    staged path). Collective over comm: construction, :meth:`refresh`, :meth:`step`,
+    :meth:`evaluate`.
     """
 
     def __init__(self, comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
-                 owner: np.ndarray | None = None) -> None:
-        self.comm, self.cfg = comm, cfg
+                 owner: np.ndarray | None = None, dev: Device = CPU) -> None:
+        self.comm, self.cfg, self.dev = comm, cfg, dev
         if not isinstance(graph, PartGraph):
             if owner is None:
                 raise ShardError("nau: a whole graph needs an owner map to be cut into parts")
@@ -62,8 +65,8 @@ class DistTrainer:
         self.part: PartGraph = graph
         self.graph = graph
         torch.manual_seed(cfg.seed)
-        self.model = build_model(cfg, graph)
-        self.exe = DistExecutor(cfg.aggregation, comm)
+        self.model = build_model(cfg, graph).to(dev.torch)
+        self.exe = DistExecutor(cfg.aggregation, comm, dev)
         is_root = self.model.root_mask(graph.node_type[graph.own])
         self.num_roots = int(comm.allreduce_scalar(int(is_root.sum()), "sum"))
         if len(self.model.layers) > 1 and self.num_roots != graph.num_nodes:  # type: ignore[arg-type]
@@ -80,7 +83,7 @@ class DistTrainer:
             raise ShardError(f"{cfg.data}: expected labelled training vertices among the "
                              f"{self.num_roots} roots, got none")
         self.x_ids: np.ndarray | None = None  # the vertices whose input rows x_own holds
-        self.x_own = torch.zeros(0)
+        self.x_own = dev.zeros((0,), torch.float32)
         self.layers: list[Any] = list(self.model.layers)  # type: ignore[arg-type]
         self.halo_data: tuple[np.ndarray, dict[str, np.ndarray]] = (np.zeros(0, np.int64), {})
         self.opt = torch.optim.Adam(self.model.param_groups(cfg.weight_decay), lr=cfg.lr)
@@ -103,9 +106,10 @@ class DistTrainer:
         pos = np.flatnonzero(self.model.root_mask(part.node_type[part.own]))
         self.my_roots = part.own[pos]
         self.y_np = part.y[pos]
-        self.y = self.task.targets(self.y_np)
+        self.y = self.dev.upload(self.task.targets(self.y_np))
         code = part.split[pos] if part.split is not None else np.zeros(pos.size, np.int8)
-        self.masks = {k: torch.from_numpy((code & b).astype(bool)) for k, b in SPLIT_BITS.items()}
+        self.masks = {k: (code & b).astype(bool) for k, b in SPLIT_BITS.items()}
+        self.train_idx = self.dev.tensor(np.flatnonzero(self.masks["train"]), np.int64)
         self.hdg = self.select(epoch) if hdg is None else hdg
         self.rebuild()
 
@@ -130,7 +134,7 @@ class DistTrainer:
                                rec.leaf, rec.weight, rec.root_ptr)
         else:
             whole = self.whole()
-            hdg = self.model.select(whole, Executor(self.cfg.aggregation), seed,
+            hdg = self.model.select(whole, Executor(self.cfg.aggregation, self.dev), seed,
                                     roots=self.my_roots).hdg
         dt = time.perf_counter() - t0
         self.t_select += dt
@@ -185,14 +189,14 @@ class DistTrainer:
         modes, self.partial_bytes = choose_layers(
             self.comm, self.layers, self.hdg, self.owner, self.bind_rows,
             self.graph.num_features, self.cfg.aggregation, builds,
-            1.0 / max(self.cfg.eval_every, 1))
+            1.0 / max(self.cfg.eval_every, 1), self.dev, self.exe.kernel)
         return modes
 
     def own_rows(self, own: np.ndarray) -> torch.Tensor:
         """The input rows of the vertices ``own``: read (:func:`input_rows`) when they differ
         from the rows held (the first build, after ADB moved vertices), else those. Rank-local."""
         if self.x_ids is None or not np.array_equal(self.x_ids, own):
-            self.x_own = torch.from_numpy(input_rows(self.cfg, self.graph, own))
+            self.x_own = self.dev.tensor(input_rows(self.cfg, self.graph, own), np.float32)
             self.x_ids = own
         return self.x_own
 
@@ -203,13 +207,14 @@ class DistTrainer:
         self.halo_data = (np.zeros(0, np.int64), {})
         self.partial = modes = self.choose()
         need = np.zeros(0, np.int64) if all(modes) else self.hdg.leaf
-        self.layout: Layout = build_layout(comm, self.owner, need)
+        self.layout: Layout = build_layout(comm, self.owner, need, device=self.dev)
         lay = self.layout
         root_pos = np.searchsorted(lay.own, self.my_roots)
         self.hdgs_partial: PartialHDGSet | None = None
         self.hdgs_rows: HDGSet | None = None
         if any(modes):
-            plan = build_partial(comm, self.hdg, self.owner, lay.own)
+            plan = build_partial(comm, self.hdg, self.owner, lay.own, kernel=self.exe.kernel,
+                                 device=self.dev)
             self.hdgs_partial = PartialHDGSet(localize(self.hdg, None, root_pos), lay.n_own,
                                               self.exe, plan)
             self.hdgs_partial.prepare()
@@ -260,6 +265,7 @@ class DistTrainer:
             nbr = layer.aggregation(hin, hdgs)
             h = layer.update(hdgs.root_feats(hin), nbr)
             if stats is not None:
+                self.dev.sync()  # a GPU's queued kernels counted in this layer's time
                 key = f"l{li}"
                 stats[f"fwd_{key}"] = stats.get(f"fwd_{key}", 0.0) + time.perf_counter() - t0 - t_comm
         return h
@@ -271,10 +277,12 @@ class DistTrainer:
         self.model.train()
         self.opt.zero_grad()
         out = self.forward("fwd", stats, epoch)
-        m = self.masks["train"]
-        loss = self.task.loss(out[m], self.y[m], reduction="sum") / self.n_train
+        m = self.train_idx
+        loss = self.task.loss(out.index_select(0, m), self.y.index_select(0, m),
+                              reduction="sum") / self.n_train
         t0 = time.perf_counter()
         loss.backward()
+        self.dev.sync()
         stats["backward"] = stats.get("backward", 0.0) + time.perf_counter() - t0
         t0 = time.perf_counter()
         sync.allreduce_grads(self.comm, self.model)  # sums: the loss is over n_train already
@@ -287,10 +295,9 @@ class DistTrainer:
         """Scores (accuracy or micro-F1) over all roots (counts summed over ranks). Collective
         over comm."""
         self.model.eval()
-        z = self.forward("eval").numpy()
+        z = numpy_of(self.forward("eval"))
         keys = ("train", "val", "test")
-        c = np.array([self.task.counts(z[self.masks[k].numpy()], self.y_np[self.masks[k].numpy()])
-                      for k in keys])
+        c = np.array([self.task.counts(z[self.masks[k]], self.y_np[self.masks[k]]) for k in keys])
         self.comm.allreduce(c)
         return {f"{k}_acc": self.task.score(c[i]) for i, k in enumerate(keys)}
 
@@ -320,12 +327,15 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
     rank 0 (None elsewhere). Collective over comm."""
     from shardgnn.nau import balance
 
+    from shardgnn.device import setup as device_setup
+
     t_start = time.perf_counter()
+    dev = device_setup(comm, cfg.device, cfg.device_id, cfg.mpi_path)
     check_labels(comm, cfg, graph)
     decide_features(comm, cfg, graph, graph.own if isinstance(graph, PartGraph)
                     else np.flatnonzero(np.asarray(owner) == comm.rank))
     comm.reset_counters()
-    tr = comm.run_agreed(DistTrainer, comm, cfg, graph, owner)
+    tr = comm.run_agreed(DistTrainer, comm, cfg, graph, owner, dev)
     build_bytes = tr.build_bytes = dict(comm.bytes)  # the first HDG set's, kept apart
     comm.reset_counters()
     hist: dict[str, list[float]] = {k: [] for k in ("epoch", "loss", "train_acc", "val_acc",
@@ -394,7 +404,8 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
         "hdg_bytes": int(comm.allreduce_scalar(tr.hdg.nbytes(), "sum")),
         "num_instances": int(comm.allreduce_scalar(tr.hdg.num_instances, "sum")),
         "num_leaf_entries": int(comm.allreduce_scalar(int(tr.hdg.leaf.size), "sum")),
-        "feature_norm": cfg.feature_norm_used, **tr.task.attrs(), "resumed_after_epoch": start}
+        "feature_norm": cfg.feature_norm_used, **tr.task.attrs(), "resumed_after_epoch": start,
+        "device": str(dev), "kernel": tr.exe.kernel}
     summary["graph_bytes"] = int(comm.allreduce_scalar(tr.part.nbytes(), "sum"))
     summary["graph_bytes_max_rank"] = int(comm.allreduce_scalar(tr.part.nbytes(), "max"))
     summary["hdg_vs_graph"] = summary["hdg_bytes"] / max(1, summary["graph_bytes"])

@@ -3,13 +3,15 @@ each rank builds the HDG records of its own roots while holding only its own ver
 
 * :func:`in_neighbours` (GCN): the roots' own in-rows, no communication.
 * :func:`walk_topk` (PinSage): random walks that cross partitions. A walk is a row
-  ``[walk id, v_1 .. v_h]`` (walk id = root · traces + trace); step ``h`` is taken on the rank
-  owning the walk's current vertex, after which every walk moves to the owner of its new
-  vertex, one ``Alltoallv`` per step (``nau_walk_h{h}``), and finished walks go home to their
-  root's owner (``nau_walk_home``), which counts the visits
-  (:func:`shardgnn.nau.selection.topk_visits`). Draws are keyed by (one draw of the epoch's
-  generator, root, trace, hop), so the walks, hence the records, equal the one-rank
-  :func:`shardgnn.nau.selection.walk_topk`'s at any P. Roots go in rounds of at most
+  ``[walk id, v_1 .. v_h]`` (walk id = root · traces + trace); hop ``h`` is taken on the rank
+  owning the walk's current vertex by one compiled pass over all the walks there
+  (:func:`_walk_step`), which also writes each walk, one column longer, into the send buffer
+  of the step's ``Alltoallv``, grouped by the owner of its new vertex (``nau_walk_h{h}``); the
+  last hop's buffer goes to the root's owner (``nau_walk_home``), which scatters the visits
+  (:func:`_walks_home`) and counts them (:func:`shardgnn.nau.selection.topk_counts`). A walk
+  that hit a dead end stays where it is until the last hop. Draws are keyed by (one draw of
+  the epoch's generator, root, trace, hop), so the walks, hence the records, equal the
+  one-rank :func:`shardgnn.nau.selection.walk_topk`'s at any P. Roots go in rounds of at most
   :data:`WALKS_PER_ROUND` walks per rank, so memory stays bounded.
 * :func:`bfs_pairs` (JK-Net rings, P-GNN distances): a BFS from every root at once as
   (root, vertex) pairs; a pair lives on the owner of its vertex, which expands it along its
@@ -38,7 +40,7 @@ from shardgnn.nau.dist import fetch, route
 from shardgnn.nau.layer import Records
 from shardgnn.nau.part import PartGraph
 from shardgnn.nau.selection import (anchor_member, anchor_records, gather_rows, instance_ks,
-                                    root_uniforms, topk_visits)
+                                    root_uniforms, topk_counts, visit_records)
 from shardgnn.keyed import draw01, vertex_key
 
 #: Walks a rank starts per round of :func:`walk_topk` (bounds the walk rows in flight).
@@ -65,21 +67,79 @@ def in_neighbours(part: PartGraph, roots: np.ndarray) -> Records:
 
 # ---------------------------------------------------------------------- PinSage walks
 @numba.njit(cache=True)
-def _advance(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, key: int, traces: int,
-             hops: int, h: int, wid: np.ndarray, cur: np.ndarray) -> np.ndarray:  # pragma: no cover
-    """Hop ``h`` of the walks ``wid`` standing at the owned vertices ``cur``: the next vertex,
-    -1 at a dead end (the draw of :func:`shardgnn.nau.selection.walk_topk`)."""
-    out = np.empty(wid.shape[0], np.int64)
-    for i in range(wid.shape[0]):
-        root, t = wid[i] // traces, wid[i] % traces
-        r = lid[cur[i]]
-        d = indptr[r + 1] - indptr[r]
-        if d > 0:
-            u = draw01(vertex_key(key, 0, 0, root, 0), t * hops + h)
-            out[i] = indices[indptr[r] + min(int(u * d), d - 1)]
+def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: np.ndarray,
+               key: int, traces: int, hops: int, h: int, state: np.ndarray, size: int,
+               rank: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Hop ``h`` of the walks ``state`` (rows ``[walk id, v_1 .. v_h]`` standing on this rank:
+    ``v_h``, the root at ``h = 0``, is owned here or -1 after a dead end), compiled, no
+    per-walk Python: the next vertex by the draw of :func:`shardgnn.nau.selection.walk_topk`
+    (-1 at a dead end), and the rows ``[walk id, v_1 .. v_{h+1}]`` written straight into the
+    send buffer of the step's ``Alltoallv``, grouped by destination (stable): the owner of
+    ``v_{h+1}``, this rank for a dead walk, the root's owner after the last hop. Returns
+    ``(send, counts)``. One pass over the walks per dependent random read (row of the current
+    vertex, its ``indptr`` entries, the drawn ``indices`` entry, the owner of the result), in
+    place in one scratch array: a pass's reads are independent of each other, so they
+    overlap, where one pass doing the four in a chain per walk waits for each."""
+    n, w = state.shape[0], h + 1
+    last = h == hops - 1
+    a = np.empty(n, np.int64)
+    for i in range(n):
+        wid = state[i, 0]
+        cur = wid // traces if h == 0 else state[i, h]
+        a[i] = lid[cur] if cur >= 0 else -1
+    for i in range(n):
+        r = a[i]
+        p = -1
+        if r >= 0:
+            d = indptr[r + 1] - indptr[r]
+            if d > 0:
+                wid = state[i, 0]
+                u = draw01(vertex_key(key, 0, 0, wid // traces, 0), (wid % traces) * hops + h)
+                p = indptr[r] + min(int(u * d), d - 1)
+        a[i] = p
+    for i in range(n):
+        p = a[i]
+        a[i] = indices[p] if p >= 0 else -1
+    dest = np.empty(n, np.int32)
+    counts = np.zeros(size, np.int64)
+    for i in range(n):
+        v = a[i]
+        if last:
+            q = owner[state[i, 0] // traces]
+        elif v >= 0:
+            q = owner[v]
         else:
-            out[i] = -1
-    return out
+            q = rank
+        dest[i] = q
+        counts[q] += 1
+    start = np.zeros(size, np.int64)
+    for q in range(1, size):
+        start[q] = start[q - 1] + counts[q - 1]
+    send = np.empty((n, w + 1), np.int64)
+    for i in range(n):
+        j = start[dest[i]]
+        start[dest[i]] = j + 1
+        for c in range(w):
+            send[j, c] = state[i, c]
+        send[j, w] = a[i]
+    return send, counts
+
+
+@numba.njit(cache=True)
+def _walks_home(home: np.ndarray, lid: np.ndarray, at_row: np.ndarray, first: int,
+                nroots: int, traces: int) -> np.ndarray:  # pragma: no cover - compiled
+    """The finished walks ``home`` (rows ``[walk id, v_1 .. v_hops]``, any order) of ``nroots``
+    roots as the ``(nroots · traces, hops)`` visit array of
+    :func:`shardgnn.nau.selection.topk_visits`: walk ``position · traces + trace``, where a
+    root's position is ``at_row[lid[root]] - first`` (its index among the walked roots)."""
+    hops = home.shape[1] - 1
+    walks = np.full((nroots * traces, hops), -1, np.int64)
+    for i in range(home.shape[0]):
+        wid = home[i, 0]
+        at = (at_row[lid[wid // traces]] - first) * traces + wid % traces
+        for c in range(hops):
+            walks[at, c] = home[i, c + 1]
+    return walks
 
 
 def walk_topk(comm: Communicator, part: PartGraph, roots: np.ndarray, num_traces: int,
@@ -91,63 +151,42 @@ def walk_topk(comm: Communicator, part: PartGraph, roots: np.ndarray, num_traces
     that changed rank. Collective over comm."""
     roots = np.ascontiguousarray(roots, np.int64)
     key = int(rng.integers(0, 2 ** 62))
-    traces, hops = int(num_traces), int(hops)
+    traces, hops, k = int(num_traces), int(hops), int(k)
     per = max(1, WALKS_PER_ROUND // traces)
-    parts: list[Records] = []
+    at_row = np.full(part.n_own, -1, np.int64)  # a root's index in roots, by its row
+    at_row[part.rows(roots)] = np.arange(roots.size)
+    leaf = np.zeros(roots.size * k, np.int64)
+    cnt = np.zeros(roots.size * k, np.int64)
+    kept = np.zeros(roots.size, np.int64)
     for b in range(_rounds(comm, roots.size, per)):
         rb = roots[b * per:(b + 1) * per]
-        walks = _walk_round(comm, part, rb, key, traces, hops, moved)
-        rec = topk_visits(walks, rb, traces, k, part.num_nodes)
-        rec.root = rec.root + b * per
-        parts.append(rec)
-    return _concat_records(parts, roots.size)
+        walks = _walk_round(comm, part, rb, b * per, at_row, key, traces, hops, moved)
+        lo, hi = b * per, b * per + rb.size
+        leaf[lo * k:hi * k], cnt[lo * k:hi * k], kept[lo:hi] = topk_counts(
+            walks, rb, traces, k, part.num_nodes)
+    return visit_records(leaf, cnt, kept, k)
 
 
-def _walk_round(comm: Communicator, part: PartGraph, rb: np.ndarray, key: int, traces: int,
-                hops: int, moved: dict[str, int] | None) -> np.ndarray:
-    """The ``(rb.size · traces, hops)`` visits of the walks from ``rb`` (-1 after a dead end).
+def _walk_round(comm: Communicator, part: PartGraph, rb: np.ndarray, first: int,
+                at_row: np.ndarray, key: int, traces: int, hops: int,
+                moved: dict[str, int] | None) -> np.ndarray:
+    """The ``(rb.size · traces, hops)`` visits of the walks from ``rb`` (-1 after a dead end),
+    the roots from index ``first`` of those ``at_row`` numbers (:func:`_walks_home`):
+    one compiled :func:`_walk_step` and one ``Alltoallv`` per hop, the last one home.
     Collective over comm."""
-    lid, owner = part.lid, part.owner
     state = (rb[:, None] * traces + np.arange(traces, dtype=np.int64)).reshape(-1, 1)
-    cur = np.repeat(rb, traces)
-    done = []
+    owner = part.owner
     for h in range(hops):
-        nxt = _advance(part.indptr, part.indices, lid, key, traces, hops, h,
-                       np.ascontiguousarray(state[:, 0]), cur)
-        state = np.concatenate([state, nxt[:, None]], 1)
-        alive = nxt >= 0
-        if h == hops - 1 or not alive.all():
-            fin = state if h == hops - 1 else state[~alive]
-            done.append(np.pad(fin, ((0, 0), (0, hops - h - 1)), constant_values=-1))
-        if h == hops - 1:
-            break
-        state, cur = state[alive], nxt[alive]
-        dest = owner[cur].astype(np.int64)
-        if moved is not None:
-            name = f"nau_walk_h{h + 1}"
-            moved[name] = moved.get(name, 0) + int((dest != comm.rank).sum())
-        state, _ = route(comm, dest, state, f"nau_walk_h{h + 1}")
-        cur = np.ascontiguousarray(state[:, -1])
-    fin = np.concatenate(done) if done else np.zeros((0, hops + 1), np.int64)
-    home, _ = route(comm, owner[fin[:, 0] // traces].astype(np.int64), fin, "nau_walk_home")
-    walks = np.full((rb.size * traces, hops), -1, np.int64)
-    at = np.searchsorted(rb, home[:, 0] // traces) * traces + home[:, 0] % traces
-    walks[at] = home[:, 1:]
-    return walks
-
-
-def _concat_records(parts: list[Records], num_roots: int) -> Records:
-    """Records of consecutive root ranges, ordered by root, as one (``root_ptr`` rebuilt)."""
-    if not parts:
-        z = np.zeros(0, np.int64)
-        return Records(z, z, z, None, np.zeros(0, np.float32),
-                       root_ptr=np.zeros(num_roots + 1, np.int64))
-    root = np.concatenate([p.root for p in parts])
-    ptr = np.zeros(num_roots + 1, np.int64)
-    np.cumsum(np.bincount(root, minlength=num_roots), out=ptr[1:])
-    w = None if parts[0].weight is None else np.concatenate([p.weight for p in parts])
-    return Records(root, np.concatenate([p.type for p in parts]),
-                   np.concatenate([p.leaf for p in parts]), None, w, root_ptr=ptr)
+        send, counts = _walk_step(part.indptr, part.indices, part.lid, owner, key, traces, hops,
+                                  h, state, comm.size, comm.rank)
+        name = "nau_walk_home" if h == hops - 1 else f"nau_walk_h{h + 1}"
+        if moved is not None and h < hops - 1:
+            moved[name] = moved.get(name, 0) + int(send.shape[0] - counts[comm.rank])
+        recv_counts = comm.alltoall_counts(counts)
+        state = comm.alltoallv(send, counts, recvcounts=recv_counts, op_name=name)
+    if hops == 0:
+        return np.zeros((rb.size * traces, 0), np.int64)
+    return _walks_home(state, part.lid, at_row, first, rb.size, traces)
 
 
 # ---------------------------------------------------------------------- BFS (rings, anchors)

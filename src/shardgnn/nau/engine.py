@@ -18,6 +18,8 @@ import torch
 
 from shardgnn import log as _log
 from shardgnn.comm import Communicator, serial
+from shardgnn.device import CPU, Device, numpy_of
+from shardgnn.device import setup as device_setup
 from shardgnn.io import labels
 from shardgnn.errors import ShardError
 from shardgnn.nau.aggregation import Executor
@@ -35,16 +37,17 @@ SERIES = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_time",
 
 
 class Trainer:
-    """State of one NAU training run on one rank."""
+    """State of one NAU training run on one rank; the model, features and HDG plans on ``dev``
+    (the bottom level with the executor's provider there: :mod:`shardgnn.nau.aggregation`)."""
 
-    def __init__(self, cfg: NAUConfig, graph: TypedGraph) -> None:
-        self.cfg, self.graph = cfg, graph
+    def __init__(self, cfg: NAUConfig, graph: TypedGraph, dev: Device = CPU) -> None:
+        self.cfg, self.graph, self.dev = cfg, graph, dev
         torch.manual_seed(cfg.seed)
-        self.model = build_model(cfg, graph)
-        self.exe = Executor(cfg.aggregation)
-        self.timer = Timer()
-        self.x = torch.from_numpy(np.ascontiguousarray(
-            features.apply(np.asarray(graph.x), cfg.feature_norm_used)))
+        self.model = build_model(cfg, graph).to(dev.torch)
+        self.exe = Executor(cfg.aggregation, dev)
+        self.timer = Timer(dev.sync if dev.is_cuda else None)
+        self.x = dev.tensor(features.apply(np.asarray(graph.x), cfg.feature_norm_used),
+                            np.float32)
         self.opt = torch.optim.Adam(self.model.param_groups(cfg.weight_decay), lr=cfg.lr)
         self.hdgs = self.select(0)
         roots = self.hdgs.hdg.roots
@@ -54,9 +57,10 @@ class Trainer:
         self.y_np = np.asarray(graph.y)[roots]
         self.task = Task.of(self.y_np, labels.num_classes(np.asarray(graph.y)))
         self.y = self.task.targets(self.y_np)
-        self.masks = {k: torch.from_numpy(v) for k, v in split_masks(graph, roots, cfg.seed).items()}
-        self.train_idx = torch.nonzero(self.masks["train"]).view(-1)  # once, not every step
-        self.train_y = self.y.index_select(0, self.train_idx)
+        self.masks = split_masks(graph, roots, cfg.seed)
+        train_idx = np.flatnonzero(self.masks["train"])
+        self.train_idx = dev.tensor(train_idx, np.int64)  # once, not every step
+        self.train_y = dev.upload(self.y.index_select(0, torch.from_numpy(train_idx)))
         if int(self.masks["train"].sum()) == 0:
             raise ShardError(f"{cfg.data}: expected labelled training vertices among the "
                              f"{roots.size} roots, got none")
@@ -80,21 +84,22 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
-        z = self.model(self.x, self.hdgs).numpy()
-        return {f"{k}_acc": self.task.score(self.task.counts(z[m.numpy()], self.y_np[m.numpy()]))
+        z = numpy_of(self.model(self.x, self.hdgs))
+        return {f"{k}_acc": self.task.score(self.task.counts(z[m], self.y_np[m]))
                 for k, m in self.masks.items()}
 
 
 def train(cfg: NAUConfig, graph: TypedGraph, comm: Communicator | None = None
           ) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    """Train on one rank (``comm``: one rank, default :func:`shardgnn.comm.serial`); return the
-    per-epoch series and the summary."""
+    """Train on one rank (``comm``: one rank, default :func:`shardgnn.comm.serial`) on the
+    device ``cfg.device`` names; return the per-epoch series and the summary."""
     comm = comm or serial()
     t0 = time.perf_counter()
+    dev = device_setup(comm, cfg.device, cfg.device_id, cfg.mpi_path)
     check_inputs(cfg, graph)
     if not cfg.feature_norm_used:
         decide_features(comm, cfg, graph, np.arange(graph.num_nodes, dtype=np.int64))
-    tr = Trainer(cfg, graph)
+    tr = Trainer(cfg, graph, dev)
     first = tr.timer.reset()
     hist: dict[str, list[float]] = {k: [] for k in SERIES}
     best = {"val_acc": -1.0, "test_acc": float("nan"), "epoch": -1}
@@ -137,7 +142,7 @@ def train(cfg: NAUConfig, graph: TypedGraph, comm: Communicator | None = None
         "median_epoch_time": float(np.median(hist["epoch_time"])) if cfg.epochs else 0.0,
         "total_time": time.perf_counter() - t0, **mem, **tr.model.extra_state(),
         "feature_norm": cfg.feature_norm_used, **tr.task.attrs(),
-        "resumed_after_epoch": start}
+        "resumed_after_epoch": start, "device": str(tr.dev), "kernel": tr.exe.kernel}
     for s in ("neighbor_selection", "aggregation", "update", "backward"):
         summary[f"total_{s}"] = float(np.sum(hist[f"t_{s}"])) + (first[s] if s ==
                                                                   "neighbor_selection" else 0)

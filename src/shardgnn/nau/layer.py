@@ -121,8 +121,7 @@ class LevelGraph:
             return self.reduce(x)
         if h.weight is not None:
             raise ShardError("reduce_mean: expected an HDG without weights, got weights")
-        inv = torch.from_numpy((1.0 / np.maximum(np.diff(h.slot_ptr), 1)).astype(np.float32))
-        return self.reduce(x) * inv[:, None]
+        return self.reduce(x) * self.hdgs.slot_inv[:, None]
 
     def reduce_max(self, x: torch.Tensor) -> torch.Tensor:
         """Element-wise maximum of the leaf features of each instance/slot (0 when empty;
@@ -168,7 +167,8 @@ class LevelGraph:
 
 
 class HDGSet:
-    """An HDG set prepared for aggregation: its level plans, built lazily and cached."""
+    """An HDG set prepared for aggregation: its level plans, built lazily and cached, their
+    tensors (and :attr:`roots_t`) on the executor's device."""
 
     def __init__(self, hdg: HDG, num_nodes: int, exe: Executor) -> None:
         self.hdg = hdg
@@ -176,21 +176,31 @@ class HDGSet:
         self.exe = exe
         self._leaf: LeafPlan | None = None
         self._seg: SegmentPlan | None = None
+        self._slot_inv: torch.Tensor | None = None
         self.identity_roots = bool(hdg.num_roots == num_nodes and
                                    np.array_equal(hdg.roots, np.arange(num_nodes)))
-        self.roots_t = torch.from_numpy(hdg.roots.astype(np.int64))
+        self.roots_t = exe.device.tensor(hdg.roots, np.int64)
 
     @property
     def leaf_plan(self) -> LeafPlan:
         if self._leaf is None:
-            self._leaf = leaf_plan(self.hdg, self.num_nodes)
+            self._leaf = leaf_plan(self.hdg, self.num_nodes, kernel=self.exe.kernel,
+                                   device=self.exe.device)
         return self._leaf
 
     @property
     def seg_plan(self) -> SegmentPlan:
         if self._seg is None:
-            self._seg = SegmentPlan(self.hdg.slot_ptr)
+            self._seg = SegmentPlan(self.hdg.slot_ptr, self.exe.device)
         return self._seg
+
+    @property
+    def slot_inv(self) -> torch.Tensor:
+        """``1 / max(size, 1)`` of every slot (float32, on the executor's device)."""
+        if self._slot_inv is None:
+            self._slot_inv = self.exe.device.tensor(
+                1.0 / np.maximum(np.diff(self.hdg.slot_ptr), 1), np.float32)
+        return self._slot_inv
 
     def prepare(self) -> "HDGSet":
         """Build the plans now (so their cost is counted with NeighborSelection)."""
@@ -233,10 +243,12 @@ def aggregation(feats: torch.Tensor, hdgs: HDGSet, udfs: Sequence[LevelUDF | Non
 
 
 class Timer:
-    """Seconds per NAU stage, accumulated."""
+    """Seconds per NAU stage, accumulated; ``sync`` (e.g. :meth:`shardgnn.device.Device.sync`)
+    is called before each stage ends, so a GPU's queued kernels count in their stage."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync: Callable[[], None] | None = None) -> None:
         self.t = {s: 0.0 for s in STAGES}
+        self.sync = sync
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -244,6 +256,8 @@ class Timer:
         try:
             yield
         finally:
+            if self.sync is not None:
+                self.sync()
             self.t[name] += time.perf_counter() - t0
 
     def reset(self) -> dict[str, float]:
@@ -370,6 +384,14 @@ class NAUModel(nn.Module):
             with timer.stage("update"):
                 h = layer.update(hdgs.root_feats(h), nbr)
         return h
+
+    def on_device(self, arr: np.ndarray, dtype: Any = None) -> torch.Tensor:
+        """``arr`` as a tensor where the model's parameters live (through
+        :meth:`shardgnn.device.Device.tensor`): for the per-vertex tensors the layers keep."""
+        from shardgnn.device import CPU, device_of
+
+        p = next(self.parameters(), None)
+        return (CPU if p is None else device_of(p)).tensor(arr, dtype)
 
     def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
         """Optimiser parameter groups: every parameter with ``weight_decay`` by default."""

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from shardgnn.comm import Communicator
+from shardgnn.device import CPU, Device
 from shardgnn.nau.aggregation import Executor, LeafPlan
 from shardgnn.nau.hdg import HDG
 from shardgnn.nau.layer import HDGSet, NAUModel
@@ -64,14 +65,15 @@ def bottom_edges(h: HDG) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(h.instance_ptr(), np.int64), np.asarray(h.leaf, np.int64), w
 
 
-def _plan(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
-          shape: tuple[int, int]) -> LeafPlan:
-    """A one-rank bottom-level plan (the engine's fused kernel) from COO, duplicates summed."""
+def _plan(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int],
+          kernel: str | None = None, device: Device = CPU) -> LeafPlan:
+    """A one-rank bottom-level plan (the engine's fused kernel, or ``kernel`` on ``device``)
+    from COO, duplicates summed."""
     import scipy.sparse as sp
 
     a = sp.csr_matrix((vals.astype(np.float32), (rows, cols)), shape=shape)
     a.sum_duplicates()
-    plan = LeafPlan(a.indptr, a.indices, a.data, shape[1])
+    plan = LeafPlan(a.indptr, a.indices, a.data, shape[1], kernel=kernel, device=device)
     plan.prepare(True)
     return plan
 
@@ -93,7 +95,7 @@ class PartialPlan:
         self.num_dst, self.n_own = int(num_dst), int(n_own)
         self.a, self.b = a, b
         self.send_counts, self.recv_counts = send_counts, recv_counts
-        self.recv_rows = torch.from_numpy(recv_rows)
+        self.recv_rows = a.device.tensor(recv_rows, np.int64)
         self.tag = "nau_partial"
         self.wait: dict[str, float] = {}
 
@@ -106,10 +108,12 @@ class PartialPlan:
 
 
 def build_partial(comm: Communicator, h: HDG, owner: np.ndarray, own: np.ndarray,
-                  op_name: str = "nau_plan") -> PartialPlan:
+                  op_name: str = "nau_plan", kernel: str | None = None,
+                  device: Device = CPU) -> PartialPlan:
     """The :class:`PartialPlan` of this rank's HDGs ``h`` (global leaf ids). ``own``: the
     rank's own vertices, sorted. The remote edges go to their leaves' owners once (two
-    ``Alltoallv``, counted under ``op_name``). Collective over comm."""
+    ``Alltoallv``, counted under ``op_name``); the plans' tensors go to ``device`` (provider
+    ``kernel``). Collective over comm."""
     ptr, src, w = bottom_edges(h)
     num_dst = int(ptr.shape[0] - 1)
     nd = max(num_dst, 1)
@@ -118,7 +122,8 @@ def build_partial(comm: Communicator, h: HDG, owner: np.ndarray, own: np.ndarray
     dst = np.repeat(np.arange(num_dst, dtype=np.int64), np.diff(ptr))
     o = owner[src]
     loc = o == comm.rank
-    a = _plan(dst[loc], np.searchsorted(own, src[loc]), w[loc], (num_dst, own.size))
+    a = _plan(dst[loc], np.searchsorted(own, src[loc]), w[loc], (num_dst, own.size), kernel,
+              device)
     rem = np.flatnonzero(~loc)
     del loc
     pair = o[rem].astype(np.int64) * nd + dst[rem]
@@ -155,7 +160,7 @@ def build_partial(comm: Communicator, h: HDG, owner: np.ndarray, own: np.ndarray
     rows = out_first[sender] + ints[:, 0] if ints.size else np.zeros(0, np.int64)
     cols = np.searchsorted(own, ints[:, 1]) if ints.size else np.zeros(0, np.int64)
     del ints, sender
-    b = _plan(rows, cols, ws, (int(send_counts.sum()), own.size))
+    b = _plan(rows, cols, ws, (int(send_counts.sum()), own.size), kernel, device)
     return PartialPlan(comm, num_dst, own.size, a, b, send_counts, recv_counts, recv_rows)
 
 
@@ -216,8 +221,9 @@ class DistExecutor(Executor):
     (MAGNN's metapath attention) is taken over the roots of every rank. Other levels are
     unchanged. Collective over ``comm`` in those two operations."""
 
-    def __init__(self, mode: str, comm: Communicator) -> None:
-        super().__init__(mode)
+    def __init__(self, mode: str, comm: Communicator, device: Device = CPU,
+                 kernel: str | None = None) -> None:
+        super().__init__(mode, device, kernel)
         self.comm = comm
 
     def schema_type_mean(self, v: torch.Tensor, t: int) -> torch.Tensor:
@@ -247,8 +253,8 @@ class PartialHDGSet(HDGSet):
 class _WidthExecutor(Executor):
     """An executor recording the row width of every bottom-level reduction (the width probe)."""
 
-    def __init__(self, mode: str) -> None:
-        super().__init__(mode)
+    def __init__(self, mode: str, device: Device = CPU, kernel: str | None = None) -> None:
+        super().__init__(mode, device, kernel)
         self.widths: list[int] = []
 
     def leaf_reduce(self, x: torch.Tensor, plan: Any) -> torch.Tensor:
@@ -257,12 +263,14 @@ class _WidthExecutor(Executor):
 
 
 def probe_widths(layers: "Sequence[Any]", h: HDG, bind: "Callable[[np.ndarray, np.ndarray], None]",
-                 in_width: int, mode: str) -> np.ndarray:
+                 in_width: int, mode: str, device: Device = CPU,
+                 kernel: str | None = None) -> np.ndarray:
     """Per layer, the width of its input rows and the summed width of the rows its bottom level
     reduces (``(2, layers)`` int64), from a forward pass over the first root of ``h`` alone
     (its leaves all mapped onto the root; evaluation mode, no gradients); zeros when ``h`` has
     no root. ``bind(gids, root_rows)`` gives the layers the vertex data of their rows; it is
-    left set for that root: bind again afterwards. Rank-local."""
+    left set for that root: bind again afterwards. ``device``/``kernel``: where the layers
+    run. Rank-local."""
     from shardgnn.nau.balance import subset
     from shardgnn.nau.dist import localize
 
@@ -271,11 +279,11 @@ def probe_widths(layers: "Sequence[Any]", h: HDG, bind: "Callable[[np.ndarray, n
         return out
     sub = subset(h, np.zeros(1, np.int64))
     table = np.zeros(int(sub.leaf.max(initial=0)) + 1, np.int64)
-    exe = _WidthExecutor(mode)
+    exe = _WidthExecutor(mode, device, kernel)
     one = HDGSet(localize(sub, table, np.zeros(1, np.int64)), 1, exe).prepare()
     bind(np.asarray(h.roots[:1], np.int64), np.zeros(1, np.int64))
     training = [layer.training for layer in layers]
-    x = torch.zeros(1, int(in_width))
+    x = device.zeros((1, int(in_width)), torch.float32)
     with torch.no_grad():
         for i, layer in enumerate(layers):
             layer.eval()
@@ -315,8 +323,8 @@ def _distinct(v: np.ndarray, bound: int) -> int:
 
 def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np.ndarray,
                   bind: "Callable[[np.ndarray, np.ndarray], None]", in_width: int, mode: str,
-                  builds_per_epoch: float, evals_per_epoch: float
-                  ) -> tuple[list[bool], dict[str, float]]:
+                  builds_per_epoch: float, evals_per_epoch: float, device: Device = CPU,
+                  kernel: str | None = None) -> tuple[list[bool], dict[str, float]]:
     """Per layer, partial aggregation (True) or the exchange of the remote leaves' rows: the
     assignment :func:`perfmodel.nau.choose_partial` predicts moves fewer bytes per epoch, from
     the probed widths (the largest over ranks: a rank without roots probes none) and the
@@ -324,7 +332,7 @@ def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np
     bytes (chosen, all partial, all rows). Collective over comm."""
     from perfmodel.nau import choose_partial
 
-    w = probe_widths(layers, h, bind, in_width, mode).astype(np.float64)
+    w = probe_widths(layers, h, bind, in_width, mode, device, kernel).astype(np.float64)
     comm.allreduce(w, op="max")
     c = exchange_counts(h, owner, comm.rank).astype(np.float64)
     comm.allreduce(c)

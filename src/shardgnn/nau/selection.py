@@ -371,7 +371,7 @@ def _compact(leaf: np.ndarray, cnt: np.ndarray, kept: np.ndarray, k: int
     return pos, node, w, ptr
 
 
-def _visit_records(leaf: np.ndarray, cnt: np.ndarray, kept: np.ndarray, k: int) -> Records:
+def visit_records(leaf: np.ndarray, cnt: np.ndarray, kept: np.ndarray, k: int) -> Records:
     """Records of the kept ``(root, leaf, count)`` triples, weights = count / selected total."""
     pos, node, w, ptr = _compact(leaf, cnt, kept, k)
     return Records(pos, np.zeros(pos.size, np.int64), node, None, w, root_ptr=ptr)
@@ -383,6 +383,18 @@ def _check_visits(num_nodes: int, visits: int) -> None:
                          f"2**{_IDBITS} vertices, got {visits} and {num_nodes}")
 
 
+def topk_counts(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
+                num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per root, the ``k`` most visited vertices of its walks and their counts, as the
+    ``(roots · k)`` scratch rows ``(leaf, count, kept)`` that :func:`visit_records` turns into
+    records (:func:`topk_visits`)."""
+    walks = np.ascontiguousarray(walks, np.int64)
+    _check_visits(int(num_nodes), int(num_traces) * walks.shape[1])
+    kernel_threads()
+    return _topk(walks, np.asarray(roots, np.int64), int(num_traces), int(k),
+                 _table_size(int(num_traces) * walks.shape[1]))
+
+
 def topk_visits(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
                 num_nodes: int) -> Records:
     """PinSage neighbours: per root, the ``k`` most visited vertices of its walks.
@@ -392,12 +404,7 @@ def topk_visits(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
     ``num_nodes`` bounds the vertex ids (kept for the record format). Records come ordered by
     root.
     """
-    walks = np.ascontiguousarray(walks, np.int64)
-    _check_visits(int(num_nodes), int(num_traces) * walks.shape[1])
-    kernel_threads()
-    leaf, cnt, kept = _topk(walks, np.asarray(roots, np.int64), int(num_traces), int(k),
-                            _table_size(int(num_traces) * walks.shape[1]))
-    return _visit_records(leaf, cnt, kept, int(k))
+    return visit_records(*topk_counts(walks, roots, num_traces, k, num_nodes), int(k))
 
 
 def walk_topk(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: int, k: int,
@@ -414,7 +421,7 @@ def walk_topk(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: int, 
     leaf, cnt, kept = _walk_topk(graph.indptr, graph.indices, roots, key, int(num_traces),
                                  int(hops), int(k), _table_size(int(num_traces) * int(hops)),
                                  direct, chunk)
-    return _visit_records(leaf, cnt, kept, int(k))
+    return visit_records(leaf, cnt, kept, int(k))
 
 
 @numba.njit(cache=True)

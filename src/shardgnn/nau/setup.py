@@ -17,10 +17,12 @@ from shardgnn.io import labels
 from shardgnn.train import features, guards
 from shardgnn.train.config import CheckpointOptions, DeviceOptions, TrainConfig, raise_first
 
-#: NAU models that run with ``--device cuda``: none yet. Every NAU model's bottom level
-#: aggregates through the HDG executor's compiled CPU kernels (numba segment sums, means,
-#: softmax and leaf reductions, :mod:`shardgnn.nau.aggregation`), which have no GPU form.
-GPU_MODELS: tuple[str, ...] = ()
+#: NAU models that run with ``--device cuda`` (hybrid and scatter aggregation, one rank or
+#: distributed): the built-in ones, whose aggregation goes through the executor's ``"torch"``
+#: provider (:mod:`shardgnn.nau.aggregation`) and whose dense operations fall back to torch off
+#: the CPU (:mod:`shardgnn.nau.dense`). A user model (``package.module:Class``) is refused: its
+#: own operations are not known to run on a device.
+GPU_MODELS: tuple[str, ...] = ("gcn", "pinsage", "jknet", "pgnn", "magnn")
 
 
 @dataclass(kw_only=True)
@@ -79,10 +81,9 @@ class NAUConfig(TrainConfig, CheckpointOptions, DeviceOptions):
             + self.checkpoint_checks())
         self.device_checks()
         if self.device != "cpu" and self.model not in GPU_MODELS:
-            raise ShardError(f"--device {self.device}: --engine nau --model {self.model} "
-                             "aggregates with compiled CPU kernels (numba segment reductions) "
-                             "that have no GPU form yet; expected --device cpu (nothing falls "
-                             "back to the CPU silently)")
+            raise ShardError(f"--device {self.device}: --engine nau --model {self.model} has "
+                             f"no GPU form (those with one: {', '.join(GPU_MODELS)}); expected "
+                             "--device cpu (nothing falls back to the CPU silently)")
         if self.resume and self.balance:
             raise ShardError("--resume: expected no --balance (the owner map ADB balancing "
                              "makes is not checkpointed), got --balance")

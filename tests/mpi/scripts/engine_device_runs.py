@@ -4,10 +4,12 @@ device buffers are (``--mpi-path host`` forced on CPU tensors, as tests/mpi/test
 does for RDM), and (``cuda`` in MODES, a GPU present) with ``--device cuda``.
 
 Usage: ``engine_device_runs.py OUTDIR MODES RUN [:: RUN ...]``; MODES is a comma list of
-``cpu``, ``staged``, ``cuda``; each RUN's ``--out X`` becomes ``OUTDIR/<mode>-X`` (and an infer
+``cpu``, ``staged``, ``torch`` (staged, and NAU's executor with its ``"torch"`` provider, the
+GPU code path, on CPU tensors), ``cuda``; each RUN's ``--out X`` becomes ``OUTDIR/<mode>-X`` (and an infer
 run's layers directory goes beside it). Rank 0 writes OUTDIR/<mode>-staging.json: how many
 staging buffers each run took (> 0 proves the staged path ran).
 """
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -33,6 +35,8 @@ def main(argv):
     comm = world()
     log.setup(comm.rank)
     device.HostBuffers.take = _counting_take
+    agg = importlib.import_module("shardgnn.nau.aggregation")
+    default_kernel = agg.FUSED_KERNEL
     for mode in modes:
         takes = []
         for r in runs:
@@ -41,9 +45,13 @@ def main(argv):
             r[i + 1] = str(out / f"{mode}-{r[i + 1]}")
             if mode == "cuda":
                 r += ["--device", "cuda"]
-            comm.set_mpi_path("host", force_staging=mode == "staged")
+            comm.set_mpi_path("host", force_staging=mode in ("staged", "torch"))
+            agg.FUSED_KERNEL = "torch" if mode == "torch" else default_kernel
             TAKES["n"] = 0
-            run_command(comm, build_parser().parse_args(r))
+            try:
+                run_command(comm, build_parser().parse_args(r))
+            finally:
+                agg.FUSED_KERNEL = default_kernel
             takes.append(TAKES["n"])
         comm.set_mpi_path("host", force_staging=False)
         if comm.rank == 0:

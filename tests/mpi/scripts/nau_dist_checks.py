@@ -12,6 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from nau_data import typed  # noqa: E402
 from shardgnn import comm as C
 from shardgnn.nau.dist import hash_owner, remote_leaf_bytes
 from shardgnn.nau.dist_engine import DistTrainer, train_dist
@@ -30,18 +33,6 @@ def homo(n: int = 64, seed: int = 0) -> TypedGraph:
     src, dst = rng.integers(0, n, 5 * n), rng.integers(0, n, 5 * n)
     return from_edges(n, src, dst, x=rng.standard_normal((n, 12)).astype(np.float32),
                       y=rng.integers(0, 3, n), name="homo")
-
-
-def typed(seed: int = 0, n_movie: int = 50, n_user: int = 30, n_actor: int = 12) -> TypedGraph:
-    rng = np.random.default_rng(seed)
-    n = n_movie + n_user + n_actor
-    nt = np.repeat([0, 1, 2], [n_movie, n_user, n_actor])
-    src = np.concatenate([rng.integers(0, n_movie, 160), rng.integers(0, n_movie, 60)])
-    dst = np.concatenate([n_movie + rng.integers(0, n_user, 160),
-                          n_movie + n_user + rng.integers(0, n_actor, 60)])
-    y = np.where(nt == 0, rng.integers(0, 3, n), -1)
-    return from_edges(n, src, dst, node_type=nt, node_type_names=("movie", "user", "actor"),
-                      x=rng.standard_normal((n, 8)).astype(np.float32), y=y, name="typed")
 
 
 def cfg(model: str, **kw) -> NAUConfig:

@@ -96,8 +96,8 @@ class GCN(NAUModel):
 
     def bind_vertex_data(self, layer: int, data: dict[str, np.ndarray],
                          root_rows: np.ndarray) -> None:
-        d = torch.from_numpy(norm_vector(data["deg"]))[:, None]
-        self.layers[layer].norm = (d, d[torch.from_numpy(root_rows)])  # type: ignore[index,union-attr,assignment]
+        d = self.on_device(norm_vector(data["deg"]))[:, None]
+        self.layers[layer].norm = (d, d[self.on_device(root_rows, np.int64)])  # type: ignore[index,union-attr,assignment]
 
     def select(self, graph: TypedGraph, exe: Executor, seed: int,
                roots: np.ndarray | None = None) -> HDGSet:
@@ -111,7 +111,7 @@ class GCN(NAUModel):
             hs = HDGSet(hdg, graph.num_nodes, exe).prepare()
         else:
             hs = super().select(graph, exe, seed, roots)
-        d = torch.from_numpy(norm_vector(np.diff(ptr)))[:, None]
+        d = exe.device.tensor(norm_vector(np.diff(ptr)))[:, None]
         for layer in self.layers:  # type: ignore[union-attr]
             layer.norm = (d, d if hs.identity_roots else d[hs.roots_t])  # type: ignore[union-attr,assignment]
         return hs

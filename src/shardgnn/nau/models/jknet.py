@@ -42,7 +42,7 @@ class JKLayer(NAULayer):
         n_slots, kd = z.shape
         d = kd // self.k
         blocks = z.view(n_slots // self.k, self.k, self.k, d)
-        idx = torch.arange(self.k)
+        idx = torch.arange(self.k, device=z.device)
         return F.relu(blocks[:, idx, idx, :].reshape(n_slots, d))
 
     def jk_udf(self, level: LevelGraph, feats: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from shardgnn.device import device_of
 from shardgnn.errors import ShardError
 from shardgnn.nau import dselect
 from shardgnn.nau.graph import TypedGraph
@@ -69,6 +70,8 @@ class MAGNNLayer(NAULayer):
         """Node-type specific linear maps into the common hidden space."""
         if self.node_type is None:
             raise ShardError("MAGNN layer: node types not set")
+        if self.node_type.device != x.device:  # set on the host at build: moved once
+            self.node_type = device_of(x).upload(self.node_type)
         h = x.new_zeros((x.shape[0], self.d))
         for t, lin in enumerate(self.proj):
             idx = (self.node_type == t).nonzero().view(-1)
@@ -91,7 +94,7 @@ class MAGNNLayer(NAULayer):
                   ) -> torch.Tensor:
         n, t, hh = root_h.shape[0], self.t, self.h
         rs = (root_h @ self.a_root).view(n * t, hh)  # per slot: a_P · h_v
-        itype = level.expand(torch.arange(n * t) % t)
+        itype = level.expand(torch.arange(n * t, device=inst.device) % t)
         si = (inst @ self.a_inst).view(-1, t, hh)
         si = si.gather(1, itype.view(-1, 1, 1).expand(-1, 1, hh)).squeeze(1)
         alpha = level.softmax(F.leaky_relu(level.expand(rs) + si, 0.2))
@@ -140,7 +143,7 @@ class MAGNN(NAUModel):
 
     def bind_vertex_data(self, layer: int, data: dict[str, np.ndarray],
                          root_rows: np.ndarray) -> None:
-        self.layers[layer].node_type = torch.from_numpy(data["node_type"])  # type: ignore[index,union-attr,assignment]
+        self.layers[layer].node_type = self.on_device(data["node_type"])  # type: ignore[index,union-attr,assignment]
 
     def nbr_udf(self, graph: TypedGraph, schema: SchemaTree, roots: np.ndarray,
                 rng: np.random.Generator) -> Records:

@@ -1,0 +1,86 @@
+"""Where a distributed NAU run's resident memory goes, per rank (issue 36):
+``mpiexec -n P python -m mpi4py rss_profile.py OUT.json train --engine nau ...``.
+
+Runs the ``shardgnn`` command line in-process with a thread sampling this process's resident set
+(``VmRSS``) every 5 ms, and records, per rank, the resident set after the imports and at the
+entry and exit of each stage (``load_part``; the trainer's ``select``, ``choose``, ``rebuild``,
+``step``, ``evaluate``; inside ``rebuild``: ``build_layout``, ``build_partial``) with the peak
+inside it, in MB. Rank 0 writes ``OUT.json`` (with the git commit and the load average).
+Memory, not time: fine to run under load.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run/bench: the shared harness
+import harness
+
+PEAK = [0]
+LOG: list[dict[str, Any]] = []
+
+
+def rss_mb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def _sample() -> None:
+    while True:
+        PEAK[0] = max(PEAK[0], rss_mb())
+        time.sleep(0.005)
+
+
+def _wrap(owner: Any, name: str) -> None:
+    f = getattr(owner, name)
+
+    @functools.wraps(f)
+    def g(*a: Any, **k: Any) -> Any:
+        outer = PEAK[0]
+        before = PEAK[0] = rss_mb()
+        try:
+            return f(*a, **k)
+        finally:
+            LOG.append({"stage": name, "enter": before, "exit": rss_mb(), "peak": PEAK[0]})
+            PEAK[0] = max(outer, PEAK[0])  # an enclosing stage keeps its own peak
+    setattr(owner, name, g)
+
+
+def main() -> None:
+    before = harness.loadavg()
+    threading.Thread(target=_sample, daemon=True).start()
+    import numba  # noqa: F401
+    import torch  # noqa: F401
+
+    from shardgnn.comm import world
+    from shardgnn.nau import dist_engine, part
+
+    LOG.append({"stage": "imports", "exit": rss_mb()})
+    _wrap(part, "load_part")
+    for m in ("select", "choose", "rebuild", "step", "evaluate"):
+        _wrap(dist_engine.DistTrainer, m)
+    for m in ("build_layout", "build_partial"):
+        _wrap(dist_engine, m)
+    out = Path(sys.argv[1])
+    argv = sys.argv[2:]
+    sys.argv = ["shardgnn", *argv]
+    from shardgnn.cli.main import main as cli
+
+    rc = cli()
+    LOG.append({"stage": "end", "exit": rss_mb(), "peak": PEAK[0]})
+    comm = world()
+    every = comm.gather_obj(LOG)
+    if comm.rank == 0:
+        harness.write_result(out, {"argv": argv, "rc": rc, "ranks": comm.size,
+                                   "per_rank_mb": every}, before)
+
+
+if __name__ == "__main__":
+    main()
