@@ -56,7 +56,7 @@ def test_budget_room_and_write_bucket(comm):
     assert budget.write_bucket(0) == budget.WRITE_MIN
     assert budget.write_bucket(3 << 30, cap=5 << 20) == 5 << 20
     assert budget.write_bucket(0, cap=1 << 10) == 1 << 10
-    assert budget.floor(1000, 8) == (64 + 4 * 8) * 1000
+    assert budget.floor(1000, 8) == (48 + 4 * 8) * 1000
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -157,7 +157,7 @@ def test_tight_budget_falls_back_to_the_same_partition(comm, cora, tmp_path, mon
 def test_budget_below_what_the_rank_holds_is_refused(comm, cora, tmp_path):
     d, edges, n, _ = cora
     with pytest.raises(ShardError, match=r"--memory 16 MiB: too small to partition 2708 "
-                                         r"vertices into 5 parts.*84 bytes per vertex"
+                                         r"vertices into 5 parts.*68 bytes per vertex"
                                          r".*give at least \d+M"):
         main(comm, PartitionConfig(dataset=str(d), algo="hdrf", parts=5,
                                    out=str(tmp_path / "o"), memory=16 << 20))

@@ -21,7 +21,7 @@ from shardgnn.io.canonical import write_dataset  # noqa: E402
 from shardgnn.partition.streaming.baselines import BaselineParams  # noqa: E402
 from shardgnn.partition.streaming.pipeline import (ALGORITHMS, AutoParts, PartitionConfig,  # noqa: E402
                                                    auto_parts, main)
-from shardgnn.partition.streaming.spring import SpringParams  # noqa: E402
+from shardgnn.partition.streaming.spring import SpringParams, _compact  # noqa: E402
 
 
 def small(tmp_path: Path, edges, n: int, name: str = "g") -> Path:
@@ -372,3 +372,20 @@ def test_row_refinement_equals_streamed(tmp_path, p):
             assert np.all((load <= cap) | (load <= start)) and np.all((load >= floor) | (load >= start))
     finally:
         rows.remove()
+
+
+@pytest.mark.parametrize("high", [6, 400])   # ids below 8|V| (table) and above (np.unique)
+def test_cluster_relabel_is_np_unique_inverse(high):
+    rng = np.random.default_rng(high)
+    for size in (0, 1, 7, 40):
+        for zero in (True, False):
+            c = rng.integers(0 if zero else 1, high, size=size).astype(np.int64)
+            ids, inv = np.unique(c, return_inverse=True)
+            base = 0 if ids.size and ids[0] == 0 else 1
+            want = inv.astype(np.int64) + base
+            num = int(ids.size) + base
+            iso = np.flatnonzero(c == 0)
+            want[iso] = num + np.arange(iso.size)
+            got, k = _compact(c)
+            assert k == num + iso.size
+            np.testing.assert_array_equal(got, want)

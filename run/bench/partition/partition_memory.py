@@ -2,8 +2,10 @@
 the `--memory` budget (issue 37).
 
     python run/bench/partition/partition_memory.py RESULTS.json [--scales 20 22]
-        [--algos spring hdrf 2ps-l] [--budgets 0.5] [--vertexcut adadne:2 adadne:4]
+        [--algos spring hdrf 2ps-l] [--budgets 0.5] [--budget-bytes N ...]
+        [--vertexcut adadne:2 adadne:4]
         [--extra-graph NAME=DATASET_DIR] [--work DIR] [--src DIR --label NAME] [--lock]
+        [--baseline-commit COMMIT --rounds N]
 
 Graphs: R-MAT 2^S vertices, 2^(S+4) raw edges (`shardgnn generate rmat --canonical`, seed 0,
 cached under --work), Cora (``inputs/cora`` converted: the fixed cost), and any
@@ -14,13 +16,22 @@ ranks' peaks and per-pass peaks from meta.json, the budget the run used (``memor
 the CSR stayed in memory and in how many passes it was built, wall and CPU seconds, the load
 average. Derived per graph and algorithm: graph-dependent bytes per edge = (peak on the graph
 - peak of the same command on Cora) / undirected edges, and, for each ``--budgets`` fraction f,
-a run with ``--memory`` = f x the default run's peak: its peak / budget and whether its
-partition files equal the default run's byte for byte.
+a run with ``--memory`` = f x the default run's peak (and one per ``--budget-bytes``): its
+peak / budget and whether its partition files equal the default run's byte for byte.
 
 ``--lock`` holds ``flock /tmp/shardgnn-bench.lock`` around every timed run (wall times are
 comparable only then, and only with the load average beside them); peak RSS and bytes are fine
 without it. ``--src`` runs another source tree (``PYTHONPATH``), ``--label`` names it; for an
 exported tree (no ``.git``) set ``SHARDGNN_COMMIT`` to its commit so the JSON records it.
+Vertex-cut runs pass ``--allow-imbalance`` where the tree has it (the store is written
+whatever its balance: the memory is what is measured).
+
+``--baseline-commit C`` (e.g. 69249d0, the code before issue 37) compares wall times instead:
+the tree of commit C (``git archive`` into --work) and this tree run the same commands in
+turn, ``--rounds`` times each (baseline, this, baseline, ...; every run under the lock with
+``--lock``), on every graph with every ``--algos`` algorithm (P = 1) and ``--vertexcut`` spec;
+no budget runs. Recorded per pair: both trees' walls, CPU seconds, peaks and load averages,
+the ratio of the median walls (this / baseline) and whether the partitions are the same.
 """
 from __future__ import annotations
 
@@ -29,6 +40,8 @@ import fcntl
 import hashlib
 import json
 import shutil
+import statistics
+import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,10 +102,41 @@ def digest(out: Path) -> str:
     return h.hexdigest()
 
 
+def has_allow_imbalance(src: Path | None) -> bool:
+    """Whether the tree's ``partition`` has ``--allow-imbalance`` (issue 39 and later)."""
+    cli = (src if src is not None else ROOT) / "src" / "shardgnn" / "partition" / "metrics.py"
+    return cli.exists() and "--allow-imbalance" in cli.read_text()
+
+
+def has_force(src: Path | None) -> bool:
+    """Whether the tree's ``partition`` has ``--force`` (older trees overwrite without it)."""
+    cli = (src if src is not None else ROOT) / "src" / "shardgnn" / "cli" / "partition.py"
+    return cli.exists() and '"--force"' in cli.read_text()
+
+
+def export_commit(commit: str, work: Path) -> Path:
+    """The source tree of ``commit`` (``git archive`` of ``src``), exported once under
+    ``work``."""
+    full = subprocess.run(["git", "-C", str(ROOT), "rev-parse", commit], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    tree = work / f"src-{full[:12]}"
+    if not (tree / "src" / "shardgnn").is_dir():
+        tree.mkdir(parents=True, exist_ok=True)
+        arch = subprocess.run(["git", "-C", str(ROOT), "archive", full, "src"], check=True,
+                              capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=arch, check=True)
+    return tree
+
+
 def partition(data: Path, algo: str, ranks: int, out: Path, env: dict[str, str], lock: bool,
-              memory: int | None = None, parts: int = PARTS) -> dict[str, Any]:
-    """One timed partition run; its record (peaks, budget, passes, wall, load)."""
-    args = ["partition", data, "--algo", algo, "--parts", parts, "--out", out, "--force"]
+              memory: int | None = None, parts: int = PARTS,
+              extra: tuple[str, ...] = (), force: bool = True) -> dict[str, Any]:
+    """One timed partition run; its record (peaks, budget, passes, wall, load). Without
+    ``force`` (a tree whose ``partition`` has no ``--force``) ``out`` is removed first."""
+    if not force:
+        shutil.rmtree(out, ignore_errors=True)
+    args = ["partition", data, "--algo", algo, "--parts", parts, "--out", out,
+            *(["--force"] if force else []), *extra]
     if memory is not None:
         args += ["--memory", memory]
     with bench_lock(lock):
@@ -132,6 +176,8 @@ def main() -> None:
     ap.add_argument("--algos", nargs="*", default=["spring", "hdrf", "2ps-l"])
     ap.add_argument("--budgets", type=float, nargs="*", default=[0.5],
                     help="--memory runs at these fractions of the default run's peak")
+    ap.add_argument("--budget-bytes", type=int, nargs="*", default=[],
+                    help="--memory runs at these absolute budgets too (bytes)")
     ap.add_argument("--vertexcut", nargs="*", default=[],
                     help="ALGO:RANKS vertex-cut runs on the R-MAT graphs (e.g. adadne:2)")
     ap.add_argument("--extra-graph", nargs="*", default=[], metavar="NAME=DIR")
@@ -139,6 +185,10 @@ def main() -> None:
     ap.add_argument("--src", type=Path, default=None)
     ap.add_argument("--label", default="this")
     ap.add_argument("--lock", action="store_true")
+    ap.add_argument("--baseline-commit", default=None,
+                    help="compare wall times with this commit's tree (no budget runs)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of each tree per command with --baseline-commit")
     a = ap.parse_args()
     load0 = harness.loadavg()
     a.work.mkdir(parents=True, exist_ok=True)
@@ -157,6 +207,11 @@ def main() -> None:
                              src=a.src if a.src is not None and (a.src / ".git").exists()
                              else None)
 
+    vc_extra = ("--allow-imbalance",) if has_allow_imbalance(a.src) else ()
+    if a.baseline_commit is not None:
+        compare(a, doc, graphs, cora, out, save)
+        return
+
     for algo in a.algos:
         fixed = partition(cora, algo, 1, out, env, a.lock)
         doc["fixed"][algo] = fixed["max_child_rss_bytes"]
@@ -170,8 +225,8 @@ def main() -> None:
                         graph_bytes_per_edge=round((peak - doc["fixed"][algo]) / m, 2))
             doc["runs"].append(base)
             save()
-            for f in a.budgets:
-                mem = int(f * peak)
+            for f, mem in [(f, int(f * peak)) for f in a.budgets] + \
+                    [(None, int(b)) for b in a.budget_bytes]:
                 r = partition(data, algo, 1, out, env, a.lock, memory=mem)
                 r.update(graph=name, budget_fraction=f)
                 if r["returncode"] == 0:
@@ -181,10 +236,10 @@ def main() -> None:
                 save()
     for spec in a.vertexcut:
         algo, ranks = spec.split(":")
-        fixed = partition(cora, algo, int(ranks), out, env, a.lock)
+        fixed = partition(cora, algo, int(ranks), out, env, a.lock, extra=vc_extra)
         doc["runs"].append({"graph": "cora", **fixed})
         for name, data in graphs.items():
-            r = partition(data, algo, int(ranks), out, env, a.lock)
+            r = partition(data, algo, int(ranks), out, env, a.lock, extra=vc_extra)
             r["graph"] = name
             if r["returncode"] == 0:
                 r["graph_bytes_per_rank"] = max(r["peak_rss_bytes"]) - max(fixed["peak_rss_bytes"])
@@ -197,6 +252,50 @@ def main() -> None:
                                                "max_child_rss_bytes", "graph_bytes_per_edge",
                                                "peak_over_budget", "same_partition", "wall_s",
                                                "returncode")}))
+
+
+def compare(a: argparse.Namespace, doc: dict[str, Any], graphs: dict[str, Path], cora: Path,
+            out: Path, save: Any) -> None:
+    """Wall times of the baseline commit's tree and this tree, the same commands in turn
+    (see the module doc); fills ``doc["timed"]``."""
+    base = export_commit(a.baseline_commit, a.work)
+    trees = {"baseline": (base, env_for(base), has_allow_imbalance(base), has_force(base)),
+             "this": (a.src, env_for(a.src), has_allow_imbalance(a.src), has_force(a.src))}
+    doc.update(baseline_commit=a.baseline_commit, baseline_src=str(base), rounds=a.rounds,
+               timed=[])
+    jobs = [(algo, 1, False) for algo in a.algos] + \
+        [(s.split(":")[0], int(s.split(":")[1]), True) for s in a.vertexcut]
+    for algo, ranks, vc in jobs:   # untimed warm-up of each tree: numba's caches
+        for _, env, allow, force in trees.values():
+            partition(cora, algo, ranks, out, env, False,
+                      extra=("--allow-imbalance",) if vc and allow else (), force=force)
+    for name, data in graphs.items():
+        for algo, ranks, vc in jobs:
+            runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this": []}
+            for _ in range(a.rounds):
+                for label, (_, env, allow, force) in trees.items():
+                    r = partition(data, algo, ranks, out, env, a.lock,
+                                  extra=("--allow-imbalance",) if vc and allow else (),
+                                  force=force)
+                    runs[label].append(r)
+            walls = {k: [r["wall_s"] for r in v if r["returncode"] == 0]
+                     for k, v in runs.items()}
+            rec = {"graph": name, "algo": algo, "ranks": ranks, "runs": runs,
+                   **{f"{k}_wall_median_s": statistics.median(w) if w else None
+                      for k, w in walls.items()}}
+            if walls["baseline"] and walls["this"]:
+                rec["wall_ratio"] = round(statistics.median(walls["this"])
+                                          / statistics.median(walls["baseline"]), 3)
+            rec["same_partition"] = len({r.get("digest") for v in runs.values()
+                                         for r in v}) == 1
+            doc["timed"].append(rec)
+            save()
+            print(json.dumps({k: rec.get(k) for k in ("graph", "algo", "ranks",
+                                                       "baseline_wall_median_s",
+                                                       "this_wall_median_s", "wall_ratio",
+                                                       "same_partition")}), flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+    save()
 
 
 if __name__ == "__main__":

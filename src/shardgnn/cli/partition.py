@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
                    help="peak resident memory per rank, e.g. 8G: the streaming partitioners "
                    "size their buffers and threads to it and keep the graph's CSR on disk, "
                    "built and read in buckets, when it does not fit (slower, same partition), "
-                   "and refuse a budget below their O(|V|) state (64 + 4p bytes per vertex) beside "
+                   "and refuse a budget below their O(|V|) state (48 + 4p bytes per vertex) beside "
                    "what the rank holds after start-up; the vertex-cut partitioners hold their "
                    "edge shard in memory: they refuse a budget below it (12 bytes per edge of "
                    "|E|/P) and warn when the peak went over. Default: "

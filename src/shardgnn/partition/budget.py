@@ -37,7 +37,9 @@ SPILL_WRITE_PER_VERTEX = 40
 #: and libraries (degrees, owners, presence masks, row pointers, the write's plan), plus
 #: FLOOR_PER_PART per vertex and partition (the int32 |V| x p counts of the vertex-cut
 #: baselines and SPRING's refinement): a budget leaving less is refused (:func:`floor`).
-FLOOR_PER_VERTEX = 64
+#: About what SPRING holds (R-MAT 2^22, p = 8, CSR spilled: 78 bytes per vertex at
+#: merge_assign, 84 in the refinement with its CSR buckets; 48 + 4p = 80).
+FLOOR_PER_VERTEX = 48
 FLOOR_PER_PART = 4
 
 

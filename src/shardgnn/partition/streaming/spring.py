@@ -118,10 +118,25 @@ def _agree(comm: Communicator, c: np.ndarray, vol: np.ndarray, rich: np.ndarray,
 def _compact(c: np.ndarray) -> tuple[np.ndarray, int]:
     """Relabel cluster ids to 1..K-1 keeping their order; unseen vertices (isolated) get fresh
     singleton ids after them in vertex order. Returns (ids, K)."""
-    ids, inv = np.unique(c, return_inverse=True)
-    has_zero = ids.size > 0 and ids[0] == 0
-    out = inv.astype(np.int64) + (0 if has_zero else 1)
-    num = int(ids.size) + (0 if has_zero else 1)
+    top = int(c.max(initial=-1))
+    if c.size and int(c.min()) >= 0 and top < 8 * c.size:
+        # np.unique's inverse from a table over the ids (no sort of |V| ids and its copies)
+        used = np.zeros(top + 1, dtype=bool)
+        used[c] = True
+        nids, has_zero = int(used.sum()), bool(used[0])
+        rank = np.cumsum(used, dtype=np.int64)
+        del used
+        out = rank[c]
+        del rank
+        if has_zero:
+            out -= 1
+    else:
+        ids, inv = np.unique(c, return_inverse=True)
+        nids, has_zero = int(ids.size), ids.size > 0 and ids[0] == 0
+        out = np.asarray(inv, dtype=np.int64).reshape(-1)   # in place: no |V| copies
+        if not has_zero:
+            out += 1
+    num = nids + (0 if has_zero else 1)
     iso = np.flatnonzero(c == 0)
     out[iso] = num + np.arange(iso.size)
     return out, num + int(iso.size)
@@ -159,11 +174,21 @@ def merge_and_assign(cl: Clustering, deg: np.ndarray, p: int,
     else:
         order = np.argsort(-size, kind="stable")
     part_of = K.greedy_assign(order, size, p)
-    owner = part_of[root[cl.c]]
-    _, label = np.unique(root[cl.c], return_inverse=True)
+    del order
+    rc = root[cl.c]   # merged cluster (its root) of every vertex
+    owner = np.asarray(part_of[rc], dtype=np.int64)
+    del part_of
+    # the rank of each vertex's root among the roots in use (np.unique's inverse, from a
+    # table over the K clusters instead of sorting |V| ids)
+    label = np.zeros(root.size, dtype=bool)
+    label[rc] = True
+    label = np.cumsum(label, dtype=np.int64)
+    label -= 1
+    label = label[rc]
+    del rc
     info = {"clusters_stream": cl.raw_clusters, "clusters_before_merge": before,
             "clusters_after_merge": int((size > 0).sum())}
-    return owner.astype(np.int64), label.astype(np.int64).reshape(-1), info
+    return owner, label, info
 
 
 def spring_owner(stream: EdgeStream, comm: Communicator, deg: np.ndarray, p: int,

@@ -33,6 +33,7 @@ from shardgnn import jit, log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
 from shardgnn.keyed import hash_ids
+from shardgnn.partition.store_write import index_dtype
 from shardgnn.partition.vertexcut import adaptive, kernels, refine
 from shardgnn.partition.vertexcut.shard import EdgeShard, audience, hash2d
 
@@ -93,44 +94,82 @@ class _Phases:
 
 
 class _Local:
-    """Rank-local pair structure: unique undirected non-loop pairs and their CSR."""
+    """Rank-local pair structure: unique undirected non-loop pairs and their CSR.
+
+    ``pa``/``pb`` (the pairs' smaller and larger global ends) are int32 while the vertex ids
+    fit (:func:`index_dtype`); a record whose ``rec2pair`` is -1 is a self-loop.
+    """
 
     def __init__(self, shard: EdgeShard) -> None:
-        # temporaries are dropped as soon as used: they are several int64 arrays per record,
-        # the rank's peak while the structure is built
+        # temporaries are dropped as soon as used: the rank's peak while the structure is built
+        n = int(shard.num_nodes)
+        vdt = index_dtype(n)
+        nrec = shard.src.size
+        self.rec2pair = np.full(nrec, -1, dtype=kernels.pair_dtype(nrec))   # pairs <= records
         a = np.minimum(shard.src, shard.dst)
         b = np.maximum(shard.src, shard.dst)
-        loop = a == b
-        self.loop = loop
-        nrec = a.size
-        key_a, key_b = a[~loop], b[~loop]
+        keep = a != b
+        key_a, key_b = a[keep], b[keep]
         del a, b
-        self.rec2pair = np.full(nrec, -1, dtype=kernels.pair_dtype(nrec))   # pairs <= records
-        if key_a.size:
-            order = np.lexsort((key_b, key_a))
-            sa = key_a[order]
+        if key_a.size == 0:
+            self.pa = self.pb = np.zeros(0, dtype=vdt)
+        elif float(n) * n < 2.0**63:   # one int64 key a * n + b sorts as (a, b)
+            key = key_a.astype(np.int64)
             del key_a
-            sb = key_b[order]
+            key *= n
+            key += key_b
             del key_b
-            new = np.ones(sa.size, dtype=bool)
-            new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
-            self.pa, self.pb = sa[new], sb[new]
-            del sa, sb
-            pid = np.empty(order.size, dtype=self.rec2pair.dtype)
-            pid[order] = np.cumsum(new) - 1
-            del order, new
-            self.rec2pair[~loop] = pid
-            del pid
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            self._number(keep, order, key[1:] != key[:-1])
+            del order
+            key = key[self._new]
+            del self._new
+            self.pa = (key // n).astype(vdt)
+            self.pb = (key % n).astype(vdt)
+            del key
         else:
-            self.pa = self.pb = np.zeros(0, dtype=np.int64)
-        self.lv = np.unique(np.concatenate([self.pa, self.pb]))
-        la = np.searchsorted(self.lv, self.pa)
-        lb = np.searchsorted(self.lv, self.pb)
+            order = np.lexsort((key_b, key_a))
+            sa, sb = key_a[order], key_b[order]
+            del key_a, key_b
+            self._number(keep, order, (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1]))
+            del order
+            self.pa, self.pb = sa[self._new].astype(vdt), sb[self._new].astype(vdt)
+            del sa, sb, self._new
+        del keep
+        seen = np.zeros(n, dtype=bool)   # O(|V|) like the replicated state: no sort
+        seen[self.pa] = True
+        seen[self.pb] = True
+        self.lv = np.flatnonzero(seen)
+        lut = np.zeros(n, dtype=vdt)
+        lut[self.lv] = np.arange(self.lv.size, dtype=vdt)
+        del seen
         self.npairs = self.pa.size
         self.indptr, self.adj = kernels.local_csr(
-            la, lb, self.lv.size, np.empty(2 * self.npairs, kernels.pair_dtype(self.npairs)))
-        del la, lb
+            lut[self.pa], lut[self.pb], self.lv.size,
+            np.empty(2 * self.npairs, kernels.pair_dtype(self.npairs)))
+        del lut
         self.assign = np.full(self.npairs, -1, dtype=kernels.PART_DTYPE)
+
+    def _number(self, keep: np.ndarray, order: np.ndarray, differs: np.ndarray) -> None:
+        """Pair ids of the non-loop records (``keep``) from their sorting ``order`` and
+        ``differs`` (sorted key k+1 differs from key k); leaves ``_new`` (first of a pair)."""
+        new = np.empty(order.size, dtype=bool)
+        new[0] = True
+        new[1:] = differs
+        del differs
+        ids = np.cumsum(new, dtype=self.rec2pair.dtype)
+        ids -= 1
+        pid = np.empty(order.size, dtype=self.rec2pair.dtype)
+        pid[order] = ids
+        del ids
+        self.rec2pair[keep] = pid
+        self._new = new
+
+    @property
+    def loops(self) -> np.ndarray:
+        """Indices of the self-loop records."""
+        return np.flatnonzero(self.rec2pair < 0)
 
     def lids(self, v: np.ndarray) -> np.ndarray:
         """Local ids of global vertices, -1 where this rank holds none of their edges."""
@@ -159,10 +198,23 @@ class _State:
 def _updates(comm: Communicator, loc: _Local, pairs: np.ndarray, parts: np.ndarray,
              p: int) -> tuple[np.ndarray, np.ndarray]:
     """All-gather the (vertex*p+part, count) updates of locally allocated pairs. Collective."""
-    keys = np.concatenate([loc.pa[pairs] * p + parts, loc.pb[pairs] * p + parts])
-    uk, cnt = np.unique(keys, return_counts=True)
-    both = comm.allgatherv(np.column_stack([uk, cnt.astype(np.int64)]).reshape(-1, 2))
-    return np.ascontiguousarray(both[:, 0]), np.ascontiguousarray(both[:, 1])
+    k = pairs.size
+    keys = np.empty(2 * k, dtype=np.int64)   # int64 before the product: ids may be int32
+    keys[:k] = loc.pa[pairs]
+    keys[k:] = loc.pb[pairs]
+    keys *= p
+    keys[:k] += parts
+    keys[k:] += parts
+    keys.sort()   # the sorted unique keys and their counts (np.unique's, without its copies)
+    new = np.empty(keys.size, dtype=bool)
+    new[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    del new
+    cnt = np.diff(np.append(first, keys.size))
+    uk = keys[first]
+    del keys, first
+    return comm.allgatherv(uk), comm.allgatherv(cnt)
 
 
 def _quota_cut(comm: Communicator, parts: np.ndarray, room: np.ndarray | None) -> np.ndarray:
@@ -306,8 +358,8 @@ def expand(comm: Communicator, shard: EdgeShard, cfg: ExpansionConfig) -> Expans
     ``seconds`` of the result excludes loading the numba kernels (done first, untimed).
     """
     with jit.compiling("the vertex-cut kernels"):
-        kernels.warmup()
-        refine.warmup()
+        kernels.warmup(index_dtype(shard.num_nodes))
+        refine.warmup(index_dtype(shard.num_nodes))
     t0 = time.perf_counter()
     ph = _Phases()
     p, n = cfg.parts, shard.num_nodes
@@ -398,21 +450,29 @@ def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionC
         pairs, parts = kernels.one_hop_propose(loc.lids(req[:, 0]), req[:, 1], loc.indptr,
                                                loc.adj, loc.assign, st.esize2, best)
         ph.lap("one_hop")
+        del req   # each step's arrays are dropped before the next step builds its own
         keep = _quota_cut(comm, parts, room)
-        joined = _commit(comm, loc, st, pairs[keep], parts[keep])
+        pairs, parts = pairs[keep], parts[keep]
+        del keep
+        joined = _commit(comm, loc, st, pairs, parts)
+        del pairs, parts
         ph.lap("commit")
         exp.add_joined(joined)
         ph.lap("boundary")
-        jv = np.unique(joined // p)
-        jl = loc.lids(jv)
+        jl = loc.lids(np.unique(joined // p))
+        del joined
         jl = jl[jl >= 0]
-        pairs2, parts2 = kernels.two_hop_propose(jl, loc.indptr, loc.adj, loc.assign, loc.pa,
-                                                 loc.pb, st.member, st.esize2, cap2, p, mark)
+        pairs, parts = kernels.two_hop_propose(jl, loc.indptr, loc.adj, loc.assign, loc.pa,
+                                               loc.pb, st.member, st.esize2, cap2, p, mark)
+        del jl
         ph.lap("two_hop")
         if capped:
             room = ((cap2 - st.esize2) // 2).clip(0).astype(np.int64)
-        keep2 = _quota_cut(comm, parts2, room)
-        _commit(comm, loc, st, pairs2[keep2], parts2[keep2])
+        keep = _quota_cut(comm, parts, room)
+        pairs, parts = pairs[keep], parts[keep]
+        del keep
+        _commit(comm, loc, st, pairs, parts)
+        del pairs, parts
         ph.lap("commit")
         trace.append({"iteration": it, "edges": st.esize2 // 2, "vertices": st.vsize.copy(),
                       "lam": lam.copy()})
@@ -432,8 +492,8 @@ def _records(comm: Communicator, shard: EdgeShard, loc: _Local, st: _State,
     rec_part = np.full(shard.src.size, -1, dtype=np.int32)
     has = loc.rec2pair >= 0
     rec_part[has] = loc.assign[loc.rec2pair[has]]
-    loops = np.flatnonzero(loc.loop)
-    v = shard.src[loops]
+    loops = loc.loops
+    v = shard.src[loops].astype(np.int64)
     first = kernels.first_member(v, st.member, cfg.parts)
     nohome = first < 0
     first[nohome] = (hash_ids(v[nohome], cfg.salt + 2) % np.uint64(cfg.parts)).astype(np.int64)

@@ -185,16 +185,18 @@ def pair_dtype(npairs: int) -> np.dtype:
 PART_DTYPE = np.int32
 
 
-def warmup() -> None:
-    """Compile or load every kernel once on tiny inputs (keeps JIT time out of timings)."""
+def warmup(ids: np.dtype | type = np.int64) -> None:
+    """Compile or load every kernel once on tiny inputs (keeps JIT time out of timings);
+    ``ids`` is the dtype of the pairs' vertex ids (``expansion._Local``)."""
     la = np.array([0], np.int64)
     lb = np.array([1], np.int64)
-    indptr, adj = local_csr(la, lb, 2, np.empty(2, pair_dtype(1)))
+    pa, pb = la.astype(ids), lb.astype(ids)
+    indptr, adj = local_csr(pa, pb, 2, np.empty(2, pair_dtype(1)))
     assign = np.full(1, -1, PART_DTYPE)
     esize2 = np.zeros(2, np.int64)
     member = np.zeros((2, 1), np.uint64)
     one_hop_propose(la, la, indptr, adj, assign, esize2, np.full(1, -1, PART_DTYPE))
-    two_hop_propose(la, indptr, adj, assign, la, lb, member, esize2, 1.0, 2,
+    two_hop_propose(la, indptr, adj, assign, pa, pb, member, esize2, 1.0, 2,
                     np.zeros(1, np.bool_))
     take_quota(la, np.ones(2, np.int64))
     apply_updates(la, la, 2, np.zeros(2, np.int64), member, np.zeros(2, np.int64), esize2)

@@ -289,9 +289,10 @@ class _Clock:
         self.t = now
 
 
-def warmup() -> None:
-    """Compile or load the kernels once on tiny inputs (keeps JIT time out of timings)."""
-    z = np.zeros(1, np.int64)
+def warmup(ids: np.dtype | type = np.int64) -> None:
+    """Compile or load the kernels once on tiny inputs (keeps JIT time out of timings);
+    ``ids`` is the dtype of the pairs' vertex ids ``pa``/``pb``."""
+    z = np.zeros(1, ids)
     work = np.zeros((2, 2), np.int32)
     v2 = np.zeros(2, np.int64)
     adj = np.zeros(2, pair_dtype(1))   # the dtypes expansion._Local uses

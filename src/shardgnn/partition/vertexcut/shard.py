@@ -17,6 +17,7 @@ import numpy as np
 from shardgnn.comm import Communicator
 from shardgnn.io.canonical import EdgeStream
 from shardgnn.keyed import hash_ids
+from shardgnn.partition.store_write import index_dtype
 
 def grid_shape(n: int) -> tuple[int, int]:
     """(R, C) with R * C = n and R the largest divisor of n not above sqrt(n). Pure."""
@@ -67,7 +68,8 @@ class EdgeShard:
     Attributes
     ----------
     src, dst
-        int64 endpoints of each record in the input's orientation.
+        Endpoints of each record in the input's orientation: int32 while the vertex ids fit
+        (:func:`shardgnn.partition.store_write.index_dtype` of ``num_nodes``), else int64.
     etype
         int32 edge type per record (zeros when the dataset has no types).
     num_nodes, num_edges
@@ -99,31 +101,35 @@ def load_shard(directory: str | os.PathLike, comm: Communicator, chunk: int = 1 
     stream = EdgeStream(directory, comm, chunk=chunk, with_types=True)
     meta = stream.meta
     P = comm.size
+    vdt = index_dtype(int(meta.num_nodes))   # ids and types in one narrow record row
     nchunks = -(-(stream.hi - stream.lo) // stream.chunk) if stream.hi > stream.lo else 0
     rounds = int(comm.allreduce_scalar(nchunks, "max"))
     it = stream.chunks()
     parts: list[np.ndarray] = []
     for _ in range(rounds):
         item = next(it, None)
-        if item is None:
-            rec = np.zeros((0, 3), dtype=np.int64)
-        else:
+        rec = np.zeros((0, 3), dtype=vdt)
+        if item is not None:
             edges, types = item
-            t = np.zeros(edges.shape[0], dtype=np.int64) if types is None else types.astype(np.int64)
-            rec = np.column_stack([edges, t])
+            rec = np.empty((edges.shape[0], 3), dtype=vdt)
+            rec[:, :2] = edges
+            rec[:, 2] = 0 if types is None else types
+            del edges, types
         a = np.minimum(rec[:, 0], rec[:, 1])
         b = np.maximum(rec[:, 0], rec[:, 1])
         dest = hash2d(a, b, P, salt)
+        del a, b
         order = np.argsort(dest, kind="stable")
         counts = np.bincount(dest, minlength=P).astype(np.int64)
         sendbuf = np.ascontiguousarray(rec[order])
+        del rec, order, dest
         parts.append(comm.alltoallv(sendbuf, counts, op_name="redistribute"))
-        del rec, sendbuf
+        del sendbuf
     # the columns filled round by round, each round's records freed once copied (no
     # concatenated (records, 3) copy beside them)
     total = sum(int(x.shape[0]) for x in parts)
-    src = np.empty(total, np.int64)
-    dst = np.empty(total, np.int64)
+    src = np.empty(total, vdt)
+    dst = np.empty(total, vdt)
     etype = np.empty(total, np.int32)
     at = 0
     parts.reverse()
