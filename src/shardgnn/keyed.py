@@ -426,9 +426,15 @@ def fused_available(x: torch.Tensor) -> bool:
     tensor, CuPy installed and seeing the device."""
     if x.device.type != "cuda" or str(x.dtype).removeprefix("torch.") not in _CUDA_DTYPES:
         return False
-    from shardgnn.device import cupy_available
+    if not _cupy_seen:          # asked once per process: called for every dropout tile
+        from shardgnn.device import cupy_available
 
-    return cupy_available()
+        _cupy_seen.append(cupy_available())
+    return bool(_cupy_seen[0])
+
+
+#: Whether CuPy sees the GPU (filled by the first :func:`fused_available` on a CUDA tensor).
+_cupy_seen: list[bool] = []
 
 
 def dropout_torch(x: torch.Tensor, gids_or_row0: Any, col0: int, seed: int, step: int, layer: int,

@@ -338,13 +338,16 @@ def _evaluate(comm: Communicator, cfg: SampledConfig, run: _Run, epoch: int) -> 
     return out
 
 
-def _save(comm: Communicator, cfg: SampledConfig, path: str, epoch: int, run: _Run,
-          history: dict[str, Any]) -> None:
-    """Every rank's RNG states (model and optimiser are identical) to rank 0's checkpoint."""
+def _save(comm: Communicator, cfg: SampledConfig, path: str, epoch: int, run: Any,
+          history: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
+    """Every rank's RNG states (model and optimiser are identical) to rank 0's checkpoint, with
+    rank 0's ``extra`` datasets (the link engine's embedding table). ``run``: an engine's run
+    (``model``, ``opt``, ``torch_rng``, ``np_rng``). Collective over comm."""
     st = checkpoint.partition_state(run.model, run.opt, run.torch_rng, run.np_rng)
     gathered = comm.gather_obj(st)
     if comm.rank == 0:
-        checkpoint.write_checkpoint(path, epoch, asdict(cfg), dict(enumerate(gathered)), history)
+        checkpoint.write_checkpoint(path, epoch, asdict(cfg), dict(enumerate(gathered)), history,
+                                    extra=extra)
     comm.barrier()
 
 
@@ -356,13 +359,16 @@ def resumed_history(ck: dict[str, Any], series: tuple[str, ...]) -> dict[str, An
     return hist
 
 
-def _resume(comm: Communicator, cfg: SampledConfig, run: _Run) -> tuple[int, dict[str, Any]]:
+def _resume(comm: Communicator, cfg: SampledConfig, run: Any,
+            series: tuple[str, ...] = SERIES) -> tuple[int, dict[str, Any]]:
+    """Model, optimiser and this rank's RNG states from ``cfg.resume`` into ``run`` (as for
+    :func:`_save`); returns the next epoch and the history of ``series``. Collective."""
     ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, [comm.rank])
     msg = checkpoint.config_mismatch(cfg.resume, ck["config"], asdict(cfg), RESUME_KEYS + ("ranks",))
     comm.agree(not msg, msg)
     run.torch_rng, run.np_rng = checkpoint.restore_partition(ck["parts"][comm.rank], run.model,
                                                              run.opt)
-    return ck["epoch"] + 1, resumed_history(ck, SERIES)
+    return ck["epoch"] + 1, resumed_history(ck, series)
 
 
 @dataclass
@@ -475,10 +481,21 @@ def _write(comm: Communicator, cfg: SampledConfig, run: _Run, hist: dict[str, An
                "feature_bytes_owned": run.x.nbytes, "feature_norm": cfg.feature_norm_used,
                "device": str(run.dev), "mpi_path": cfg.mpi_path,
                **run.task.attrs()}
+    write_results(comm, cfg, SERIES, hist, summary, command,
+                  {"peak_device_memory": run.dev.peak_memory_bytes(),
+                   "feature_bytes": run.x.nbytes})
+    return summary
+
+
+def write_results(comm: Communicator, cfg: SampledConfig, series: tuple[str, ...],
+                  hist: dict[str, Any], summary: dict[str, Any], command: str,
+                  per_rank: dict[str, Any] | None = None) -> None:
+    """``cfg.out`` of a sampled engine: ``/train/<series>``, bytes per collective, ``summary``
+    as attributes, per-rank server load, peak RSS and ``per_rank``'s values. Collective."""
     ops = sorted({k for d in hist["bytes"] for k in d})
     load = np.asarray(hist["load"], dtype=np.int64).reshape(-1, 3)
     with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
-        for k in SERIES:
+        for k in series:
             rw.dataset(f"train/{k}", np.asarray(hist[k], dtype=np.float64))
         for op in ops:
             rw.dataset(f"train/bytes/{op}", np.asarray([d.get(op, 0) for d in hist["bytes"]],
@@ -486,6 +503,5 @@ def _write(comm: Communicator, cfg: SampledConfig, run: _Run, hist: dict[str, An
         rw.attrs("train", {**summary, "server_load_columns": "requests,scanned,returned"})
         rw.per_rank("train/server_load", load)
         rw.per_rank("train/peak_rss", peak_rss_bytes())
-        rw.per_rank("train/peak_device_memory", run.dev.peak_memory_bytes())
-        rw.per_rank("train/feature_bytes", run.x.nbytes)
-    return summary
+        for k, v in (per_rank or {}).items():
+            rw.per_rank(f"train/{k}", v)

@@ -15,7 +15,6 @@ curve of one rank up to float summation order (docs/linkpred.md).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -23,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from shardgnn import log
-from shardgnn.comm import Communicator, block_bounds, peak_rss_bytes
-from shardgnn.io.results import ResultWriter
-from shardgnn.sampled.engine import (EVAL_STEP0, RESUME_KEYS, EpochLoop, SampledConfig, _share,
-                                     _slice, layers, resumed_history, run_epochs, typed_fanouts)
+from shardgnn.comm import Communicator, block_bounds
+from shardgnn.sampled import engine
+from shardgnn.sampled.engine import (EVAL_STEP0, EpochLoop, SampledConfig, _share, _slice, layers,
+                                     run_epochs, typed_fanouts)
 from shardgnn.sampled.linkdata import Exclusion, LinkData, load_link_data
 from shardgnn.sampling.blocks import MiniBatch
 from shardgnn.sampling.features import load_vertex_data, open_store, owner_ranks
@@ -258,26 +257,18 @@ def _pair_scores(dec: Any, table: np.ndarray, h: np.ndarray, t: np.ndarray, r: n
 
 def _save(comm: Communicator, cfg: SampledConfig, path: str, epoch: int, run: _LinkRun,
           history: dict[str, Any]) -> None:
-    """Every rank's RNG states, the model and optimiser, and the embedding table (gathered in
-    global order) to rank 0's checkpoint. Collective over comm."""
-    st = checkpoint.partition_state(run.model, run.opt, run.torch_rng, run.np_rng)
-    gathered = comm.gather_obj(st)
+    """The sampled engine's checkpoint plus the embedding table (gathered in global order).
+    Collective over comm."""
     table = run.emb.table() if run.emb is not None else None
-    if comm.rank == 0:
-        checkpoint.write_checkpoint(path, epoch, asdict(cfg), dict(enumerate(gathered)), history,
-                                    extra={"embedding": table} if table is not None else None)
-    comm.barrier()
+    engine._save(comm, cfg, path, epoch, run, history,
+                 extra={"embedding": table} if table is not None else None)
 
 
 def _resume(comm: Communicator, cfg: SampledConfig, run: _LinkRun) -> tuple[int, dict[str, Any]]:
-    ck = comm.run_agreed(checkpoint.read_checkpoint, cfg.resume, [comm.rank])
-    msg = checkpoint.config_mismatch(cfg.resume, ck["config"], asdict(cfg), RESUME_KEYS + ("ranks",))
-    comm.agree(not msg, msg)
-    run.torch_rng, run.np_rng = checkpoint.restore_partition(ck["parts"][comm.rank], run.model,
-                                                             run.opt)
+    start, hist = engine._resume(comm, cfg, run, SERIES)
     if run.emb is not None:
         run.emb.load(comm.run_agreed(checkpoint.read_extra, cfg.resume, "embedding"))
-    return ck["epoch"] + 1, resumed_history(ck, SERIES)
+    return start, hist
 
 
 def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str, Any]:
@@ -333,15 +324,5 @@ def _write(comm: Communicator, cfg: SampledConfig, run: _LinkRun, hist: dict[str
     for s in ("val", "test"):
         for m in METRICS:
             summary[f"{s}_{m}"] = float(hist[f"{s}_{m}"][best]) if best >= 0 else float("nan")
-    ops = sorted({k for dd in hist["bytes"] for k in dd})
-    load = np.asarray(hist["load"], dtype=np.int64).reshape(-1, 3)
-    with ResultWriter(comm, cfg.out, config=asdict(cfg), command=command) as rw:
-        for k in SERIES:
-            rw.dataset(f"train/{k}", np.asarray(hist[k], dtype=np.float64))
-        for op in ops:
-            rw.dataset(f"train/bytes/{op}", np.asarray([dd.get(op, 0) for dd in hist["bytes"]],
-                                                       dtype=np.int64))
-        rw.attrs("train", {**summary, "server_load_columns": "requests,scanned,returned"})
-        rw.per_rank("train/server_load", load)
-        rw.per_rank("train/peak_rss", peak_rss_bytes())
+    engine.write_results(comm, cfg, SERIES, hist, summary, command)
     return summary
