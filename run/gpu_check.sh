@@ -4,12 +4,14 @@
 # the CPU) and run/bench/train/gpu_engines.py (the other engines); JSON and logs under OUTDIR.
 #
 # usage: bash run/gpu_check.sh [OUTDIR] [--small] [--only rdm|engines] [--tests-timeout S]
-#          [--bench-timeout S]
+#          [--bench-timeout S] [--rdm-skip RUNS] [--engines-skip RUNS]
 #   OUTDIR: default $OUT (the device tool's output folder), else run/gpu-check-out
 #   --small: both benchmarks' --small (tens of thousands of nodes) instead of millions
 #   --only: the steps of RDM (tests/mpi/test_gpu.py, run/bench/rdm/gpu.py) or of the other
 #           engines (tests/mpi/test_engine_devices.py, tests/mpi/test_nau_devices.py,
 #           run/bench/train/gpu_engines.py) only
+#   --rdm-skip, --engines-skip: comma-separated runs the benchmark leaves out (its --skip), to fit
+#           a short device lease (e.g. --rdm-skip cpu)
 #
 # MPI: the venv's MPICH if any, else the MPICH wheel found in .whl/ (git-ignored, installed into
 # /tmp/mp, preferred over a system mpiexec), else mpiexec on PATH. Fetch the wheel once on a
@@ -27,14 +29,16 @@ set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-OUTDIR="" SMALL="" ONLY="" TESTS_TIMEOUT=210 BENCH_TIMEOUT=330
+OUTDIR="" SMALL="" ONLY="" TESTS_TIMEOUT=210 BENCH_TIMEOUT=330 RDM_SKIP="" ENGINES_SKIP=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --small) SMALL=--small ;;
     --only) ONLY=$2; shift ;;
     --tests-timeout) TESTS_TIMEOUT=$2; shift ;;
     --bench-timeout) BENCH_TIMEOUT=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --rdm-skip) RDM_SKIP=$2; shift ;;
+    --engines-skip) ENGINES_SKIP=$2; shift ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) OUTDIR=$1 ;;
   esac
   shift
@@ -117,14 +121,15 @@ if [ "$CUDA" = "1" ]; then
       tests/unit/test_device.py tests/unit/test_keyed.py tests/unit/test_rdm_kernels.py \
       tests/mpi/test_gpu.py
     step gpu-bench "$BENCH_TIMEOUT" "$PY" run/bench/rdm/gpu.py "$OUTDIR/gpu_bench.json" $SMALL \
-      --work /tmp/shardgnn-gpu-bench --timeout 150
+      --work /tmp/shardgnn-gpu-bench --timeout 150 --skip "$RDM_SKIP"
   fi
   if [ "$ONLY" != rdm ]; then
     step engines-tests "$TESTS_TIMEOUT" "${PYTEST[@]}" -m gpu \
       --junitxml="$OUTDIR/engines-tests.xml" tests/mpi/test_engine_devices.py \
       tests/mpi/test_nau_devices.py tests/unit/test_nau_resume.py
     step engines-bench "$BENCH_TIMEOUT" "$PY" run/bench/train/gpu_engines.py \
-      "$OUTDIR/gpu_engines.json" $SMALL --work /tmp/shardgnn-gpu-engines --timeout 200
+      "$OUTDIR/gpu_engines.json" $SMALL --work /tmp/shardgnn-gpu-engines --timeout 200 \
+      --skip "$ENGINES_SKIP"
   fi
 else
   note "no CUDA, GPU steps skipped"
