@@ -366,6 +366,7 @@ def _fused_launch(x: torch.Tensor, args: tuple[Any, ...], kernel: Any = None) ->
     interface) on torch's current stream; ``y`` is a new torch tensor of x's shape."""
     import torch
 
+    x = x.detach()      # CuPy takes no tensor that requires grad (autograd is ours)
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     if x.numel() == 0:
         return y

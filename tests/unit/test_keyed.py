@@ -140,7 +140,12 @@ def test_cuda_mask_equals_numba():
 
 def _host_fused(x, rows, prefix, saltg, col0, ncols, th, scale, y):
     """The fused CUDA kernel's body (keyed._CUDA_BODY) element by element in NumPy: a host
-    kernel posing as the device one, so the wrapper's arguments and autograd run here."""
+    kernel posing as the device one, so the wrapper's arguments and autograd run here. Like
+    CuPy's view of a CUDA tensor (``__cuda_array_interface__``), it refuses one that requires
+    grad."""
+    for t in (x, rows, y):
+        if t.requires_grad:
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
     mix = keyed.mix64.py_func
     i = np.arange(x.numel(), dtype=np.int64)
     r, c = i // int(ncols), i % int(ncols)

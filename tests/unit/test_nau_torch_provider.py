@@ -163,3 +163,16 @@ def test_models_torch_provider_equal_numba(name: str, mode: str,
         assert (a_ is None) == (b_ is None)
         if a_ is not None:
             torch.testing.assert_close(b_, a_, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,nnz", [((3, 0), 0), ((0, 4), 0), ((3, 4), 0)])
+def test_spmm_of_an_empty_side_is_zeros(shape, nnz):
+    # cuSPARSE refuses a CSR descriptor with no rows, columns or entries (a one-root probe HDG
+    # with no leaves): the product is zeros of the right shape without calling it
+    from shardgnn.nau.aggregation import _spmm
+    a = torch.sparse_csr_tensor(torch.zeros(shape[0] + 1, dtype=torch.int64),
+                                torch.zeros(nnz, dtype=torch.int64), torch.zeros(nnz),
+                                shape)
+    x = torch.ones((shape[1], 5))
+    out = _spmm(a, x, shape[0])
+    assert out.shape == (shape[0], 5) and not out.any()

@@ -246,6 +246,14 @@ def _csr(ptr: np.ndarray, idx: np.ndarray, val: np.ndarray, shape: tuple[int, in
                                        check_invariants=False)
 
 
+def _spmm(a: torch.Tensor, x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``a @ x`` for a torch sparse CSR ``a``; zeros when a side is empty (cuSPARSE refuses a
+    descriptor with no rows, columns or entries: "invalid value")."""
+    if a._nnz() == 0 or 0 in a.shape or x.shape[1] == 0:
+        return x.new_zeros((rows, x.shape[1]))
+    return torch.sparse.mm(a, x)
+
+
 def check_kernel(kernel: str, device: Device) -> str:
     """``kernel`` if it is one of :data:`KERNELS` and runs on ``device`` (only ``"torch"`` runs
     off the CPU); ShardError otherwise."""
@@ -356,14 +364,14 @@ class LeafPlan:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``A @ x`` with the chosen kernel."""
         if self.kernel != "numba":
-            return torch.sparse.mm(self.torch_csr()[0], x)
+            return _spmm(self.torch_csr()[0], x, self.num_dst)
         return torch.from_numpy(segment_reduce(self.ptr, self.src, self.w,
                                                x.detach().numpy(), self.num_dst))
 
     def backward(self, g: torch.Tensor) -> torch.Tensor:
         """``Aᵀ @ g`` with the chosen kernel."""
         if self.kernel != "numba":
-            return torch.sparse.mm(self.torch_csr()[1], g)
+            return _spmm(self.torch_csr()[1], g, self.num_src)
         if self._pushes():
             out = np.zeros((self.num_src, g.shape[1]), dtype=np.float32)
             _push(self.ptr, self.src, np.zeros(0, np.float32) if self.w is None else self.w,
