@@ -176,3 +176,13 @@ def test_spmm_of_an_empty_side_is_zeros(shape, nnz):
     x = torch.ones((shape[1], 5))
     out = _spmm(a, x, shape[0])
     assert out.shape == (shape[0], 5) and not out.any()
+
+
+def test_spmm_with_more_entries_than_cells_equals_dense():
+    # the width probe's one-root HDG maps every leaf onto one column: a 2 x 1 CSR with 5 entries,
+    # which cuSPARSE refuses; the fallback sums the repeats
+    from shardgnn.nau.aggregation import _spmm
+    a = torch.sparse_csr_tensor(torch.tensor([0, 3, 5]), torch.zeros(5, dtype=torch.int64),
+                                torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), (2, 1))
+    x = torch.tensor([[1.0, -2.0]])
+    assert torch.equal(_spmm(a, x, 2), torch.tensor([[6.0, -12.0], [9.0, -18.0]]))

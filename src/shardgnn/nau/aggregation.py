@@ -247,10 +247,17 @@ def _csr(ptr: np.ndarray, idx: np.ndarray, val: np.ndarray, shape: tuple[int, in
 
 
 def _spmm(a: torch.Tensor, x: torch.Tensor, rows: int) -> torch.Tensor:
-    """``a @ x`` for a torch sparse CSR ``a``; zeros when a side is empty (cuSPARSE refuses a
-    descriptor with no rows, columns or entries: "invalid value")."""
+    """``a @ x`` for a torch sparse CSR ``a``. cuSPARSE refuses ("invalid value") a descriptor
+    with no rows, columns or entries (zeros here) and one with more entries than cells, which
+    repeated leaves make (the width probe maps a root's leaves onto one column): a gather and
+    an index_add there."""
     if a._nnz() == 0 or 0 in a.shape or x.shape[1] == 0:
         return x.new_zeros((rows, x.shape[1]))
+    if a._nnz() > a.shape[0] * a.shape[1]:
+        ptr = a.crow_indices()
+        dst = torch.repeat_interleave(torch.arange(rows, device=x.device), ptr[1:] - ptr[:-1])
+        msg = x.index_select(0, a.col_indices()) * a.values().to(x.dtype)[:, None]
+        return x.new_zeros((rows, x.shape[1])).index_add_(0, dst, msg)
     return torch.sparse.mm(a, x)
 
 
