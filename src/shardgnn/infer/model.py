@@ -231,6 +231,9 @@ def load_model(path: str) -> LoadedModel:
         dec_state = {k[8:]: v for k, v in state.items() if k.startswith("decoder.")}
         state = {k[8:]: v for k, v in state.items() if k.startswith("encoder.")}
     layers = int(cfg["layers"])
+    if layers == 0:
+        raise input_error(path, "expected a checkpoint with an encoder, got a --layers 0 (pure "
+                          "KGE) model: its vertex embeddings are /extra/embedding/rows")
     if name in TYPED:   # the encoder's input: features and embeddings; its output: --hidden
         info = dict(dict(cfg.get("link") or {}).get("info") or {})
         in_c = int(info.get("features", 0)) + int(info.get("embed_dim", 0))

@@ -155,6 +155,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
                          "--task node")
     link = from_args(LinkOptions, args, rename={"split": "link_split",
                                                 "split_files": "link_split_files"})
+    if task == "link" and layers == 0:
+        unused = [k for k in ("model", "hidden", "heads", "type_fanouts") if k in given]
+        if unused or ("dropout" in given and args.dropout):
+            name = (unused or ["dropout"])[0].replace("_", "-")
+            raise ShardError(f"--{name}: not used with --layers 0 (no encoder: the decoder "
+                             "scores the input rows, a pure KGE model)")
     cfg = from_args(SampledConfig, args, rename={"replace": "sample_replace"}, layers=layers,
                     fanouts=list(fanouts), task=task, link=link)
     if cfg.sampler not in SAMPLERS:

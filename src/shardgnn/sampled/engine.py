@@ -109,7 +109,8 @@ class SampledConfig(TrainConfig, CheckpointOptions, DeviceOptions):
 
     def validate(self) -> None:
         """Raise ShardError on a bad option (identical on every rank)."""
-        raise_first(self.common_checks() + [
+        link = self.task == "link"
+        raise_first(self.common_checks(min_layers=0 if link else 1) + [
             (self.heads >= 1, "--heads", ">= 1", self.heads),
             (self.batch_size >= 1, "--batch-size", ">= 1", self.batch_size),
             (self.eval_batch_size >= 1, "--eval-batch-size", ">= 1", self.eval_batch_size),
@@ -120,7 +121,8 @@ class SampledConfig(TrainConfig, CheckpointOptions, DeviceOptions):
         if self.task == "link" and self.device == "cuda":
             raise ShardError("--task link: expected --device cpu (link prediction runs on the "
                              "CPU so far), got --device cuda")
-        check_fanouts(",".join(str(f) for f in self.fanouts), self.layers)
+        if self.layers or self.fanouts:
+            check_fanouts(",".join(str(f) for f in self.fanouts), self.layers)
 
 
 def typed_fanouts(cfg: SampledConfig, store: Any, typed_model: bool = False) -> tuple[list[Any],

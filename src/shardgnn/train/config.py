@@ -41,13 +41,14 @@ class TrainConfig:
     #: before training (:func:`shardgnn.train.features.decide`); not an option
     feature_norm_used: str = ""
 
-    def common_checks(self, min_eval_every: int = 1) -> list[Check]:
-        """Checks of the common options (``--eval-every`` at least ``min_eval_every``)."""
+    def common_checks(self, min_eval_every: int = 1, min_layers: int = 1) -> list[Check]:
+        """Checks of the common options (``--eval-every`` at least ``min_eval_every``,
+        ``--layers`` at least ``min_layers``)."""
         finite = self.lr == self.lr and abs(self.lr) != float("inf")
         wd_finite = self.weight_decay == self.weight_decay and abs(self.weight_decay) != float("inf")
         return [(self.epochs >= 1, "--epochs", ">= 1", self.epochs),
                 (self.hidden >= 1, "--hidden", ">= 1", self.hidden),
-                (self.layers >= 1, "--layers", ">= 1", self.layers),
+                (self.layers >= min_layers, "--layers", f">= {min_layers}", self.layers),
                 (0.0 <= self.dropout < 1.0, "--dropout", "in [0, 1)", self.dropout),
                 (finite and 0 < self.lr <= MAX_LR, "--lr", f"a finite number in (0, {MAX_LR:g}]",
                  self.lr),

@@ -110,6 +110,17 @@ def scores(dec: Any, h: Any, t: Any, rel: Any) -> Any:
                    torch.from_numpy(np.asarray(rel, np.int64))).numpy().astype(np.float32)
 
 
+class InputRows(nn.Module):
+    """The encoder of ``--layers 0``: no layer, the input rows (features and/or learnt
+    embeddings) are the embeddings the decoder scores (a pure KGE model: DistMult on the
+    learnt table with ``--decoder distmult --embed-dim D --no-features``)."""
+
+    dropout = 0.0
+
+    def forward_blocks(self, x: torch.Tensor, blocks: list[Any]) -> torch.Tensor:
+        return x
+
+
 class LinkModel(nn.Module):
     """An encoder (a GNN over sampled blocks) and a decoder: the checkpointed model of
     ``--task link`` (state keys ``encoder.*`` and ``decoder.*``)."""
@@ -123,10 +134,13 @@ def build_link_model(model: str, in_channels: int, hidden: int, layers: int, dro
                      heads: int, decoder: str, info: dict[str, Any]) -> LinkModel:
     """The encoder ``model`` (``hidden`` wide output; typed models with the graph's type counts
     and triples from ``info``) and the decoder ``decoder`` for ``info["num_edge_types"]``
-    edge types."""
+    edge types; ``layers`` 0: no encoder (:class:`InputRows`), the decoder over the
+    ``in_channels``-wide input rows."""
     from shardgnn.train import models
 
     T = int(info.get("num_edge_types", 1))
+    if layers == 0:     # a pure KGE model: the decoder over the input rows
+        return LinkModel(InputRows(), build(decoder, in_channels, T))
     if models.supports(models.resolve(model), "types"):
         enc = models.build_typed(model, in_channels, hidden, hidden, layers, dropout, heads,
                                  int(info.get("num_node_types", 1)), T,
