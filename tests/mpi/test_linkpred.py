@@ -217,3 +217,27 @@ def test_infer_typed_encoders(work, model):
                    torch.from_numpy(pairs[:, 2])).numpy()
     np.testing.assert_allclose(s, want, rtol=1e-5, atol=1e-6)
     assert not np.allclose(s, np.einsum("ij,ij->i", e[pairs[:, 0]], e[pairs[:, 1]]))
+
+
+def test_pure_kge_layers_0(work, tmp_path):
+    """`--layers 0`: DistMult on the learnt table alone (no encoder, no sampled hop) trains (the
+    loss falls), gives one curve at P = 1 and 2, and refuses the options it would ignore; infer
+    refuses its checkpoint (no encoder to run) with one line."""
+    base = ["train", "--engine", "sampled", str(work / "store"), "--task", "link", "--layers",
+            "0", "--decoder", "distmult", "--embed-dim", "8", "--no-features", "--neg", "2",
+            "--batch-size", "128", "--epochs", "3", "--seed", "1", "--embed-lr", "0.05"]
+    for p in (1, 2):
+        run_cli(p, base + ["--checkpoint", str(tmp_path / f"k{p}.ckpt.h5"), "--out",
+                           str(tmp_path / f"k{p}.h5")], timeout=300)
+    one, two = _series(tmp_path / "k1.h5"), _series(tmp_path / "k2.h5")
+    assert one["loss"][-1] < one["loss"][0] and np.isfinite(one["val_mrr"]).all()
+    for k in SERIES:
+        np.testing.assert_allclose(two[k], one[k], rtol=1e-5, err_msg=k)
+    with h5py.File(tmp_path / "k1.ckpt.h5") as f:
+        assert f["extra/embedding/rows"].shape[1] == 8
+    proc = run_cli(1, base + ["--model", "hgt", "--out", str(tmp_path / "x.h5")], check=False)
+    assert proc.returncode == 2 and "--model: not used with --layers 0" in proc.stderr, \
+        proc.stderr
+    proc = run_cli(1, ["infer", str(tmp_path / "k1.ckpt.h5"), str(work / "store"), "--out",
+                       str(tmp_path / "e.h5")], check=False)
+    assert proc.returncode == 2 and "--layers 0 (pure KGE) model" in proc.stderr, proc.stderr

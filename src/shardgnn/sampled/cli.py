@@ -156,7 +156,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     link = from_args(LinkOptions, args, rename={"split": "link_split",
                                                 "split_files": "link_split_files"})
     if task == "link" and layers == 0:
-        unused = [k for k in ("model", "hidden", "heads", "type_fanouts") if k in given]
+        unused: list[str] = [k for k in ("model", "hidden", "heads", "type_fanouts") if k in given]
         if unused or ("dropout" in given and args.dropout):
             name = (unused or ["dropout"])[0].replace("_", "-")
             raise ShardError(f"--{name}: not used with --layers 0 (no encoder: the decoder "
