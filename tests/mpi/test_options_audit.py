@@ -617,7 +617,9 @@ audit("train sampled", "sampled", **COMMON, **ckpt("sampled-2"),
                        C(["--embed-optimizer", "adagrad"], X)],
       embed_lr=[C(["--embed-lr", 0.5], ctx="sampled-link-emb"), C(["--embed-lr", 0.5], X)],
       no_features=[C(["--no-features"], ctx="sampled-link-emb"), C(["--no-features"], X)],
-      eval_edges=[C(["--eval-edges", 3], ctx="sampled-link"), C(["--eval-edges", 3], X)])
+      eval_edges=[C(["--eval-edges", 3], ctx="sampled-link"), C(["--eval-edges", 3], X)],
+      steps_per_epoch=[C(["--steps-per-epoch", 1], ctx="sampled-link"),
+                       C(["--steps-per-epoch", 1], X)])
 NAU_MODELS = {"pinsage": ("walks", "walk_length", "topk"), "jknet": ("rings", "jk_mode"),
               "pgnn": ("anchor_sets", "anchor_hops")}
 nau_cases: dict[str, Any] = dict(

@@ -56,7 +56,7 @@ def add_arguments(parser: Any) -> None:
 #: dests of the --task link options (refused with --task node).
 LINK_OPTIONS = ("decoder", "neg", "neg_sampler", "neg_filtered", "loss", "margin",
                 "target_types", "link_split", "link_split_files", "embed_dim",
-                "embed_optimizer", "embed_lr", "no_features", "eval_edges")
+                "embed_optimizer", "embed_lr", "no_features", "eval_edges", "steps_per_epoch")
 
 
 def _link_arguments(parser: Any) -> None:
@@ -114,6 +114,10 @@ def _link_arguments(parser: Any) -> None:
     g.add_argument("--eval-edges", type=int, default=d("eval_edges"), metavar="N",
                    help="rank at most N (a fixed keyed subset) of the valid and test edges per "
                    f"evaluation; 0 = all (default: {d('eval_edges')})")
+    g.add_argument("--steps-per-epoch", type=int, default=d("steps_per_epoch"), metavar="N",
+                   help="train at most N global batches per epoch (the first N of the epoch's "
+                   "permutation of the training edges); 0 = all (default: "
+                   f"{d('steps_per_epoch')})")
 
 
 def _fractions(text: str) -> list[float]:

@@ -62,6 +62,7 @@ class LinkOptions:
     embed_lr: float = 0.01
     no_features: bool = False
     eval_edges: int = 0
+    steps_per_epoch: int = 0
     info: dict[str, Any] = field(default_factory=dict)
 
     def checks(self) -> list[Any]:
@@ -82,7 +83,9 @@ class LinkOptions:
                 (self.embed_optimizer in OPTIMIZERS, "--embed-optimizer", " | ".join(OPTIMIZERS),
                  self.embed_optimizer),
                 (self.embed_lr > 0, "--embed-lr", "> 0", self.embed_lr),
-                (self.eval_edges >= 0, "--eval-edges", ">= 0 (0: all)", self.eval_edges)]
+                (self.eval_edges >= 0, "--eval-edges", ">= 0 (0: all)", self.eval_edges),
+                (self.steps_per_epoch >= 0, "--steps-per-epoch", ">= 0 (0: every training "
+                 "edge)", self.steps_per_epoch)]
 
 
 @dataclass(kw_only=True)

@@ -136,7 +136,7 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _LinkRun, epoch: i
     st = {k: 0.0 for k in SERIES}
     d, lo = run.data, cfg.link
     order = _share(d.split["train"], cfg.seed, epoch, True)
-    steps = -(-order.size // cfg.batch_size)
+    steps = _steps(cfg, order.size)
     torch.set_rng_state(run.torch_rng)
     run.model.train()
     loss_sum, count = 0.0, 0
@@ -180,6 +180,12 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _LinkRun, epoch: i
     st["loss"] = comm.allreduce_scalar(loss_sum) / tot if tot else float("nan")
     st["steps"] = steps
     return st
+
+
+def _steps(cfg: SampledConfig, ntrain: int) -> int:
+    """Global batches per epoch: every training edge, or ``--steps-per-epoch``."""
+    steps = -(-ntrain // cfg.batch_size)
+    return min(steps, cfg.link.steps_per_epoch) if cfg.link.steps_per_epoch else steps
 
 
 def embed_all(comm: Communicator, cfg: SampledConfig, run: _LinkRun, step: int) -> np.ndarray:
@@ -284,7 +290,7 @@ def main(comm: Communicator, cfg: SampledConfig, command: str = "") -> dict[str,
     ntrain = run.data.split["train"].size
     comm.agree(ntrain > 0, f"{cfg.data}: --task link: expected training edges, got none of "
                f"{run.data.edges.shape[0]} target edges (--link-split {cfg.link.split})")
-    steps_per_epoch = -(-ntrain // cfg.batch_size)
+    steps_per_epoch = _steps(cfg, ntrain)
     prog = log.Progress(max(cfg.epochs - start + 1, 0) * steps_per_epoch, "train link",
                         unit="step", enabled=comm.rank == 0)
     log.get().info("sampled link: %d ranks, model %s + %s decoder, %d target edges (train %d, "
