@@ -71,7 +71,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hidden", type=int, default=d("hidden"),
                    help=f"hidden width (default: {d('hidden')})")
     p.add_argument("--layers", type=int, default=d("layers"),
-                   help=f"number of GNN layers (default: {d('layers')})")
+                   help=f"number of GNN layers; 0 with --task link: no encoder, the decoder "
+                   f"on the input rows (default: {d('layers')})")
     p.add_argument("--dropout", type=guards.probability, default=d("dropout"),
                    help=f"dropout probability, in [0, 1) (default: {d('dropout')})")
     p.add_argument("--lr", type=guards.positive_float, default=d("lr"),
