@@ -465,7 +465,8 @@ def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, 
                      timer: passes.PassTimer) -> dict[int, dict[str, Any]]:
     """Write this rank's partitions from every rank's adjacency targets file (the graph's
     sorted CSR, ``store_csr``), buckets of indices from the room ``mem`` leaves
-    (:func:`budget.write_bucket`, at most ``--write-memory``); all ranks get every count.
+    (:func:`budget.write_bucket`, at most ``--write-memory``), the rows of up to 8 partitions
+    counted by one read where the room left holds their counts; all ranks get every count.
     Collective over comm."""
     t0 = time.perf_counter()
     node_data = {k: a for k in NODE_FILES
@@ -492,7 +493,8 @@ def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, 
         stats = store_csr.write_partitions_csr(
             tmp, list(range(comm.rank, p, comm.size)), p, owner, pres, csr, node_data,
             chunk=cfg.chunk, budget=bucket, compression=cfg.compression, edge_attrs=attrs,
-            syncer=bg, threads=threads, block=block)
+            syncer=bg, threads=threads, block=block,
+            count_memory=max(0, room - 2 * bucket - 2 * block * item * max(1, threads)))
     for s in stats.values():
         s["budget"] = bucket
         s["threads"] = threads

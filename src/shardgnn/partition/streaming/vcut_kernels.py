@@ -242,10 +242,37 @@ def _best_with_room(c, a, load, cap):
 
 
 @njit(cache=True)
-def _by_loss(loss, key):
-    """Vertex order by ascending ``loss``, ties by ascending ``key``."""
-    o = np.argsort(key)
-    return o[np.argsort(loss[o], kind="mergesort")]
+def _by_loss(loss, o):
+    """The vertices of the order ``o`` whose ``loss`` is not the int64 maximum, by ascending
+    ``loss``, ties in ``o``'s order: a counting sort where the losses span at most a few
+    times their count, else a stable sort."""
+    big = np.iinfo(np.int64).max
+    k = 0
+    lo = big
+    hi = -big
+    for v in o:
+        if loss[v] != big:
+            k += 1
+            lo = min(lo, loss[v])
+            hi = max(hi, loss[v])
+    if k == 0:
+        return np.empty(0, np.int64)
+    if hi - lo > 4 * k + 1024:
+        s = o[np.argsort(loss[o], kind="mergesort")]
+        return s[:k]
+    start = np.zeros(hi - lo + 2, np.int64)
+    for v in o:
+        if loss[v] != big:
+            start[loss[v] - lo + 1] += 1
+    for i in range(1, start.shape[0]):
+        start[i] += start[i - 1]
+    out = np.empty(k, np.int64)
+    for v in o:
+        if loss[v] != big:
+            j = loss[v] - lo
+            out[start[j]] = v
+            start[j] += 1
+    return out
 
 
 @njit(cache=True)
@@ -264,6 +291,7 @@ def balance_owners(cnt, owner, cap, floor, seed):
     key = np.empty(n, np.uint64)
     for v in range(n):
         key[v] = pair_hash(v, 1, seed)
+    o = np.argsort(key)   # the tie order, both phases
     over = 0
     for i in range(p):
         over += load[i] > cap
@@ -272,9 +300,7 @@ def balance_owners(cnt, owner, cap, floor, seed):
             a = owner[v]
             b = _best_with_room(cnt[v], a, load, cap) if load[a] > cap else -1
             loss[v] = cnt[v, a] - cnt[v, b] if b >= 0 else np.iinfo(np.int64).max
-        for v in _by_loss(loss, key):
-            if loss[v] == np.iinfo(np.int64).max:
-                break
+        for v in _by_loss(loss, o):
             a = owner[v]
             if load[a] <= cap:
                 continue
@@ -296,9 +322,7 @@ def balance_owners(cnt, owner, cap, floor, seed):
                     bc = cnt[v, i]
             loss[v] = cnt[v, a] - bc if load[a] - 1 >= floor and bc >= 0 \
                 else np.iinfo(np.int64).max
-        for v in _by_loss(loss, key):
-            if loss[v] == np.iinfo(np.int64).max:
-                break
+        for v in _by_loss(loss, o):
             a = owner[v]
             if load[a] - 1 < floor:
                 continue
