@@ -389,3 +389,45 @@ def test_cluster_relabel_is_np_unique_inverse(high):
             got, k = _compact(c)
             assert k == num + iso.size
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("p", [3, 8, 130])
+def test_balance_counts_from_rows_equal_streamed(tmp_path, p):
+    """One rank: the vertex-cut balance pass counting from the CSR rows (baselines.
+    row_owner_counts, 1 to 3 threads, several row blocks) gets the streamed counts (self-loops
+    and repeated edges included) and so the same owners."""
+    from shardgnn.comm import serial
+    from shardgnn.graph.generators import rmat_edges
+    from shardgnn.partition.streaming import adjacency, kernels, passes
+    from shardgnn.partition.streaming.baselines import (BaselineParams, balance_pass,
+                                                        row_owner_counts)
+
+    e = rmat_edges(11, 12000, seed=4).astype(np.int64)
+    e = np.concatenate([e, [[5, 5], [7, 7], [1, 2], [1, 2]]])
+    n = 1 << 11
+    d = tmp_path / "g"
+    write_dataset(d, e, n)
+    comm = serial()
+    stream = passes.open_stream(str(d), comm, 1000)
+    timer = passes.PassTimer()
+    deg = passes.degree_pass(stream, comm, timer)
+    rows = adjacency.build(stream, comm, deg, tmp_path, timer, hold=True, memory=1 << 30)
+    rows.chunk = 700   # several row blocks
+    rng = np.random.default_rng(p)
+    owner = (rng.random(n) ** 3 * p).astype(np.int64)   # skewed: the balance moves vertices
+    try:
+        want = np.zeros((n, p), np.int32)
+        for c in stream:
+            kernels.neighbour_part_counts(c, owner, want, False)
+        for threads in (1, 2, 3):
+            got = np.zeros((n, p), np.int32)
+            row_owner_counts(rows, owner, got, threads)
+            np.testing.assert_array_equal(got, want)
+        params = BaselineParams(owner_balance=1.05)
+        a, b = owner.copy(), owner.copy()
+        ma = balance_pass(stream, comm, a, np.zeros((n, p), np.int32), params, timer)
+        mb = balance_pass(stream, comm, b, np.zeros((n, p), np.int32), params, timer,
+                          lambda: rows, 2)
+        assert ma == mb and ma > 0 and np.array_equal(a, b)
+    finally:
+        rows.remove()

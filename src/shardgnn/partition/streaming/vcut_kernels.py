@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn.keyed import pair_hash
+from shardgnn.prefetch import prefetch
 
 
 @njit(cache=True)
@@ -200,6 +201,20 @@ def count_placement(edges, parts, cnt, load):
         cnt[edges[j, 0], i] += 1
         cnt[edges[j, 1], i] += 1
         load[i] += 1
+
+
+@njit(cache=True, nogil=True)
+def row_owner_counts(indptr, tgt, lo, s0, s1, snap, cnt):
+    """cnt[lo + s, snap[u]] += 1 for every entry u of rows s0..s1-1 (``tgt`` holds the
+    targets from row s0 on)."""
+    base = indptr[s0]
+    last = indptr[s1] - base
+    for s in range(s0, s1):
+        v = lo + s
+        for j in range(indptr[s] - base, indptr[s + 1] - base):
+            if j + 16 < last:
+                prefetch(snap, tgt[j + 16])
+            cnt[v, snap[tgt[j]]] += 1
 
 
 @njit(cache=True)
