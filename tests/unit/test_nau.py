@@ -533,3 +533,12 @@ def test_documented_user_model_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     rc = main(["train", "--engine", "nau", "--model", "nau_user_model:PathMean", str(data),
                "--epochs", "2", "--layers", "1", "--out", str(tmp_path / "u.h5")])
     assert rc == 0 and (tmp_path / "u.h5").exists()
+
+
+def test_adb_keeps_a_migration_only_when_not_slower():
+    from shardgnn.nau.balance import keep_migration
+
+    assert keep_migration([1.0, 3.0, 2.0], 2.0)       # equal to the median: kept
+    assert not keep_migration([1.0, 3.0, 2.0], 2.01)  # slower than the median: reversed
+    assert keep_migration([5.0], 0.1)
+    assert keep_migration([], 100.0)                  # nothing to compare with: kept
