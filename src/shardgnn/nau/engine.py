@@ -153,12 +153,8 @@ def main(comm: Communicator, cfg: NAUConfig, command: str = "") -> dict[str, Any
     """Validate, train and write the results file. Collective over comm (one rank required)."""
     from shardgnn.comm import peak_rss_bytes
     from shardgnn.io.results import ResultWriter
-    from shardgnn.memory import return_freed_memory
 
     cfg.validate()
-    # freed temporaries (the HDG builds', the plans') leave the resident set at once instead
-    # of staying in glibc's heap: at P = 4 on a 300k CSBM, 80 MB less peak per rank
-    return_freed_memory()
     if comm.size > 1 or cfg.partition is not None or cfg.balance:
         from shardgnn.nau.dist_engine import main_dist
 
