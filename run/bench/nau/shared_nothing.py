@@ -160,6 +160,10 @@ def section_select(a: argparse.Namespace, res: dict[str, Any]) -> None:
     opts = ["--walks", a.walks, "--walk-length", 3, "--topk", 10]
     with locked():
         res["select/loadavg_before"] = harness.loadavg()
+        res["select/threads"] = (f"one per rank at both P: OMP_NUM_THREADS="
+                                 f"{harness.bench_env()['OMP_NUM_THREADS']} (torch's threads, "
+                                 "which cap numba's); each rank's torch and numba threads are in "
+                                 "cpu/P*/per_rank/threads")
         for p in (1, 2):
             r = train(data, p, "pinsage", a.epochs, opts)
             per_build = np.asarray(r["select_time"], np.float64).max(axis=0)  # slowest rank
@@ -188,7 +192,15 @@ def walk_cpu(data: Path, ranks: int, walks: int) -> dict[str, Any]:
     r = json.loads(out.read_text())
     out.unlink()
     cpu = np.max([x["cpu"] for x in r["per_rank"]], axis=0)
-    r.update(cpu_median_max_rank=float(np.median(cpu)), loadavg=rec["loadavg"], cmd=rec["cmd"])
+    r.update(cpu_median_max_rank=float(np.median(cpu)), loadavg=rec["loadavg"], cmd=rec["cmd"],
+             wall_median_max_rank=float(np.median(np.max([x["wall"] for x in r["per_rank"]],
+                                                         axis=0))))
+    if r["per_rank"][0].get("phases") and r["per_rank"][0]["phases"][0]:
+        # per phase, the median over repeats of the slowest rank's [wall, cpu] seconds
+        names = r["per_rank"][0]["phases"][0]
+        r["phases_median_max_rank"] = {k: np.median(np.max([[ph[k] for ph in x["phases"]]
+                                                            for x in r["per_rank"]], axis=0),
+                                                    axis=0).tolist() for k in names}
     print(f"select cpu P{ranks}", r["cpu_median_max_rank"], file=sys.stderr, flush=True)
     return r
 
