@@ -101,8 +101,8 @@ def _compact(ptr: np.ndarray, buf: np.ndarray, nptr: np.ndarray, out: np.ndarray
         out[o + j + 1:o + n] = buf[a + j:a + n - 1]
 
 
-def csr_from_pairs(rows: np.ndarray, cols: np.ndarray, nrows: int, ncols: int,
-                   row0: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def csr_from_pairs(rows: np.ndarray, cols: np.ndarray, nrows: int,
+                   ncols: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted, deduplicated CSR structure (indptr, indices) of local ``rows`` x global ``cols``.
 
     ``rows`` are local row ids in ``[0, nrows)``. Duplicate pairs are kept once; order within
