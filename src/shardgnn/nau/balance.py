@@ -24,8 +24,9 @@
 6. **Measured acceptance.** The polynomial prices compute only: a move that adds remote leaves
    (bytes the pipelined layers exchange) can balance the predicted cost and still slow the
    epoch. So a migration is a trial: the first epoch after it is timed (the slowest rank's
-   seconds, the same on every rank) against the median epoch since the previous change
-   (:func:`keep_migration`); when it is slower the moved roots go back to their previous owners
+   seconds, the same on every rank) against the median epoch since the previous change (the
+   run's first epoch, which carries the warm-up, left out when there are others;
+   :func:`keep_migration`); when it is slower the moved roots go back to their previous owners
    (the same migration, reversed) and later checks only predict and record, moving nothing.
    Every vertex keeps its keyed randomness wherever it lives, so the losses are those of a run
    without balancing either way.
@@ -311,6 +312,8 @@ class Online:
             return None
         trial, self.trial = self.trial, None
         before = [t for e, t in self.times.items() if trial["since"] <= e < epoch]
+        if len(before) > 1 and trial["since"] == min(self.times):
+            before = before[1:]   # the run's first epoch carries the warm-up
         kept = keep_migration(before, float(seconds))
         rec = trial["record"]
         rec["epoch_before"] = float(np.median(before)) if before else float("nan")
