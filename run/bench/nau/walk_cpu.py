@@ -33,6 +33,8 @@ def _timed(owner: Any, name: str, label: str) -> None:
     f = getattr(owner, name)
 
     def g(*args: Any, **kw: Any) -> Any:
+        if label == "_walk_step":   # the walks this rank steps (state rows), per repeat
+            PHASES["walks_stepped"][0] += float(args[8].shape[0])
         w, c = time.perf_counter(), time.process_time()
         try:
             return f(*args, **kw)
