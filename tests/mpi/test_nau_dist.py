@@ -122,6 +122,21 @@ def test_balancing_moves_work_only(p2):
         assert m["rows_equal"] and m["split_equal"], m
 
 
+def test_balancing_rolls_back_a_slower_migration(p2):
+    for r in range(2):
+        slow, fast = p2[f"rollback/slower/rank{r}"], p2[f"rollback/faster/rank{r}"]
+        for v in (slow, fast):
+            assert v["moved"][0] > 0 and v["loss_diff"] < TOL and v["hdg_equal"], v
+            assert v["epoch_before"][0] == 1.0, v
+        # judged slower (2 s after, 1 s before): moved back, frozen, nothing moved later
+        assert slow["kept"] == [None, False, None] and slow["frozen"], slow
+        assert slow["rolled_back"] == [1, 0] and slow["moved"][1] == 0, slow
+        assert slow["owner_restored"] and slow["roots_restored"] and slow["rows_restored"], slow
+        # judged not slower: the migration stays
+        assert fast["kept"][1] is True and not fast["frozen"], fast
+        assert fast["rolled_back"][0] == 0 and not fast["owner_restored"], fast
+
+
 def test_cli_results_and_bad_inputs(p2):
     good = p2["cli/good"]
     assert good["rc"] == 0 and len(good["loss"]) == 3 and good["t_compute"] == [2, 2]

@@ -533,3 +533,27 @@ def test_documented_user_model_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     rc = main(["train", "--engine", "nau", "--model", "nau_user_model:PathMean", str(data),
                "--epochs", "2", "--layers", "1", "--out", str(tmp_path / "u.h5")])
     assert rc == 0 and (tmp_path / "u.h5").exists()
+
+
+def test_adb_keeps_a_migration_only_when_not_slower():
+    from shardgnn.nau.balance import keep_migration
+
+    assert keep_migration([1.0, 3.0, 2.0], 2.0)       # equal to the median: kept
+    assert not keep_migration([1.0, 3.0, 2.0], 2.01)  # slower than the median: reversed
+    assert keep_migration([5.0], 0.1)
+    assert keep_migration([], 100.0)                  # nothing to compare with: kept
+
+
+def test_adb_trial_leaves_out_the_warm_up_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardgnn.nau import balance
+
+    back: list[tuple] = []
+    monkeypatch.setattr(balance, "migrate_all", lambda tr, owner, ep: back.append((owner, ep)))
+    online = balance.Online(cfg=None)
+    assert online.judge(None, 0, 5.0) is None and online.judge(None, 1, 1.0) is None
+    rec = {"rolled_back": 0}
+    online.trial = {"epoch": 2, "since": 0, "owner": "old", "record": rec}
+    # against epochs 0-1 with the warm-up epoch 0 (5 s) left out: 1.5 s is slower than 1 s
+    assert online.judge(None, 2, 1.5) is False
+    assert back == [("old", 3)] and online.frozen and rec["rolled_back"] == 1
+    assert rec["epoch_before"] == 1.0 and rec["epoch_after"] == 1.5

@@ -94,9 +94,12 @@ def test_csr_write_equals_spill_write(tmp_path, monkeypatch, ranks, budget, widt
         grouped = tmp_path / f"grouped{threads}"
         grouped.mkdir()
         with csr, outputs.BackgroundSync() as bg:
+            # threads 1: every partition planned by a read of its own (no room for the
+            # counts of two); else by one read for all (count_group)
             stats = store_csr.write_partitions_csr(grouped, list(range(p)), p, owner, pres,
                                                    csr, {"x": x}, chunk=16, budget=budget,
-                                                   syncer=bg, threads=threads)
+                                                   syncer=bg, threads=threads,
+                                                   count_memory=0 if threads == 1 else None)
         for i in range(p):
             with h5py.File(grouped / store.part_name(i)) as fa, \
                     h5py.File(tmp_path / f"csr-{i}.h5") as fb:
@@ -106,6 +109,16 @@ def test_csr_write_equals_spill_write(tmp_path, monkeypatch, ranks, budget, widt
                     np.testing.assert_array_equal(fa[k][()], fb[k][()], err_msg=k)
             assert stats[i]["entries"] == int(fa_entries(grouped / store.part_name(i)))
         assert sorted(stats) == list(range(p))
+
+
+def test_groups_fit_the_count_memory():
+    sizes = np.array([10, 20, 30, 40, 50, 60, 70, 80, 90, 100])
+    n = 100
+    assert store_csr.groups(list(range(10)), sizes, n, None) == [list(range(8)), [8, 9]]
+    assert store_csr.groups([3, 1], sizes, n, 0) == [[3], [1]]
+    room = store_csr.count_bytes(n, 10 + 20 + 30)
+    assert store_csr.count_bytes(n, 60) == 4 * 101 + 100 + 4 * 60
+    assert store_csr.groups([0, 1, 2, 3, 4], sizes, n, room) == [[0, 1, 2], [3], [4]]
 
 
 def test_row_ranges_cut_by_entries():
@@ -147,7 +160,6 @@ def test_plan_counts_equal_numpy_and_drop_lonely_replicas(tmp_path):
             gid = np.concatenate([owned, keep])
             loc = np.zeros(n, bool)
             loc[gid] = True
-            own = owner == i
             for threads in (0, 3):
                 with ThreadPoolExecutor(max(1, threads)) as pool:
                     reader = store_csr._Reader(csr, 8, pool if threads else None, threads)
@@ -155,8 +167,14 @@ def test_plan_counts_equal_numpy_and_drop_lonely_replicas(tmp_path):
                 np.testing.assert_array_equal(pl.gid, gid)
                 tot = np.bincount(both[loc[both[:, 1]], 0], minlength=n)[gid]
                 np.testing.assert_array_equal(np.diff(pl.indptr), tot)
-                np.testing.assert_array_equal(
-                    pl.n_own, np.bincount(both[own[both[:, 1]], 0], minlength=n)[gid])
+                np.testing.assert_array_equal(pl.tab, store_csr.rank_table(n, owned, keep))
+                # the same plan from the counts of a group (one read for all of them)
+                with ThreadPoolExecutor(max(1, threads)) as pool:
+                    reader = store_csr._Reader(csr, 8, pool if threads else None, threads)
+                    counts = store_csr.count_group(reader, pres, owner, [69, 0, 64, 5])
+                pg = store_csr.plan_counted(counts, i, owned, halo)
+                for k in ("gid", "indptr", "tab", "num_owned", "width"):
+                    np.testing.assert_array_equal(getattr(pg, k), getattr(pl, k), err_msg=k)
 
 
 def test_csr_check_reports_missing_file(tmp_path):

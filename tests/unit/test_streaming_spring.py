@@ -330,17 +330,14 @@ def test_fit_threads_bounds_the_extra_copies():
     assert fit_threads(0, 100, 1000) == 1
 
 
-@pytest.mark.parametrize("p", [3, 8, 130])
-def test_row_refinement_equals_streamed(tmp_path, p):
-    """One rank: the refinement from the CSR rows (rowrefine) makes the streamed passes' moves
-    (self-loops and repeated edges included, rows cut into several blocks, the cap binding;
-    one, two and three threads)."""
+def _rmat_rows(tmp_path, seed):
+    """One rank: an R-MAT 2^11 dataset with self-loops and a repeated edge, its stream, degrees
+    and CSR rows held in memory, read in several blocks; (comm, stream, timer, deg, rows, n)."""
     from shardgnn.comm import serial
     from shardgnn.graph.generators import rmat_edges
-    from shardgnn.partition.streaming import adjacency, passes, rowrefine
-    from shardgnn.partition.streaming.spring import spring_owner
+    from shardgnn.partition.streaming import adjacency, passes
 
-    e = rmat_edges(11, 12000, seed=3).astype(np.int64)
+    e = rmat_edges(11, 12000, seed=seed).astype(np.int64)
     e = np.concatenate([e, [[5, 5], [7, 7], [1, 2], [1, 2]]])
     n = 1 << 11
     d = tmp_path / "g"
@@ -349,9 +346,21 @@ def test_row_refinement_equals_streamed(tmp_path, p):
     stream = passes.open_stream(str(d), comm, 1000)
     timer = passes.PassTimer()
     deg = passes.degree_pass(stream, comm, timer)
-    owner, info = spring_owner(stream, comm, deg, p, SpringParams(tau=0.05), timer)
     rows = adjacency.build(stream, comm, deg, tmp_path, timer, hold=True, memory=1 << 30)
     rows.chunk = 700   # several row blocks
+    return comm, stream, timer, deg, rows, n
+
+
+@pytest.mark.parametrize("p", [3, 8, 130])
+def test_row_refinement_equals_streamed(tmp_path, p):
+    """One rank: the refinement from the CSR rows (rowrefine) makes the streamed passes' moves
+    (self-loops and repeated edges included, rows cut into several blocks, the cap binding;
+    one, two and three threads)."""
+    from shardgnn.partition.streaming import passes, rowrefine
+    from shardgnn.partition.streaming.spring import spring_owner
+
+    comm, stream, timer, deg, rows, n = _rmat_rows(tmp_path, 3)
+    owner, info = spring_owner(stream, comm, deg, p, SpringParams(tau=0.05), timer)
     try:
         for cap, floor, threads in ((1.05 * n / p, 0, 1), (1.01 * n / p, 0, 1),
                                     (1.05 * n / p, 0.95 * n / p, 2), (1.01 * n / p, 0.99 * n / p, 3)):
@@ -389,3 +398,33 @@ def test_cluster_relabel_is_np_unique_inverse(high):
             got, k = _compact(c)
             assert k == num + iso.size
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("p", [3, 8, 130])
+def test_balance_counts_from_rows_equal_streamed(tmp_path, p):
+    """One rank: the vertex-cut balance pass counting from the CSR rows (baselines.
+    row_owner_counts, 1 to 3 threads, several row blocks) gets the streamed counts (self-loops
+    and repeated edges included) and so the same owners."""
+    from shardgnn.partition.streaming import kernels
+    from shardgnn.partition.streaming.baselines import (BaselineParams, balance_pass,
+                                                        row_owner_counts)
+
+    comm, stream, timer, deg, rows, n = _rmat_rows(tmp_path, 4)
+    rng = np.random.default_rng(p)
+    owner = (rng.random(n) ** 3 * p).astype(np.int64)   # skewed: the balance moves vertices
+    try:
+        want = np.zeros((n, p), np.int32)
+        for c in stream:
+            kernels.neighbour_part_counts(c, owner, want, False)
+        for threads in (1, 2, 3):
+            got = np.zeros((n, p), np.int32)
+            row_owner_counts(rows, owner, got, threads)
+            np.testing.assert_array_equal(got, want)
+        params = BaselineParams(owner_balance=1.05)
+        a, b = owner.copy(), owner.copy()
+        ma = balance_pass(stream, comm, a, np.zeros((n, p), np.int32), params, timer)
+        mb = balance_pass(stream, comm, b, np.zeros((n, p), np.int32), params, timer,
+                          lambda: rows, 2)
+        assert ma == mb and ma > 0 and np.array_equal(a, b)
+    finally:
+        rows.remove()

@@ -5,8 +5,13 @@ Runs the ``shardgnn`` command line in-process with a thread sampling this proces
 (``VmRSS``) every 5 ms, and records, per rank, the resident set after the imports and at the
 entry and exit of each stage (``load_part``; the trainer's ``select``, ``choose``, ``rebuild``,
 ``step``, ``evaluate``; inside ``rebuild``: ``build_layout``, ``build_partial``) with the peak
-inside it, in MB. Rank 0 writes ``OUT.json`` (with the git commit and the load average).
-Memory, not time: fine to run under load.
+inside it, in MB; at each stage's exit also ``/proc/self/smaps_rollup``'s split of the resident
+set (``anon``: private heap and arrays, what each rank really adds; ``file``: mapped library and
+file pages, which the page cache shares between the ranks of a node; ``shmem``: shared memory,
+MPI's intra-node segments) and ``pss`` (each shared page divided among the processes mapping
+it), and at the end the numba kernels loaded (dispatchers with compiled or cached overloads).
+Rank 0 writes ``OUT.json`` (with the git commit and the load average). Memory, not time: fine
+to run under load.
 """
 from __future__ import annotations
 
@@ -32,6 +37,47 @@ def rss_mb() -> int:
     return 0
 
 
+def rollup_mb() -> dict[str, int]:
+    """``/proc/self/smaps_rollup``'s Pss and Rss split (MB)."""
+    keys = {"Pss": "pss", "Rss": "rss", "Anonymous": "anon", "Pss_Anon": "pss_anon",
+            "Pss_File": "pss_file", "Pss_Shmem": "pss_shmem"}
+    out = {}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                k = line.split(":")[0]
+                if k in keys:
+                    out[keys[k]] = int(line.split()[1]) // 1024
+    except OSError:
+        return {}
+    out["file_and_shmem"] = out.get("rss", 0) - out.get("anon", 0)
+    return out
+
+
+KERNELS: dict[str, Any] = {"loads": 0, "mb": 0, "each": []}
+
+
+def _wrap_kernels() -> None:
+    """Count numba's kernel loads (``Dispatcher.compile``: a cache load, or a compile) and the
+    resident MB they add (summed over the loads)."""
+    from numba.core.dispatcher import Dispatcher
+
+    f = Dispatcher.compile
+
+    @functools.wraps(f)
+    def g(self: Any, sig: Any) -> Any:
+        n = len(self.overloads)
+        before = rss_mb()
+        try:
+            return f(self, sig)
+        finally:
+            if len(self.overloads) > n:
+                KERNELS["loads"] += 1
+                KERNELS["mb"] += rss_mb() - before
+                KERNELS["each"].append([self.py_func.__qualname__, rss_mb() - before])
+    Dispatcher.compile = g  # type: ignore[method-assign]
+
+
 def _sample() -> None:
     while True:
         PEAK[0] = max(PEAK[0], rss_mb())
@@ -48,7 +94,8 @@ def _wrap(owner: Any, name: str) -> None:
         try:
             return f(*a, **k)
         finally:
-            LOG.append({"stage": name, "enter": before, "exit": rss_mb(), "peak": PEAK[0]})
+            LOG.append({"stage": name, "enter": before, "exit": rss_mb(), "peak": PEAK[0],
+                        **rollup_mb()})
             PEAK[0] = max(outer, PEAK[0])  # an enclosing stage keeps its own peak
     setattr(owner, name, g)
 
@@ -62,7 +109,8 @@ def main() -> None:
     from shardgnn.comm import world
     from shardgnn.nau import dist_engine, part
 
-    LOG.append({"stage": "imports", "exit": rss_mb()})
+    LOG.append({"stage": "imports", "exit": rss_mb(), **rollup_mb()})
+    _wrap_kernels()
     _wrap(part, "load_part")
     for m in ("select", "choose", "rebuild", "step", "evaluate"):
         _wrap(dist_engine.DistTrainer, m)
@@ -74,7 +122,9 @@ def main() -> None:
     from shardgnn.cli.main import main as cli
 
     rc = cli()
-    LOG.append({"stage": "end", "exit": rss_mb(), "peak": PEAK[0]})
+    LOG.append({"stage": "end", "exit": rss_mb(), "peak": PEAK[0], **rollup_mb(),
+                "numba_kernel_loads": KERNELS["loads"], "numba_kernel_mb": KERNELS["mb"],
+                "numba_kernels": KERNELS["each"]})
     comm = world()
     every = comm.gather_obj(LOG)
     if comm.rank == 0:

@@ -22,9 +22,11 @@ the features and labels written here; ``hetero`` = ``shardgnn generate hetero`` 
   inflate as it does wall time.
 * ``adb`` (timed, under the lock): MAGNN on ``hetero`` at P = 2 from two starts, a store
   giving rank 0 ``--skew`` of every node type's vertices and a SPRING store, each with
-  ``--balance --balance-after 1 --balance-every 1`` and without; per check the predicted
-  max/mean cost before and after, and the median epoch time from epoch 2 on of each run, also
-  over the same run's epoch 0 (before any check).
+  ``--balance --balance-after A --balance-every 1`` (``--adb-after A``, default 1) and
+  without; per check the predicted max/mean cost before and after, whether its migration was
+  rolled back and the epoch seconds it was judged on, and the median epoch time from epoch
+  A + 1 on (after the trial epoch) of each run, also over the run's epoch A - 1 (before any
+  check; ``median_epoch_from_2`` / ``from_2_over_epoch_0`` keep their names).
 """
 from __future__ import annotations
 
@@ -160,6 +162,10 @@ def section_select(a: argparse.Namespace, res: dict[str, Any]) -> None:
     opts = ["--walks", a.walks, "--walk-length", 3, "--topk", 10]
     with locked():
         res["select/loadavg_before"] = harness.loadavg()
+        res["select/threads"] = (f"one per rank at both P: OMP_NUM_THREADS="
+                                 f"{harness.bench_env()['OMP_NUM_THREADS']} (torch's threads, "
+                                 "which cap numba's); each rank's torch and numba threads are in "
+                                 "cpu/P*/per_rank/threads")
         for p in (1, 2):
             r = train(data, p, "pinsage", a.epochs, opts)
             per_build = np.asarray(r["select_time"], np.float64).max(axis=0)  # slowest rank
@@ -188,7 +194,15 @@ def walk_cpu(data: Path, ranks: int, walks: int) -> dict[str, Any]:
     r = json.loads(out.read_text())
     out.unlink()
     cpu = np.max([x["cpu"] for x in r["per_rank"]], axis=0)
-    r.update(cpu_median_max_rank=float(np.median(cpu)), loadavg=rec["loadavg"], cmd=rec["cmd"])
+    r.update(cpu_median_max_rank=float(np.median(cpu)), loadavg=rec["loadavg"], cmd=rec["cmd"],
+             wall_median_max_rank=float(np.median(np.max([x["wall"] for x in r["per_rank"]],
+                                                         axis=0))))
+    if r["per_rank"][0].get("phases") and r["per_rank"][0]["phases"][0]:
+        # per phase, the median over repeats of the slowest rank's [wall, cpu] seconds
+        names = r["per_rank"][0]["phases"][0]
+        r["phases_median_max_rank"] = {k: np.median(np.max([[ph[k] for ph in x["phases"]]
+                                                            for x in r["per_rank"]], axis=0),
+                                                    axis=0).tolist() for k in names}
     print(f"select cpu P{ranks}", r["cpu_median_max_rank"], file=sys.stderr, flush=True)
     return r
 
@@ -225,14 +239,17 @@ def section_adb(a: argparse.Namespace, res: dict[str, Any]) -> None:
         res["adb/loadavg_before"] = harness.loadavg()
         for start, store in stores.items():
             for label, extra in (("off", ["--no-balance"]),
-                                 ("online", ["--balance", "--balance-after", 1,
+                                 ("online", ["--balance", "--balance-after", a.adb_after,
                                              "--balance-every", 1,
                                              "--balance-tolerance", a.tolerance])):
                 r = train(data, 2, "magnn", a.epochs, opts + ["--partition", store] + extra)
-                r["median_epoch_from_2"] = float(np.median(r["epoch_time"][2:]))
-                # within the run: epochs after the first check against epoch 0 (before any),
+                first = a.adb_after + 1   # the epochs after the first check's trial epoch
+                r["median_epoch_from"] = first
+                r["median_epoch_from_2"] = float(np.median(r["epoch_time"][first:]))
+                # within the run: epochs after the first check against those before it,
                 # which a run-to-run comparison at this load cannot resolve
-                r["from_2_over_epoch_0"] = r["median_epoch_from_2"] / r["epoch_time"][0]
+                r["from_2_over_epoch_0"] = r["median_epoch_from_2"] / float(
+                    np.median(r["epoch_time"][max(0, a.adb_after - 1):a.adb_after]))
                 res[f"adb/magnn/{start}/{label}"] = r
                 print(start, label, r.get("checks"), r["median_epoch_from_2"], file=sys.stderr,
                       flush=True)
@@ -252,6 +269,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--skew", type=float, default=0.75)
     ap.add_argument("--tolerance", type=float, default=0.1)
+    ap.add_argument("--adb-after", type=int, default=1,
+                    help="adb: --balance-after (the epochs timed are those after the first "
+                         "check's trial epoch)")
     a = ap.parse_args()
     before = harness.loadavg()
     res: dict[str, Any] = {"args": vars(a)}

@@ -21,6 +21,15 @@
    exchange plans (the new owner reads the moved roots' feature rows).
 5. **Online.** :class:`Online` repeats the check (prediction, plans, migration) every
    ``--balance-every`` epochs with the fitted polynomial.
+6. **Measured acceptance.** The polynomial prices compute only: a move that adds remote leaves
+   (bytes the pipelined layers exchange) can balance the predicted cost and still slow the
+   epoch. So a migration is a trial: the first epoch after it is timed (the slowest rank's
+   seconds, the same on every rank) against the median epoch since the previous change (the
+   run's first epoch, which carries the warm-up, left out when there are others;
+   :func:`keep_migration`); when it is slower the moved roots go back to their previous owners
+   (the same migration, reversed) and later checks only predict and record, moving nothing.
+   Every vertex keeps its keyed randomness wherever it lives, so the losses are those of a run
+   without balancing either way.
 
 :class:`Online`'s check, :func:`migrate_all`, :func:`migrate` and :func:`run` are collective
 over comm; the rest is rank-local.
@@ -265,18 +274,58 @@ def migrate(comm: Communicator, h: HDG, new_owner: np.ndarray, new_roots: np.nda
 
 
 # ---------------------------------------------------------------------- the online checks
+def keep_migration(before: list[float], after: float) -> bool:
+    """Whether a migration stays: the epoch after it (``after`` seconds) is not slower than the
+    median of the epochs since the previous change (``before``; with none, it stays)."""
+    return not before or after <= float(np.median(before))
+
+
 class Online:
     """Online ADB (FlexGraph §6): a check before epoch ``--balance-after`` and then every
     ``--balance-every`` epochs predicts each rank's cost with the fitted polynomial (fitted at
     the first check from timed slices of every rank's roots) and, when the largest exceeds
-    ``(1 + --balance-tolerance)`` times the mean, plans and migrates. ``checks`` records each
-    check; ``first`` the full record of the first one (the fit, its plans)."""
+    ``(1 + --balance-tolerance)`` times the mean, plans and migrates. A migration is kept only
+    when :meth:`judge` finds the epoch after it not slower (:func:`keep_migration`); otherwise
+    it is reversed and balancing stops moving roots (``frozen``). ``checks`` records each check
+    (``rolled_back``, ``epoch_before``, ``epoch_after``: the judged seconds, NaN when not
+    judged); ``first`` the full record of the first one (the fit, its plans)."""
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
         self.coef: np.ndarray | None = None
         self.checks: list[dict[str, Any]] = []
         self.first: dict[str, Any] = {}
+        self.frozen = False
+        self.times: dict[int, float] = {}   # epoch -> seconds, as judged
+        self.since = 0   # first epoch of the current ownership (the baseline of a trial)
+        #: the migration on trial: the epoch that judges it, the owner map to go back to,
+        #: and the check record it belongs to
+        self.trial: dict[str, Any] | None = None
+
+    def judge(self, tr: Any, epoch: int, seconds: float) -> bool | None:
+        """After ``epoch``, which took ``seconds`` (the slowest rank's, equal on every rank):
+        when it is the first epoch after a migration, keep the migration or move the roots
+        back. Returns whether the migration stayed (None when none was on trial). Collective
+        over comm (a reversal migrates)."""
+        self.times[epoch] = float(seconds)
+        if self.trial is None or epoch != self.trial["epoch"]:
+            return None
+        trial, self.trial = self.trial, None
+        before = [t for e, t in self.times.items() if trial["since"] <= e < epoch]
+        if len(before) > 1 and trial["since"] == min(self.times):
+            before = before[1:]   # the run's first epoch carries the warm-up
+        kept = keep_migration(before, float(seconds))
+        rec = trial["record"]
+        rec["epoch_before"] = float(np.median(before)) if before else float("nan")
+        rec["epoch_after"] = float(seconds)
+        if kept:
+            self.since = epoch
+        else:
+            migrate_all(tr, trial["owner"], epoch + 1)
+            rec["rolled_back"] = 1
+            self.frozen = True
+            self.since = epoch + 1
+        return kept
 
     def due(self, epoch: int) -> bool:
         """Whether a check runs before ``epoch``."""
@@ -285,7 +334,8 @@ class Online:
 
     def check(self, tr: Any, epoch: int, compute_before: list[float]) -> dict[str, Any]:
         """One check (fit first when no cost function is fitted yet), migration included when
-        the predicted costs are out of balance. Collective over comm."""
+        the predicted costs are out of balance and no earlier migration was reversed; a
+        migration goes on trial (:meth:`judge` after ``epoch``). Collective over comm."""
         comm, cfg = tr.comm, tr.cfg
         t0 = time.perf_counter()
         fitted = self.coef is None
@@ -300,6 +350,8 @@ class Online:
         cost_r = root_metrics(tr.hdg) @ coef
         pred = np.asarray(comm.allgather_obj(float(cost_r.sum())))
         q = quotas(pred, cfg.balance_tolerance)
+        if self.frozen:
+            q[:] = 0.0
         mine: dict[str, Any] = {"plans": [], "moves": np.zeros(0, np.int64),
                                 "dest": np.zeros(0, np.int64)}
         if q[comm.rank].sum() > 0:
@@ -314,7 +366,9 @@ class Online:
         move_matrix = np.zeros((comm.size, comm.size), np.int64)
         for src, m in enumerate(every):
             np.add.at(move_matrix[src], np.asarray(m["dest"], np.int64), 1)
+        old_owner = None
         if move_matrix.sum():
+            old_owner = tr.owner.copy()
             new_owner = tr.owner.copy()
             for m in every:
                 new_owner[m["moves"]] = m["dest"]
@@ -333,7 +387,11 @@ class Online:
                "seconds": time.perf_counter() - t0}
         self.checks.append({k: rec[k] for k in ("epoch", "moved_roots", "seconds")} | {
             "ratio_before": float(pred.max() / max(pred.mean(), 1e-300)),
-            "ratio_after": float(pred_after.max() / max(pred_after.mean(), 1e-300))})
+            "ratio_after": float(pred_after.max() / max(pred_after.mean(), 1e-300)),
+            "rolled_back": 0, "epoch_before": float("nan"), "epoch_after": float("nan")})
+        if old_owner is not None:
+            self.trial = {"epoch": epoch, "since": self.since, "owner": old_owner,
+                          "record": self.checks[-1]}
         if fitted:
             self.first = rec
         return rec

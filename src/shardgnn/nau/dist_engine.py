@@ -368,6 +368,8 @@ def train_dist(comm: Communicator, cfg: Any, graph: TypedGraph | PartGraph,
         dt_max = float(comm.allreduce_scalar(dt, "max"))
         for k, v in (("epoch", ep), ("loss", loss), ("epoch_time", dt_max), *last.items()):
             hist[k].append(float(v))
+        if online is not None:
+            online.judge(tr, ep, dt_max)
         if not np.isfinite(loss) and not nan_epoch:
             nan_epoch = ep + 1
             if not cfg.allow_nan_loss:
@@ -476,7 +478,8 @@ def write_results(rw: Any, hist: dict[str, list[float]], summary: dict[str, Any]
     for k, v in summary.get("selection_bytes", {}).items():
         rw.dataset(f"dist/selection_bytes/{k}", np.asarray(v, np.int64))
     adb = per["adb"]
-    for k in ("epoch", "ratio_before", "ratio_after", "moved_roots", "seconds"):
+    for k in ("epoch", "ratio_before", "ratio_after", "moved_roots", "seconds", "rolled_back",
+              "epoch_before", "epoch_after"):
         if adb.get("checks"):
             rw.dataset(f"adb/checks/{k}", np.asarray([c[k] for c in adb["checks"]], np.float64))
     if adb.get("coefficients") is not None:

@@ -6,7 +6,8 @@ each rank builds the HDG records of its own roots while holding only its own ver
   ``[walk id, v_1 .. v_h]`` (walk id = root · traces + trace); hop ``h`` is taken on the rank
   owning the walk's current vertex by one compiled pass over all the walks there
   (:func:`_walk_step`), which also writes each walk, one column longer, into the send buffer
-  of the step's ``Alltoallv``, grouped by the owner of its new vertex (``nau_walk_h{h}``); the
+  of the step's ``Alltoallv``, grouped by the owner of its new vertex (``nau_walk_h{h}``; 32-bit
+  ids while walk ids stay below 2^31, else 64-bit); the
   last hop's buffer goes to the root's owner (``nau_walk_home``), which scatters the visits
   (:func:`_walks_home`) and counts them (:func:`shardgnn.nau.selection.topk_counts`). A walk
   that hit a dead end stays where it is until the last hop. Draws are keyed by (one draw of
@@ -70,7 +71,8 @@ def in_neighbours(part: PartGraph, roots: np.ndarray) -> Records:
 def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: np.ndarray,
                key: int, traces: int, hops: int, h: int, state: np.ndarray, size: int,
                rank: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """Hop ``h`` of the walks ``state`` (rows ``[walk id, v_1 .. v_h]`` standing on this rank:
+    """Hop ``h`` of the walks ``state`` (rows ``[walk id, v_1 .. v_h]``, int32 or int64, standing
+    on this rank:
     ``v_h``, the root at ``h = 0``, is owned here or -1 after a dead end), compiled, no
     per-walk Python: the next vertex by the draw of :func:`shardgnn.nau.selection.walk_topk`
     (-1 at a dead end), and the rows ``[walk id, v_1 .. v_{h+1}]`` written straight into the
@@ -115,7 +117,7 @@ def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: 
     start = np.zeros(size, np.int64)
     for q in range(1, size):
         start[q] = start[q - 1] + counts[q - 1]
-    send = np.empty((n, w + 1), np.int64)
+    send = np.empty((n, w + 1), state.dtype)
     for i in range(n):
         j = start[dest[i]]
         start[dest[i]] = j + 1
@@ -174,7 +176,9 @@ def _walk_round(comm: Communicator, part: PartGraph, rb: np.ndarray, first: int,
     the roots from index ``first`` of those ``at_row`` numbers (:func:`_walks_home`):
     one compiled :func:`_walk_step` and one ``Alltoallv`` per hop, the last one home.
     Collective over comm."""
-    state = (rb[:, None] * traces + np.arange(traces, dtype=np.int64)).reshape(-1, 1)
+    # rows of 32-bit ids where walk ids fit (half the bytes to write and send), else 64-bit
+    ids = np.int32 if part.num_nodes * traces < 2 ** 31 else np.int64
+    state = (rb[:, None] * traces + np.arange(traces, dtype=np.int64)).reshape(-1, 1).astype(ids)
     owner = part.owner
     for h in range(hops):
         send, counts = _walk_step(part.indptr, part.indices, part.lid, owner, key, traces, hops,

@@ -9,22 +9,26 @@ bidirected edge list grouped by source — together the ranks' files are the gra
 gets its smaller neighbours from earlier blocks, then its larger ones). From it, partition i is
 written with two reads of the rows it needs and no sort:
 
-1. **plan**: one read of the CSR rows of V_i counts, per vertex of V_i, its neighbours in V_i
-   and, among them, the owned ones, at its local id (owned vertices first, then the replicas
-   that have a neighbour in V_i, each group ascending — the same as the spill writer's);
+1. **plan**: one read of the CSR rows counts, per vertex of V_i, its neighbours in V_i, at
+   its local id (owned vertices first, then the replicas that have a neighbour in V_i, each
+   group ascending — the same as the spill writer's); the rows of up to 8 partitions are
+   counted by one read (byte lanes, one per partition: :func:`count_group`) where the
+   counts fit the memory given, else each partition's by a read of its own;
 2. **fill**: rows are cut into buckets of at most ``budget`` bytes of indices; for each, the
    global rows from the first to the last one it needs are read once, ascending (a bucket of
    owned rows or of replica rows spans one ascending range of the CSR, the one bucket that
-   holds both spans both) and each neighbour in V_i is placed at its row's owned cursor or
-   replica cursor. A sorted global row maps to owned ids ascending then replica ids
+   holds both spans both) and each neighbour in V_i is placed at its row's owned cursor
+   (from the row's start) or replica cursor (from its end, backwards; that part is turned
+   round after the row). A sorted global row maps to owned ids ascending then replica ids
    ascending: the row comes out sorted with no sort. Each bucket is written as soon as it is
    filled (with worker threads, while they fill the next one).
 
 The CSR is read in blocks of rows (``os.preadv`` into one reused buffer per thread,
 sequential; a rank's own rows held in memory are read in place). Memory: half a byte per vertex
-of the graph (the rank table of the local ids) and 21 bytes per vertex of the partition (local
-ids, indptr, owned counts) plus the buckets plus the blocks; no array per vertex and
-partition. The content equals the spill writer's (``store_write``), checked by the tests and
+of the graph (the rank table of the local ids) and 20 bytes per vertex of the partition (local
+ids, indptr, row counts) plus the buckets plus the blocks; counted by groups, 4 bytes per
+vertex of each partition of the group and 5 per vertex of the graph (:func:`count_bytes`)
+while the group is written; no array per vertex and partition. The content equals the spill writer's (``store_write``), checked by the tests and
 ``run/bench/partition/streaming_identity.py``.
 """
 from __future__ import annotations
@@ -181,15 +185,13 @@ def members(pres, owner, part):
 @dataclass
 class Plan:
     """A partition's local ids and CSR shape, ready to be filled (:func:`plan`): ``gid``
-    (owned first, then the replicas, each ascending), ``indptr`` (local rows), ``n_own``
-    (per local row: its neighbours owned by the partition), the rank table ``tab`` of the
-    local ids and the index dtype ``width``."""
+    (owned first, then the replicas, each ascending), ``indptr`` (local rows), the rank table
+    ``tab`` of the local ids and the index dtype ``width``."""
 
     index: int
     num_owned: int
     gid: np.ndarray
     indptr: np.ndarray
-    n_own: np.ndarray
     tab: np.ndarray
     width: np.dtype
 
@@ -239,9 +241,8 @@ def plan(reader: _Reader, index: int, owned: np.ndarray, halo: np.ndarray,
          width: Any = None) -> Plan:
     """Local ids and indptr of partition ``index`` (vertices ``owned`` and ``halo``, each
     ascending) by one read of the CSR rows from the first of them to the last: per local row
-    its neighbours in the partition and, among them, the owned ones. A replica with no
-    neighbour in the partition (none, when the presence came from the hop passes) is
-    dropped. Memory: 21 bytes per vertex of the partition plus half a byte per vertex of the
+    its neighbours in the partition. A replica with no neighbour in the partition (none,
+    when the presence came from the hop passes) is dropped. Memory: 20 bytes per vertex of the partition plus half a byte per vertex of the
     graph. Rank-local."""
     n = reader.csr.indptr.shape[0] - 1
     owned = np.asarray(owned, dtype=np.int64)
@@ -249,7 +250,6 @@ def plan(reader: _Reader, index: int, owned: np.ndarray, halo: np.ndarray,
     for _ in range(2):
         tab = rank_table(n, owned, halo)
         gid = np.concatenate([owned, halo])
-        n_own = np.zeros(gid.shape[0], np.int32)
         n_tot = np.zeros(gid.shape[0], np.int32)
         if gid.shape[0]:
             x0 = min(int(a[0]) for a in (owned, halo) if a.shape[0])
@@ -257,7 +257,7 @@ def plan(reader: _Reader, index: int, owned: np.ndarray, halo: np.ndarray,
 
             def count(xa: int, xb: int) -> None:
                 for ya, yb, tgt in reader.rows(xa, xb):
-                    _count_local(ya, yb, reader.csr.indptr, tgt, tab, n_own, n_tot)
+                    _count_local(ya, yb, reader.csr.indptr, tgt, tab, n_tot)
 
             for f in reader.run(x0, x1, count):
                 f.result()
@@ -268,7 +268,108 @@ def plan(reader: _Reader, index: int, owned: np.ndarray, halo: np.ndarray,
     indptr = np.zeros(gid.shape[0] + 1, np.int64)
     np.cumsum(n_tot, out=indptr[1:])
     w = np.dtype(width) if width is not None else index_dtype(int(gid.shape[0]))
-    return Plan(index, int(owned.shape[0]), gid, indptr, n_own, tab, w)
+    return Plan(index, int(owned.shape[0]), gid, indptr, tab, w)
+
+
+#: Partitions counted together by one read of the CSR (:func:`count_group`): one byte lane
+#: each in a uint64.
+GROUP = 8
+#: SWAR table: byte b -> the uint64 whose byte lane k is bit k of b.
+_SPREAD = np.array([sum(((b >> k) & 1) << (8 * k) for k in range(8)) for b in range(256)],
+                   np.uint64)
+
+
+@dataclass
+class Counts:
+    """Row counts of a group of partitions (:func:`count_group`): for every vertex x and every
+    partition ``group[s]`` holding x, its neighbours in that partition (``n_tot``) at slot
+    ``off[x]`` + the set bits of ``lanes[x]`` below bit s. ``lanes[x]``: bit s = x in
+    partition ``group[s]``."""
+
+    group: list[int]
+    lanes: np.ndarray
+    off: np.ndarray
+    n_tot: np.ndarray
+
+
+def part_sizes(pres: np.ndarray, owner: np.ndarray, parts: int) -> np.ndarray:
+    """Vertices (owned or present) of every partition. Rank-local."""
+    return _part_sizes(pres, owner, int(parts))
+
+
+def count_bytes(n: int, slots: int) -> int:
+    """Bytes :func:`count_group` holds for a graph of ``n`` vertices and ``slots`` (vertex,
+    partition) pairs: lanes, slot offsets and an int32 count per slot. Pure."""
+    return _off_dtype(n, slots).itemsize * (n + 1) + n + 4 * int(slots)
+
+
+def _off_dtype(n: int, slots: int) -> np.dtype:
+    return np.dtype(np.int32 if int(slots) < np.iinfo(np.int32).max else np.int64)
+
+
+def count_group(reader: _Reader, pres: np.ndarray, owner: np.ndarray,
+                group: list[int]) -> Counts:
+    """Row counts of up to :data:`GROUP` partitions by one read of the CSR (with the reader's
+    workers, each a range of rows): per neighbour one byte load and a table add into
+    byte lanes, flushed into the slots every 255 neighbours and at the end of the row — what
+    :func:`plan` counts for each partition by a read of its own. Memory:
+    :func:`count_bytes`. Rank-local."""
+    if not 0 < len(group) <= GROUP:
+        raise ValueError(f"group: expected 1 to {GROUP} partitions, got {len(group)}")
+    n = owner.shape[0]
+    sizes = part_sizes(pres, owner, max(group) + 1)
+    slots = int(sizes[np.asarray(group)].sum())
+    off = np.empty(n + 1, _off_dtype(n, slots))
+    lanes = _lanes(pres, owner, np.asarray(group, np.int64), off)
+    n_tot = np.zeros(slots, np.int32)
+    ptr = reader.csr.indptr
+
+    def count(xa: int, xb: int) -> None:
+        for ya, yb, tgt in reader.rows(xa, xb):
+            _count_lanes(ya, yb, ptr, tgt, lanes, _SPREAD, off, n_tot)
+
+    for f in reader.run(0, n, count):
+        f.result()
+    return Counts(list(group), lanes, off, n_tot)
+
+
+def plan_counted(counts: Counts, index: int, owned: np.ndarray, halo: np.ndarray,
+                 width: Any = None) -> Plan:
+    """:func:`plan` of partition ``index`` (one of ``counts.group``) from its counts, with no
+    read of the CSR. A replica with no neighbour in the partition is dropped (the others'
+    counts stay: no vertex of the partition is its neighbour). Rank-local."""
+    s = counts.group.index(index)
+    owned = np.asarray(owned, dtype=np.int64)
+    halo = np.asarray(halo, dtype=np.int64)
+    gid = np.concatenate([owned, halo])
+    n_tot = np.empty(gid.shape[0], np.int32)
+    _gather(gid, counts.lanes, counts.off, s, counts.n_tot, n_tot)
+    no = owned.shape[0]
+    keep = n_tot[no:] > 0
+    if not keep.all():
+        halo = halo[keep]
+        gid = np.concatenate([owned, halo])
+        n_tot = np.concatenate([n_tot[:no], n_tot[no:][keep]])
+    tab = rank_table(counts.lanes.shape[0], owned, halo)
+    indptr = np.zeros(gid.shape[0] + 1, np.int64)
+    np.cumsum(n_tot, out=indptr[1:])
+    w = np.dtype(width) if width is not None else index_dtype(int(gid.shape[0]))
+    return Plan(index, no, gid, indptr, tab, w)
+
+
+def groups(mine: list[int], sizes: np.ndarray, n: int, room: int | None) -> list[list[int]]:
+    """``mine`` cut, in order, into groups of at most :data:`GROUP` partitions whose counts
+    (:func:`count_bytes`, from the partitions' ``sizes``) fit ``room`` bytes (None: any);
+    a partition alone is a group of its own (planned by its own read). Pure."""
+    out: list[list[int]] = []
+    for i in mine:
+        g = out[-1] if out else None
+        if g is not None and len(g) < GROUP and (
+                room is None or count_bytes(n, int(sizes[g + [i]].sum())) <= room):
+            g.append(i)
+        else:
+            out.append([i])
+    return out
 
 
 class _IndexWriter:
@@ -325,7 +426,8 @@ def write_partitions_csr(out: Path, mine: list[int], parts: int, owner: np.ndarr
                          chunk: int = 1 << 20, budget: int = 256 << 20,
                          compression: str = "none", edge_attrs: Any = None,
                          syncer: Any = None, threads: int = 0,
-                         block: int | None = None) -> dict[int, dict[str, Any]]:
+                         block: int | None = None,
+                         count_memory: int | None = None) -> dict[int, dict[str, Any]]:
     """Write partitions ``mine`` into the folder ``out`` from ``csr`` (open): the same files as
     :func:`write_partition_csr` for each, one after another.
 
@@ -335,19 +437,27 @@ def write_partitions_csr(out: Path, mine: list[int], parts: int, owner: np.ndarr
     a pool of that many workers counts each partition's rows and fills each bucket of its
     indices (each worker a range of rows) while this thread writes the previous bucket: two
     buckets of half the budget. ``block``: CSR entries per read of a CSR file, per worker
-    (default 4 * ``chunk``). Rank-local; returns partition -> stats.
+    (default 4 * ``chunk``). The partitions' rows are counted by groups of up to
+    :data:`GROUP` by one read each (:func:`count_group`) where their counts fit
+    ``count_memory`` bytes (None: any), else each by a read of its own (:func:`plan`).
+    Rank-local; returns partition -> stats.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     check_compression(compression)
     stats: dict[int, dict[str, Any]] = {}
     block = 4 * max(1, int(chunk)) if block is None else int(block)
+    n = owner.shape[0]
     with ThreadPoolExecutor(max(1, threads), thread_name_prefix="csr-write") as pool:
         reader = _Reader(csr, block, pool if threads > 0 else None, threads)
-        for i in mine:
-            owned, halo = members(pres, owner, i)
-            stats[i] = _write_one(out / part_name(i), i, parts, owned, halo, reader, node_data,
-                                  chunk, budget, compression, None, edge_attrs, syncer)
+        for g in groups(list(mine), part_sizes(pres, owner, parts), n, count_memory):
+            counts = count_group(reader, pres, owner, g) if len(g) > 1 else None
+            for i in g:
+                owned, halo = members(pres, owner, i)
+                stats[i] = _write_one(out / part_name(i), i, parts, owned, halo, reader,
+                                      node_data, chunk, budget, compression, None, edge_attrs,
+                                      syncer, counts)
+            del counts
         reader.release()
     return stats
 
@@ -391,13 +501,16 @@ def write_partition_csr(path: str | os.PathLike, index: int, parts: int, owned: 
 
 def _write_one(path: Path, index: int, parts: int, owned: np.ndarray, halo: np.ndarray,
                reader: _Reader, node_data: dict[str, np.ndarray], chunk: int, budget: int,
-               compression: str, width: Any, edge_attrs: Any, syncer: Any) -> dict[str, Any]:
-    """One partition file: its plan (one read of its CSR rows), then its indices bucket by
+               compression: str, width: Any, edge_attrs: Any, syncer: Any,
+               counts: Counts | None = None) -> dict[str, Any]:
+    """One partition file: its plan (from its group's ``counts``, else one read of its CSR
+    rows), then its indices bucket by
     bucket (each bucket one ascending read of the global rows spanning it), with a pool (two
     buffers) filled while the previous bucket is written. Rank-local."""
     import h5py
 
-    pl = plan(reader, index, owned, halo, width)
+    pl = plan(reader, index, owned, halo, width) if counts is None else \
+        plan_counted(counts, index, owned, halo, width)
     del owned, halo
     total = int(pl.indptr[-1])
     two = reader.pool is not None
@@ -440,7 +553,7 @@ def _fill_and_write(pl: Plan, bounds: np.ndarray, reader: _Reader,
         def fill(xa: int, xb: int, lo: int = lo, hi: int = hi, obase: int = obase,
                  out: np.ndarray = out) -> None:
             for ya, yb, tgt in reader.rows(xa, xb):
-                _fill_rows(ya, yb, ptr, tgt, pl.tab, lo, hi, obase, pl.indptr, pl.n_own, out)
+                _fill_rows(ya, yb, ptr, tgt, pl.tab, lo, hi, obase, pl.indptr, out)
 
         if pending is not None and not two:   # one buffer: write it before refilling it
             _finish_bucket(sink, *pending)
@@ -561,11 +674,10 @@ def rank_table(n: int, owned: np.ndarray, halo: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _count_local(x0, x1, ptr, tgt, tab, n_own, n_tot):
+def _count_local(x0, x1, ptr, tgt, tab, n_tot):
     """For rows x0..x1-1 (entries ``tgt``, from ptr[x0]) of the vertices in ``tab`` (owned or
-    replicas): their neighbours in ``tab`` (``n_tot``) and, among them, the owned ones
-    (``n_own``), at their local ids. The table word of the neighbour :data:`FILL_AHEAD`
-    entries on is prefetched."""
+    replicas): their neighbours in ``tab`` (``n_tot``), at their local ids. The table word of
+    the neighbour :data:`FILL_AHEAD` entries on is prefetched."""
     base = ptr[x0]
     flat = tab.reshape(tab.size)
     nt = tgt.shape[0]
@@ -573,18 +685,79 @@ def _count_local(x0, x1, ptr, tgt, tab, n_own, n_tot):
         r = _local(tab, x)
         if r < 0:
             continue
-        no = 0
         na = 0
         for k in range(ptr[x] - base, ptr[x + 1] - base):
             if k + FILL_AHEAD < nt:
                 prefetch(flat, (tgt[k + FILL_AHEAD] >> 6) * 4)
             t = tgt[k]
             b = np.uint64(1) << np.uint64(t & 63)
-            o = tab[t >> 6, 0] & b
-            no += o != 0
-            na += (o | (tab[t >> 6, 1] & b)) != 0
-        n_own[r] = no
+            na += ((tab[t >> 6, 0] | tab[t >> 6, 1]) & b) != 0
         n_tot[r] = na
+
+
+@njit(cache=True)
+def _part_sizes(pres, owner, parts):
+    """Vertices owned by or present in each of partitions 0..parts-1."""
+    sizes = np.zeros(parts, np.int64)
+    for v in range(owner.shape[0]):
+        for i in range(parts):
+            if owner[v] == i or (pres[v, i >> 6] >> np.uint64(i & 63)) & np.uint64(1):
+                sizes[i] += 1
+    return sizes
+
+
+@njit(cache=True)
+def _lanes(pres, owner, group, off):
+    """:class:`Counts` lanes of the partitions ``group``; ``off`` (|V| + 1) gets each
+    vertex's first slot (and the slot total at the end)."""
+    n = owner.shape[0]
+    lanes = np.zeros(n, np.uint8)
+    total = 0
+    for v in range(n):
+        lane = 0
+        for s in range(group.shape[0]):
+            i = group[s]
+            if owner[v] == i or (pres[v, i >> 6] >> np.uint64(i & 63)) & np.uint64(1):
+                lane |= 1 << s
+                total += 1
+        lanes[v] = lane
+        off[v + 1] = total   # off[v]: the slots of the vertices before v
+    off[0] = 0
+    return lanes
+
+
+@njit(cache=True, nogil=True)
+def _count_lanes(x0, x1, ptr, tgt, lanes, spread, off, n_tot):
+    """:func:`count_group`'s kernel over rows x0..x1-1 (entries ``tgt``, from ptr[x0])."""
+    base = ptr[x0]
+    lo = np.uint64(255)
+    for x in range(x0, x1):
+        px = np.uint64(lanes[x])
+        if px == 0:
+            continue
+        tot = np.uint64(0)
+        m = 0
+        end = ptr[x + 1] - base
+        for j in range(ptr[x] - base, end):
+            tot += spread[np.uint64(lanes[tgt[j]]) & px]
+            m += 1
+            if m == 255 or j == end - 1:
+                slot = off[x]
+                for s in range(8):
+                    if px & (np.uint64(1) << np.uint64(s)):
+                        n_tot[slot] += np.int32((tot >> np.uint64(8 * s)) & lo)
+                        slot += 1
+                tot = np.uint64(0)
+                m = 0
+
+
+@njit(cache=True)
+def _gather(gid, lanes, off, s, c_tot, n_tot):
+    """The counts of partition lane ``s`` for the vertices ``gid``, in order."""
+    below = np.uint64((1 << s) - 1)
+    for r in range(gid.shape[0]):
+        x = gid[r]
+        n_tot[r] = c_tot[off[x] + _popcount(np.uint64(lanes[x]) & below)]
 
 
 #: Neighbour entries looked ahead by :func:`_fill_rows`'s table prefetch.
@@ -592,11 +765,12 @@ FILL_AHEAD = 16
 
 
 @njit(cache=True, nogil=True)
-def _fill_rows(x0, x1, ptr, tgt, tab, lo, hi, obase, indptr, n_own, out):
+def _fill_rows(x0, x1, ptr, tgt, tab, lo, hi, obase, indptr, out):
     """Place the local ids of the present neighbours of every row x0..x1-1 whose local id is in
-    [lo, hi) into ``out`` (indices from ``obase`` on): owned ones from the row's start,
-    replicas after the row's n_own (by local id) owned ones, each in row order. The table word of the
-    neighbour :data:`FILL_AHEAD` entries on is prefetched (the table outgrows L2 on big graphs)."""
+    [lo, hi) into ``out`` (indices from ``obase`` on): owned ones from the row's start, in
+    row order, replicas from the row's end backwards, then turned round (row order). The
+    table word of the neighbour :data:`FILL_AHEAD` entries on is prefetched (the table
+    outgrows L2 on big graphs)."""
     base = ptr[x0]
     flat = tab.reshape(tab.size)
     nt = tgt.shape[0]
@@ -605,7 +779,8 @@ def _fill_rows(x0, x1, ptr, tgt, tab, lo, hi, obase, indptr, n_own, out):
         if r < lo or r >= hi:
             continue
         po = indptr[r] - obase
-        ph = po + n_own[r]
+        end = indptr[r + 1] - obase
+        ph = end
         for k in range(ptr[x] - base, ptr[x + 1] - base):
             if k + FILL_AHEAD < nt:
                 prefetch(flat, (tgt[k + FILL_AHEAD] >> 6) * 4)
@@ -620,8 +795,16 @@ def _fill_rows(x0, x1, ptr, tgt, tab, lo, hi, obase, indptr, n_own, out):
             else:
                 hw = tab[w, 1]
                 if hw & bit:
+                    ph -= 1
                     out[ph] = tab[w, 3] + _popcount(hw & below)
-                    ph += 1
+        a = ph
+        b = end - 1
+        while a < b:
+            v = out[a]
+            out[a] = out[b]
+            out[b] = v
+            a += 1
+            b -= 1
 
 
 def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64),
@@ -631,10 +814,16 @@ def warmup(dtypes: tuple[Any, ...] = (np.int32, np.int64),
     ptr = np.array([0, 1, 2], np.int64)
     tab = rank_table(2, np.array([0]), np.array([1]))
     members(np.ones((2, 1), np.uint64), np.zeros(2, np.int64), 0)
+    part_sizes(np.ones((2, 1), np.uint64), np.zeros(2, np.int64), 1)
     for dt in dtypes:
         tgt = np.array([1, 0], dt)
-        n_own = np.zeros(2, np.int32)
         n_tot = np.zeros(2, np.int32)
-        _count_local(0, 2, ptr, tgt, tab, n_own, n_tot)
+        _count_local(0, 2, ptr, tgt, tab, n_tot)
+        for od in (np.int32, np.int64):
+            off = np.zeros(3, od)
+            lanes = _lanes(np.ones((2, 1), np.uint64), np.zeros(2, np.int64),
+                           np.zeros(1, np.int64), off)
+            _count_lanes(0, 2, ptr, tgt, lanes, _SPREAD, off, n_tot)
+            _gather(np.zeros(1, np.int64), lanes, off, 0, n_tot, n_tot)
         for w in widths:
-            _fill_rows(0, 2, ptr, tgt, tab, 0, 2, ptr[0], ptr, n_own, np.empty(2, w))
+            _fill_rows(0, 2, ptr, tgt, tab, 0, 2, ptr[0], ptr, np.empty(2, w))

@@ -171,6 +171,44 @@ def balancing(res: dict) -> None:
         "split_equal": bool(np.array_equal(split[tr.part.own], tr.part.split))}
 
 
+def rollback(res: dict) -> None:
+    """A migration whose first epoch is judged slower goes back: the original owners, roots,
+    structure and HDGs, the losses of a run without balancing, and later checks move nothing;
+    one judged not slower stays."""
+    from shardgnn.nau import balance
+
+    g = homo(n=120, seed=3)
+    owner = skewed(g.num_nodes)
+    ref = DistTrainer(comm, cfg("gcn", epochs=3), g, owner)
+    want = [ref.step(e, {}) for e in range(3)]
+    for label, after in (("slower", 2.0), ("faster", 0.5)):
+        c = cfg("gcn", epochs=3, balance=True, balance_after=1, balance_every=1,
+                balance_chunks=2)
+        tr = DistTrainer(comm, c, g, owner)
+        start_roots, start_part = tr.my_roots.copy(), tr.part
+        online = balance.Online(c)
+        losses, moved, kept = [], [], []
+        for e in range(3):
+            if online.due(e):
+                moved.append(online.check(tr, e, [])["moved_roots"])
+            losses.append(tr.step(e, {}))
+            # the judged seconds are given (the same on every rank, as the slowest rank's):
+            # epoch 0 takes 1 s, the epoch after the migration ``after``
+            kept.append(online.judge(tr, e, 1.0 if e == 0 else after))
+        fresh = tr.select(2)
+        res[f"rollback/{label}/rank{comm.rank}"] = {
+            "moved": moved, "kept": kept, "frozen": online.frozen,
+            "rolled_back": [ch["rolled_back"] for ch in online.checks],
+            "epoch_before": [ch["epoch_before"] for ch in online.checks],
+            "epoch_after": [ch["epoch_after"] for ch in online.checks],
+            "loss_diff": float(np.max(np.abs(np.subtract(want, losses)))),
+            "owner_restored": bool(np.array_equal(tr.owner, owner)),
+            "roots_restored": bool(np.array_equal(tr.my_roots, start_roots)),
+            "rows_restored": all(np.array_equal(getattr(start_part, k), getattr(tr.part, k))
+                                 for k in ("own", "indptr", "indices", "y", "split")),
+            "hdg_equal": sorted(records(fresh)) == sorted(records(tr.hdg))}
+
+
 def own_rows(res: dict, data: str) -> None:
     """A rank reading the dataset holds only its own vertices' feature rows (no matrix) and
     trains as with the whole matrix in memory (pipelining off: layer 0's halo rows come
@@ -309,6 +347,7 @@ def main() -> None:
     t2 = time.perf_counter()
     if full:
         balancing(res)
+        rollback(res)
         t3 = time.perf_counter()
         i = sys.argv.index("--cli")
         own_rows(res, sys.argv[i + 1])

@@ -4,7 +4,8 @@ On a directed graph with dead ends (vertices without out-edges) and hash and ske
 every rank's :func:`shardgnn.nau.dselect.walk_topk` records (several rounds: a small
 ``WALKS_PER_ROUND``) must equal the one-rank :func:`shardgnn.nau.selection.walk_topk`'s for its
 roots; the bytes of every step must be what the walk rows that changed rank weigh
-(``8 · (h + 2)`` bytes per walk at hop ``h``; home, at most ``8 · (hops + 1)`` per walk). Rank 0 writes
+(``4 · (h + 2)`` bytes per walk at hop ``h``: 32-bit ids here; home, at most
+``4 · (hops + 1)`` per walk). Rank 0 writes
 ``OUT/checks.json``; every rank writes ``OUT/rank-R.ok`` or ``OUT/rank-R.fail``.
 """
 import json
@@ -49,14 +50,14 @@ def check() -> dict:
             same = (np.array_equal(got.root, want.root) and np.array_equal(got.leaf, want.leaf)
                     and np.array_equal(got.weight, want.weight)
                     and np.array_equal(got.root_ptr, want.root_ptr))
-            weight = {f"nau_walk_h{h + 1}": 8 * (h + 2) * moved.get(f"nau_walk_h{h + 1}", 0)
+            weight = {f"nau_walk_h{h + 1}": 4 * (h + 2) * moved.get(f"nau_walk_h{h + 1}", 0)
                       for h in range(hops - 1)}
             res[f"{label}/t{traces}/h{hops}/rank{comm.rank}"] = {
                 "same": bool(same), "records": int(got.leaf.size),
                 "moved": moved, "sent": {k: int(v) for k, v in sent.items()
                                          if k.startswith("nau_walk")},
                 "expected_step_bytes": weight,
-                "home_bytes_max": 8 * (hops + 1) * int(comm.allreduce_scalar(roots.size * traces, "sum"))}
+                "home_bytes_max": 4 * (hops + 1) * int(comm.allreduce_scalar(roots.size * traces, "sum"))}
     return res
 
 

@@ -102,9 +102,13 @@ class _Sync:
 
 def vertexcut_owner(stream: EdgeStream, comm: Communicator, algo: str, p: int, deg: np.ndarray,
                     params: BaselineParams, timer: PassTimer,
-                    user_cls: type | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+                    user_cls: type | None = None, rows: Callable[[], Any] | None = None,
+                    threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
     """Stream the edges through a vertex-cut algorithm, then pick owners by the
-    full-neighbourhood rule. Collective over comm."""
+    full-neighbourhood rule. ``rows``: on one rank, a function returning the graph's CSR
+    (:class:`adjacency.AdjacencyShard` of every vertex, undirected) that the balance pass
+    counts from instead of streaming the edges, with ``threads`` threads. Collective over
+    comm."""
     n = deg.shape[0]
     cnt = np.zeros((n, p), np.int32)
     load = np.zeros(p, np.int64)
@@ -147,30 +151,62 @@ def vertexcut_owner(stream: EdgeStream, comm: Communicator, algo: str, p: int, d
     timer.add("vertexcut", time.perf_counter() - t0, stream.hi - stream.lo)
     info["vertexcut_rf"] = float((cnt > 0).sum() / max(n, 1))
     info["vertexcut_edge_balance"] = float(load.max() / max(load.sum() / p, 1e-9))
+    del step, sync   # the streaming state (2PS-L's clusters): freed before the CSR
+    extra = np.zeros(0, np.int64)
     if params.owner_balance > 0:
-        info["owner_moves"] = balance_pass(stream, comm, owner, cnt, params, timer)
+        info["owner_moves"] = balance_pass(stream, comm, owner, cnt, params, timer, rows,
+                                           threads)
     return owner, info
 
 
 def balance_pass(stream: EdgeStream, comm: Communicator, owner: np.ndarray, cnt: np.ndarray,
-                 params: BaselineParams, timer: PassTimer) -> int:
+                 params: BaselineParams, timer: PassTimer,
+                 rows: Callable[[], Any] | None = None, threads: int = 1) -> int:
     """Bring the owned vertices of every partition within [2 - B, B] * n / p (B =
     ``params.owner_balance``, rounded outwards to whole vertices): one streaming pass counts, for every vertex, its neighbours
     owned by each partition (into ``cnt``, reused), then the vertices losing the fewest
-    neighbours move (:func:`vcut_kernels.balance_owners`). Identical on every rank.
-    Collective over comm."""
+    neighbours move (:func:`vcut_kernels.balance_owners`). Identical on every rank. With
+    ``rows`` (one rank, undirected) the counts are gathered from the CSR rows it returns
+    instead (built now, kept for the passes after; the same counts: a row holds both
+    directions of every edge, a self-loop twice). Collective over comm."""
     n, p = cnt.shape
     b = params.owner_balance
+    shard = rows() if rows is not None else None
     t0 = time.perf_counter()
     cnt.fill(0)
-    directed = bool(stream.meta.directed)
-    for e in stream:
-        K.neighbour_part_counts(e, owner, cnt, directed)
+    if shard is not None:
+        row_owner_counts(shard, owner, cnt, threads)
+    else:
+        directed = bool(stream.meta.directed)
+        for e in stream:
+            K.neighbour_part_counts(e, owner, cnt, directed)
     comm.allreduce(cnt, "sum")
     cap, floor = count_bounds(n, p, b, 2.0 - b)
     moves = int(VK.balance_owners(cnt, owner, cap, floor, params.seed))
     timer.add("owner_balance", time.perf_counter() - t0, stream.hi - stream.lo)
     return moves
+
+
+def row_owner_counts(shard: Any, owner: np.ndarray, cnt: np.ndarray, threads: int = 1) -> None:
+    """cnt[v, owner[u]] += 1 for every entry u of every row v of ``shard`` (an
+    :class:`adjacency.AdjacencyShard`), each block of rows cut into ``threads`` ranges
+    counted concurrently (a row's counts are its own: no two threads write one). Rank-local."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    p = cnt.shape[1]
+    snap = owner.astype(np.int8 if p <= 127 else np.int16 if p <= 32767 else np.int32)
+    ip = shard.indptr
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for s, end, tgt in shard.row_blocks():
+            cuts = np.unique(np.clip(s + np.searchsorted(
+                ip[s:end + 1], np.linspace(int(ip[s]), int(ip[end]), threads + 1)[1:-1]),
+                s, end))
+            bounds = [s, *cuts.tolist(), end]
+            futures = [pool.submit(VK.row_owner_counts, ip, tgt[ip[a] - ip[s]:], shard.lo, a,
+                                   b, snap, cnt)
+                       for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            for f in futures:
+                f.result()
 
 
 def _run_user(step: Callable[[np.ndarray, np.ndarray], None], e: np.ndarray, out: np.ndarray,

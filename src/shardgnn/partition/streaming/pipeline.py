@@ -153,9 +153,11 @@ def _validate(cfg: PartitionConfig) -> tuple[GraphMeta, int]:
 
 def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
             timer: passes.PassTimer, keep: bool, mem: budget.MemoryBudget,
-            threads: int = 1) -> tuple[np.ndarray, dict[str, Any]]:
+            threads: int = 1, tmp: Path | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """Owners; ``info["degrees"]`` the global degrees where computed, ``info["adjacency"]``
-    SPRING's targets file when ``keep``."""
+    SPRING's targets file when ``keep``, or (one rank, ``keep`` and ``--refine``, into
+    ``tmp``) the CSR the vertex-cut baselines' balance pass counted from, for the
+    refinement and the write."""
     n = stream.meta.num_nodes
     if cfg.algo == "hash":
         return hash_owner(n, p, cfg.seed, cfg.base.owner_balance), {}
@@ -166,7 +168,18 @@ def _owners(cfg: PartitionConfig, comm: Communicator, stream: Any, p: int,
                                    threads, _csr_reserve(n, p))
     else:
         user = None if cfg.algo in ALGORITHMS else load_user_class(cfg.algo)
-        owner, info = vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user)
+        built: dict[str, Any] = {}
+
+        def rows() -> adjacency.AdjacencyShard:   # the CSR _place would build next
+            built["adjacency"] = adjacency.build(
+                stream, comm, deg, tmp, timer, memory=mem.room(), name="csr", hold=True,
+                threads=threads, reserve=_csr_reserve(n, p))
+            return built["adjacency"]
+
+        early = keep and bool(cfg.refine) and comm.size == 1 and tmp is not None
+        owner, info = vertexcut_owner(stream, comm, cfg.algo, p, deg, cfg.base, timer, user,
+                                      rows if early else None, threads)
+        info.update(built)
     info["degrees"] = deg
     info["pass_copy_threads"] = copies
     return owner, info
@@ -263,7 +276,7 @@ def _partition(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, p: int
     threads = cfg.threads if cfg.threads is not None else cores
     if cfg.write_threads is None:
         cfg = replace(cfg, write_threads=cores)
-    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, mem, threads)
+    owner, info = _owners(cfg, comm, stream, p, timer, use_csr, mem, threads, tmp)
     info["threads"] = threads
     shard: adjacency.AdjacencyShard | None = info.pop("adjacency", None)
     try:
@@ -465,7 +478,8 @@ def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, 
                      timer: passes.PassTimer) -> dict[int, dict[str, Any]]:
     """Write this rank's partitions from every rank's adjacency targets file (the graph's
     sorted CSR, ``store_csr``), buckets of indices from the room ``mem`` leaves
-    (:func:`budget.write_bucket`, at most ``--write-memory``); all ranks get every count.
+    (:func:`budget.write_bucket`, at most ``--write-memory``), the rows of up to 8 partitions
+    counted by one read where the room left holds their counts; all ranks get every count.
     Collective over comm."""
     t0 = time.perf_counter()
     node_data = {k: a for k in NODE_FILES
@@ -492,7 +506,8 @@ def _write_parts_csr(comm: Communicator, cfg: PartitionConfig, meta: GraphMeta, 
         stats = store_csr.write_partitions_csr(
             tmp, list(range(comm.rank, p, comm.size)), p, owner, pres, csr, node_data,
             chunk=cfg.chunk, budget=bucket, compression=cfg.compression, edge_attrs=attrs,
-            syncer=bg, threads=threads, block=block)
+            syncer=bg, threads=threads, block=block,
+            count_memory=max(0, room - 2 * bucket - 2 * block * item * max(1, threads)))
     for s in stats.values():
         s["budget"] = bucket
         s["threads"] = threads

@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit
 
 from shardgnn.keyed import pair_hash
+from shardgnn.prefetch import prefetch
 
 
 @njit(cache=True)
@@ -202,6 +203,20 @@ def count_placement(edges, parts, cnt, load):
         load[i] += 1
 
 
+@njit(cache=True, nogil=True)
+def row_owner_counts(indptr, tgt, lo, s0, s1, snap, cnt):
+    """cnt[lo + s, snap[u]] += 1 for every entry u of rows s0..s1-1 (``tgt`` holds the
+    targets from row s0 on)."""
+    base = indptr[s0]
+    last = indptr[s1] - base
+    for s in range(s0, s1):
+        v = lo + s
+        for j in range(indptr[s] - base, indptr[s + 1] - base):
+            if j + 16 < last:
+                prefetch(snap, tgt[j + 16])
+            cnt[v, snap[tgt[j]]] += 1
+
+
 @njit(cache=True)
 def owners_from_counts(cnt):
     """Owner of v = the partition holding most of its edges (lowest index on ties); -1 if none,
@@ -242,10 +257,37 @@ def _best_with_room(c, a, load, cap):
 
 
 @njit(cache=True)
-def _by_loss(loss, key):
-    """Vertex order by ascending ``loss``, ties by ascending ``key``."""
-    o = np.argsort(key)
-    return o[np.argsort(loss[o], kind="mergesort")]
+def _by_loss(loss, o):
+    """The vertices of the order ``o`` whose ``loss`` is not the int64 maximum, by ascending
+    ``loss``, ties in ``o``'s order: a counting sort where the losses span at most a few
+    times their count, else a stable sort."""
+    big = np.iinfo(np.int64).max
+    k = 0
+    lo = big
+    hi = -big
+    for v in o:
+        if loss[v] != big:
+            k += 1
+            lo = min(lo, loss[v])
+            hi = max(hi, loss[v])
+    if k == 0:
+        return np.empty(0, np.int64)
+    if hi - lo > 4 * k + 1024:
+        s = o[np.argsort(loss[o], kind="mergesort")]
+        return s[:k]
+    start = np.zeros(hi - lo + 2, np.int64)
+    for v in o:
+        if loss[v] != big:
+            start[loss[v] - lo + 1] += 1
+    for i in range(1, start.shape[0]):
+        start[i] += start[i - 1]
+    out = np.empty(k, np.int64)
+    for v in o:
+        if loss[v] != big:
+            j = loss[v] - lo
+            out[start[j]] = v
+            start[j] += 1
+    return out
 
 
 @njit(cache=True)
@@ -264,6 +306,7 @@ def balance_owners(cnt, owner, cap, floor, seed):
     key = np.empty(n, np.uint64)
     for v in range(n):
         key[v] = pair_hash(v, 1, seed)
+    o = np.argsort(key)   # the tie order, both phases
     over = 0
     for i in range(p):
         over += load[i] > cap
@@ -272,9 +315,7 @@ def balance_owners(cnt, owner, cap, floor, seed):
             a = owner[v]
             b = _best_with_room(cnt[v], a, load, cap) if load[a] > cap else -1
             loss[v] = cnt[v, a] - cnt[v, b] if b >= 0 else np.iinfo(np.int64).max
-        for v in _by_loss(loss, key):
-            if loss[v] == np.iinfo(np.int64).max:
-                break
+        for v in _by_loss(loss, o):
             a = owner[v]
             if load[a] <= cap:
                 continue
@@ -296,9 +337,7 @@ def balance_owners(cnt, owner, cap, floor, seed):
                     bc = cnt[v, i]
             loss[v] = cnt[v, a] - bc if load[a] - 1 >= floor and bc >= 0 \
                 else np.iinfo(np.int64).max
-        for v in _by_loss(loss, key):
-            if loss[v] == np.iinfo(np.int64).max:
-                break
+        for v in _by_loss(loss, o):
             a = owner[v]
             if load[a] - 1 < floor:
                 continue
