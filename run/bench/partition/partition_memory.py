@@ -173,7 +173,7 @@ def edges_of(data: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("results", type=Path)
     ap.add_argument("--scales", type=int, nargs="*", default=[20])
     ap.add_argument("--algos", nargs="*", default=["spring", "hdrf", "2ps-l"])
