@@ -28,7 +28,8 @@ sequential; a rank's own rows held in memory are read in place). Memory: half a 
 of the graph (the rank table of the local ids) and 20 bytes per vertex of the partition (local
 ids, indptr, row counts) plus the buckets plus the blocks; counted by groups, 4 bytes per
 vertex of each partition of the group and 5 per vertex of the graph (:func:`count_bytes`)
-while the group is written; no array per vertex and partition. The content equals the spill writer's (``store_write``), checked by the tests and
+while the group is written; no array per vertex and partition. The content equals the spill
+writer's (``store_write``), checked by the tests and
 ``run/bench/partition/streaming_identity.py``.
 """
 from __future__ import annotations
@@ -242,8 +243,8 @@ def plan(reader: _Reader, index: int, owned: np.ndarray, halo: np.ndarray,
     """Local ids and indptr of partition ``index`` (vertices ``owned`` and ``halo``, each
     ascending) by one read of the CSR rows from the first of them to the last: per local row
     its neighbours in the partition. A replica with no neighbour in the partition (none,
-    when the presence came from the hop passes) is dropped. Memory: 20 bytes per vertex of the partition plus half a byte per vertex of the
-    graph. Rank-local."""
+    when the presence came from the hop passes) is dropped. Memory: 20 bytes per vertex of
+    the partition plus half a byte per vertex of the graph. Rank-local."""
     n = reader.csr.indptr.shape[0] - 1
     owned = np.asarray(owned, dtype=np.int64)
     halo = np.asarray(halo, dtype=np.int64)
@@ -265,6 +266,12 @@ def plan(reader: _Reader, index: int, owned: np.ndarray, halo: np.ndarray,
         if not lonely.any():
             break
         halo = halo[~lonely]   # counted again: the local ids of the others moved
+    return _plan_of(index, owned, gid, n_tot, tab, width)
+
+
+def _plan_of(index: int, owned: np.ndarray, gid: np.ndarray, n_tot: np.ndarray,
+             tab: np.ndarray, width: Any) -> Plan:
+    """The :class:`Plan` of local ids ``gid`` (``owned`` first) with row counts ``n_tot``."""
     indptr = np.zeros(gid.shape[0] + 1, np.int64)
     np.cumsum(n_tot, out=indptr[1:])
     w = np.dtype(width) if width is not None else index_dtype(int(gid.shape[0]))
@@ -300,10 +307,10 @@ def part_sizes(pres: np.ndarray, owner: np.ndarray, parts: int) -> np.ndarray:
 def count_bytes(n: int, slots: int) -> int:
     """Bytes :func:`count_group` holds for a graph of ``n`` vertices and ``slots`` (vertex,
     partition) pairs: lanes, slot offsets and an int32 count per slot. Pure."""
-    return _off_dtype(n, slots).itemsize * (n + 1) + n + 4 * int(slots)
+    return _off_dtype(slots).itemsize * (n + 1) + n + 4 * int(slots)
 
 
-def _off_dtype(n: int, slots: int) -> np.dtype:
+def _off_dtype(slots: int) -> np.dtype:
     return np.dtype(np.int32 if int(slots) < np.iinfo(np.int32).max else np.int64)
 
 
@@ -319,7 +326,7 @@ def count_group(reader: _Reader, pres: np.ndarray, owner: np.ndarray,
     n = owner.shape[0]
     sizes = part_sizes(pres, owner, max(group) + 1)
     slots = int(sizes[np.asarray(group)].sum())
-    off = np.empty(n + 1, _off_dtype(n, slots))
+    off = np.empty(n + 1, _off_dtype(slots))
     lanes = _lanes(pres, owner, np.asarray(group, np.int64), off)
     n_tot = np.zeros(slots, np.int32)
     ptr = reader.csr.indptr
@@ -350,11 +357,8 @@ def plan_counted(counts: Counts, index: int, owned: np.ndarray, halo: np.ndarray
         halo = halo[keep]
         gid = np.concatenate([owned, halo])
         n_tot = np.concatenate([n_tot[:no], n_tot[no:][keep]])
-    tab = rank_table(counts.lanes.shape[0], owned, halo)
-    indptr = np.zeros(gid.shape[0] + 1, np.int64)
-    np.cumsum(n_tot, out=indptr[1:])
-    w = np.dtype(width) if width is not None else index_dtype(int(gid.shape[0]))
-    return Plan(index, no, gid, indptr, tab, w)
+    return _plan_of(index, owned, gid, n_tot, rank_table(counts.lanes.shape[0], owned, halo),
+                    width)
 
 
 def groups(mine: list[int], sizes: np.ndarray, n: int, room: int | None) -> list[list[int]]:
