@@ -2,6 +2,7 @@
 hybrid aggregation against the scatter-only switch, and the `train --engine nau` command."""
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -206,8 +207,11 @@ def test_jknet_equals_pyg_jumping_knowledge(jk_mode: str) -> None:
 # ------------------------------------------------------------------ PinSage top-k
 def test_pinsage_topk_matches_brute_force(monkeypatch: pytest.MonkeyPatch) -> None:
     # few distinct visits (repeat visitors ranked by insertion, the rest branch-free) and many
-    # (more than 64 once-visited vertices per root: all by insertion)
-    for n, traces, hops, k in ((30, 6, 4, 3), (5000, 30, 4, 70)):
+    # (more than 64 once-visited vertices per root: all by insertion); counted with the
+    # vertex-indexed table and with the hash table per root (graphs too large for the first)
+    for (n, traces, hops, k), limit in itertools.product(
+            ((30, 6, 4, 3), (5000, 30, 4, 70)), (selection._DIRECT_MAX_BYTES, 0)):
+        monkeypatch.setattr(selection, "_DIRECT_MAX_BYTES", limit)
         rng = np.random.default_rng(3)
         roots = np.array([0, 4, 9, 17])
         walks = rng.integers(-1, n, (roots.size * traces, hops))
@@ -221,6 +225,7 @@ def test_pinsage_topk_matches_brute_force(monkeypatch: pytest.MonkeyPatch) -> No
             assert list(zip(rec.leaf[mine].tolist(),
                             [int(round(w * total)) for w in rec.weight[mine]])) == best
     # the fused walk + count kernel gives the two-step path's records, whichever roots it gets
+    monkeypatch.undo()
     g = typed_graph(5)
     allr = np.arange(g.num_nodes, dtype=np.int64)
     two = topk_visits(random_walks(g, allr, 7, 3, np.random.default_rng(4)), allr, 7, 4,

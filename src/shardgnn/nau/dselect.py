@@ -3,7 +3,7 @@ each rank builds the HDG records of its own roots while holding only its own ver
 
 * :func:`in_neighbours` (GCN): the roots' own in-rows, no communication.
 * :func:`walk_topk` (PinSage): random walks that cross partitions. A walk is a row
-  ``[walk id, v_1 .. v_h]`` (walk id = root · traces + trace); hop ``h`` is taken on the rank
+  ``[walk id, v_1 .. v_h]`` (walk id = root << b | trace, b the bits of a trace number); hop ``h`` is taken on the rank
   owning the walk's current vertex by one compiled pass over all the walks there
   (:func:`_walk_step`), which also writes each walk, one column longer, into the send buffer
   of the step's ``Alltoallv``, grouped by the owner of its new vertex (``nau_walk_h{h}``; 32-bit
@@ -69,14 +69,15 @@ def in_neighbours(part: PartGraph, roots: np.ndarray) -> Records:
 # ---------------------------------------------------------------------- PinSage walks
 @numba.njit(cache=True)
 def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: np.ndarray,
-               key: int, traces: int, hops: int, h: int, state: np.ndarray, size: int,
+               key: int, tb: int, hops: int, h: int, state: np.ndarray, size: int,
                rank: int) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """Hop ``h`` of the walks ``state`` (rows ``[walk id, v_1 .. v_h]``, int32 or int64, standing
-    on this rank:
-    ``v_h``, the root at ``h = 0``, is owned here or -1 after a dead end), compiled, no
-    per-walk Python: the next vertex by the draw of :func:`shardgnn.nau.selection.walk_topk`
-    (-1 at a dead end), and the rows ``[walk id, v_1 .. v_{h+1}]`` written straight into the
-    send buffer of the step's ``Alltoallv``, grouped by destination (stable): the owner of
+    on this rank: ``v_h``, the root at ``h = 0``, is owned here or -1 after a dead end),
+    compiled, no per-walk Python: the next vertex by the draw of
+    :func:`shardgnn.nau.selection.walk_topk` (-1 at a dead end; a walk id is
+    ``root << tb | trace``, split by shifts where dividing by the number of traces cost two
+    64-bit divisions per walk step), and the rows ``[walk id, v_1 .. v_{h+1}]`` written
+    straight into the send buffer of the step's ``Alltoallv``, grouped by destination (stable): the owner of
     ``v_{h+1}``, this rank for a dead walk, the root's owner after the last hop. Returns
     ``(send, counts)``. One pass over the walks per dependent random read (row of the current
     vertex, its ``indptr`` entries, the drawn ``indices`` entry, the owner of the result), in
@@ -84,10 +85,11 @@ def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: 
     overlap, where one pass doing the four in a chain per walk waits for each."""
     n, w = state.shape[0], h + 1
     last = h == hops - 1
+    tmask = (np.int64(1) << np.int64(tb)) - np.int64(1)
     a = np.empty(n, np.int64)
     for i in range(n):
-        wid = state[i, 0]
-        cur = wid // traces if h == 0 else state[i, h]
+        wid = np.int64(state[i, 0])
+        cur = wid >> tb if h == 0 else state[i, h]
         a[i] = lid[cur] if cur >= 0 else -1
     for i in range(n):
         r = a[i]
@@ -95,8 +97,8 @@ def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: 
         if r >= 0:
             d = indptr[r + 1] - indptr[r]
             if d > 0:
-                wid = state[i, 0]
-                u = draw01(vertex_key(key, 0, 0, wid // traces, 0), (wid % traces) * hops + h)
+                wid = np.int64(state[i, 0])
+                u = draw01(vertex_key(key, 0, 0, wid >> tb, 0), (wid & tmask) * hops + h)
                 p = indptr[r] + min(int(u * d), d - 1)
         a[i] = p
     for i in range(n):
@@ -107,7 +109,7 @@ def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: 
     for i in range(n):
         v = a[i]
         if last:
-            q = owner[state[i, 0] // traces]
+            q = owner[np.int64(state[i, 0]) >> tb]
         elif v >= 0:
             q = owner[v]
         else:
@@ -129,16 +131,18 @@ def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: 
 
 @numba.njit(cache=True)
 def _walks_home(home: np.ndarray, lid: np.ndarray, at_row: np.ndarray, first: int,
-                nroots: int, traces: int) -> np.ndarray:  # pragma: no cover - compiled
+                nroots: int, traces: int, tb: int) -> np.ndarray:  # pragma: no cover
     """The finished walks ``home`` (rows ``[walk id, v_1 .. v_hops]``, any order) of ``nroots``
     roots as the ``(nroots · traces, hops)`` visit array of
-    :func:`shardgnn.nau.selection.topk_visits`: walk ``position · traces + trace``, where a
+    :func:`shardgnn.nau.selection.topk_visits`: walk ``position · traces + trace`` (walk id
+    ``root << tb | trace``), where a
     root's position is ``at_row[lid[root]] - first`` (its index among the walked roots)."""
     hops = home.shape[1] - 1
+    tmask = (np.int64(1) << np.int64(tb)) - np.int64(1)
     walks = np.full((nroots * traces, hops), -1, np.int64)
     for i in range(home.shape[0]):
-        wid = home[i, 0]
-        at = (at_row[lid[wid // traces]] - first) * traces + wid % traces
+        wid = np.int64(home[i, 0])
+        at = (at_row[lid[wid >> tb]] - first) * traces + (wid & tmask)
         for c in range(hops):
             walks[at, c] = home[i, c + 1]
     return walks
@@ -176,13 +180,14 @@ def _walk_round(comm: Communicator, part: PartGraph, rb: np.ndarray, first: int,
     the roots from index ``first`` of those ``at_row`` numbers (:func:`_walks_home`):
     one compiled :func:`_walk_step` and one ``Alltoallv`` per hop, the last one home.
     Collective over comm."""
+    tb = (traces - 1).bit_length()  # walk id = root << tb | trace
     # rows of 32-bit ids where walk ids fit (half the bytes to write and send), else 64-bit
-    ids = np.int32 if part.num_nodes * traces < 2 ** 31 else np.int64
-    state = (rb[:, None] * traces + np.arange(traces, dtype=np.int64)).reshape(-1, 1).astype(ids)
+    ids = np.int32 if part.num_nodes << tb < 2 ** 31 else np.int64
+    state = ((rb[:, None] << tb) | np.arange(traces, dtype=np.int64)).reshape(-1, 1).astype(ids)
     owner = part.owner
     for h in range(hops):
-        send, counts = _walk_step(part.indptr, part.indices, part.lid, owner, key, traces, hops,
-                                  h, state, comm.size, comm.rank)
+        send, counts = _walk_step(part.indptr, part.indices, part.lid, owner, key, tb, hops, h,
+                                  state, comm.size, comm.rank)
         name = "nau_walk_home" if h == hops - 1 else f"nau_walk_h{h + 1}"
         if moved is not None and h < hops - 1:
             moved[name] = moved.get(name, 0) + int(send.shape[0] - counts[comm.rank])
@@ -190,7 +195,7 @@ def _walk_round(comm: Communicator, part: PartGraph, rb: np.ndarray, first: int,
         state = comm.alltoallv(send, counts, recvcounts=recv_counts, op_name=name)
     if hops == 0:
         return np.zeros((rb.size * traces, 0), np.int64)
-    return _walks_home(state, part.lid, at_row, first, rb.size, traces)
+    return _walks_home(state, part.lid, at_row, first, rb.size, traces, tb)
 
 
 # ---------------------------------------------------------------------- BFS (rings, anchors)

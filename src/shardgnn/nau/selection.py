@@ -220,18 +220,6 @@ def _select_topk(uv: np.ndarray, uc: np.ndarray, nu: int, k: int, top: np.ndarra
     return nt
 
 
-@numba.njit(cache=True)
-def _count_topk(vis: np.ndarray, lo: int, hi: int, root: int, k: int, hk: np.ndarray,
-                hc: np.ndarray, used: np.ndarray, uv: np.ndarray, uc: np.ndarray,
-                top: np.ndarray, sing: np.ndarray, outs: np.ndarray, leaf: np.ndarray,
-                cnt: np.ndarray, off: int) -> int:  # pragma: no cover - compiled
-    """The ``k`` most visited vertices of ``vis[lo:hi]`` (ids < 0 and ``root`` ignored) into
-    ``leaf[off:off+k]`` / ``cnt[off:off+k]``: :func:`_count_hash` then :func:`_select_topk`
-    (``uv``, ``uc``, ``sing``: ``hi - lo`` entries)."""
-    nu = _count_hash(vis, lo, hi, root, hk, hc, used, uv, uc)
-    return _select_topk(uv, uc, nu, k, top, sing, outs, leaf, cnt, off)
-
-
 def _table_size(visits: int) -> int:
     """Power of two of at least twice ``visits`` (and at least 2): the counting table."""
     return 1 << max(1, int(2 * max(visits, 1) - 1).bit_length())
@@ -245,28 +233,45 @@ _DIRECT_MAX_BYTES = 64 << 20
 
 
 @numba.njit(parallel=True, cache=True)
-def _topk(walks: np.ndarray, roots: np.ndarray, traces: int, k: int, size: int
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+def _topk(walks: np.ndarray, roots: np.ndarray, traces: int, k: int, size: int, direct: int,
+          chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """Per root: the ``k`` most visited vertices of its ``traces`` walks (rows
-    ``r * traces ..``) and their counts (:func:`_count_topk`); roots in parallel."""
+    ``r * traces ..``) and their counts (:func:`_select_topk`); chunks of ``chunk`` roots in
+    parallel. ``direct > 0``: counted with a vertex-indexed table of ``direct`` entries per
+    chunk (:func:`_count_direct`), else with a hash table of ``size`` (:func:`_count_hash`)."""
     nr, hops = roots.shape[0], walks.shape[1]
+    m = traces * hops
     leaf = np.zeros(nr * k, dtype=np.int64)
     cnt = np.zeros(nr * k, dtype=np.int64)
     kept = np.zeros(nr, dtype=np.int64)
     vis = walks.reshape(-1)
-    for c in numba.prange((nr + _CHUNK - 1) // _CHUNK):
-        hk = np.full(size, -1, dtype=np.int64)
-        hc = np.empty(size, dtype=np.int64)
-        used = np.empty(size, dtype=np.int64)
-        uv = np.empty(max(traces * hops, 1), dtype=np.int64)
-        uc = np.empty(max(traces * hops, 1), dtype=np.int64)
+    for c in numba.prange((nr + chunk - 1) // chunk):
+        tab = np.zeros(direct, dtype=np.int64)
+        hk = np.full(0 if direct > 0 else size, -1, dtype=np.int64)
+        hc = np.empty(hk.shape[0], dtype=np.int64)
+        used = np.empty(hk.shape[0], dtype=np.int64)
+        uv = np.empty(max(m, 1), dtype=np.int64)
+        uc = np.empty(max(m, 1), dtype=np.int64)
         top = np.empty(max(k, 1), dtype=np.int64)
-        sing = np.empty(max(traces * hops, 1), dtype=np.int64)
+        sing = np.empty(max(m, 1), dtype=np.int64)
         outs = np.empty(k + 1, dtype=np.int64)
-        for r in range(c * _CHUNK, min(nr, (c + 1) * _CHUNK)):
-            kept[r] = _count_topk(vis, r * traces * hops, (r + 1) * traces * hops, roots[r], k,
-                                  hk, hc, used, uv, uc, top, sing, outs, leaf, cnt, r * k)
+        for r in range(c * chunk, min(nr, (c + 1) * chunk)):
+            if direct > 0:  # stamps r + 1 - c * chunk: unique within the chunk's table
+                nu = _count_direct(vis, r * m, (r + 1) * m, roots[r], r + 1 - c * chunk, tab,
+                                   uv, uc)
+            else:
+                nu = _count_hash(vis, r * m, (r + 1) * m, roots[r], hk, hc, used, uv, uc)
+            kept[r] = _select_topk(uv, uc, nu, k, top, sing, outs, leaf, cnt, r * k)
     return leaf, cnt, kept
+
+
+def _counting(num_nodes: int, roots: int, threads: int) -> tuple[int, int]:
+    """``(direct, chunk)`` for :func:`_topk` / :func:`_walk_topk`: a vertex-indexed table per
+    thread (one chunk of roots each) where ``threads`` such tables fit
+    :data:`_DIRECT_MAX_BYTES`, else hash tables over chunks of :data:`_CHUNK` roots."""
+    if num_nodes * 8 * threads <= _DIRECT_MAX_BYTES:
+        return num_nodes, max(1, -(-roots // threads))
+    return 0, _CHUNK
 
 
 #: Roots whose walks :func:`_walk_topk` advances together (more independent loads in flight).
@@ -390,9 +395,10 @@ def topk_counts(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
     records (:func:`topk_visits`)."""
     walks = np.ascontiguousarray(walks, np.int64)
     _check_visits(int(num_nodes), int(num_traces) * walks.shape[1])
-    kernel_threads()
-    return _topk(walks, np.asarray(roots, np.int64), int(num_traces), int(k),
-                 _table_size(int(num_traces) * walks.shape[1]))
+    roots = np.asarray(roots, np.int64)
+    direct, chunk = _counting(int(num_nodes), roots.size, kernel_threads())
+    return _topk(walks, roots, int(num_traces), int(k),
+                 _table_size(int(num_traces) * walks.shape[1]), direct, chunk)
 
 
 def topk_visits(walks: np.ndarray, roots: np.ndarray, num_traces: int, k: int,
@@ -415,9 +421,7 @@ def walk_topk(graph: TypedGraph, roots: np.ndarray, num_traces: int, hops: int, 
     roots = np.ascontiguousarray(roots, np.int64)
     key = int(rng.integers(0, 2 ** 62))
     _check_visits(graph.num_nodes, int(num_traces) * int(hops))
-    threads = kernel_threads()
-    direct = graph.num_nodes if graph.num_nodes * 8 * threads <= _DIRECT_MAX_BYTES else 0
-    chunk = max(1, -(-roots.size // threads)) if direct else _CHUNK
+    direct, chunk = _counting(graph.num_nodes, roots.size, kernel_threads())
     leaf, cnt, kept = _walk_topk(graph.indptr, graph.indices, roots, key, int(num_traces),
                                  int(hops), int(k), _table_size(int(num_traces) * int(hops)),
                                  direct, chunk)
