@@ -9,9 +9,10 @@ The distributed NAU engine (``shardgnn.nau.dist_engine``) moves, per layer ``l``
 * with partial aggregation at that layer: one pre-reduced row per (bottom-level row, remote
   leaf owner) pair, at every layer, and the gradients of those rows back;
 * the plan exchange when the HDGs are (re)built (``nau_plan``): the requested vertex ids
-  (int64, when a layer exchanges rows) and the remote bottom-level edges (two int64 and one
-  float32 each, when a layer uses partial aggregation); with rows, also the model's vertex
-  data of the remote leaves (``nau_vdata``, e.g. GCN's in-degrees).
+  (int64, when a layer exchanges rows) and, when a layer uses partial aggregation, the remote
+  bottom-level edges (a leaf id, int32 below 2^31 vertices else int64, and a float32 weight
+  each) with one int64 edge count per (row, owner) message; with rows, also the model's
+  vertex data of the remote leaves (``nau_vdata``, e.g. GCN's in-degrees).
 
 Bytes are counted by the sender (what :class:`shardgnn.comm.Communicator` counts).
 :func:`epoch_bytes` predicts them per rank from the owner map and each rank's bottom-level
@@ -73,7 +74,7 @@ def epoch_bytes(owner: np.ndarray, rows: Sequence[np.ndarray], leaves: Sequence[
         halo = np.unique(leaf[remote])
         halo_src = np.bincount(owner[halo], minlength=p)
         if build and any(modes):
-            add("nau_plan", r, int(remote.sum()) * (16 + 4))
+            add("nau_plan", r, plan_bytes(key.size, int(remote.sum()), owner.size))
         if build and not all(modes):
             add("nau_plan", r, halo.size * 8)
             for q in range(p):
@@ -93,6 +94,12 @@ def epoch_bytes(owner: np.ndarray, rows: Sequence[np.ndarray], leaves: Sequence[
     return {k: v for k, v in out.items()}
 
 
+def plan_bytes(messages: int, remote_edges: int, num_nodes: int) -> int:
+    """Bytes of the partial-aggregation plan exchange: per remote edge its leaf id (int32 when
+    ``num_nodes`` < 2^31, else int64) and float32 weight, per message its int64 edge count."""
+    return remote_edges * ((4 if num_nodes < 2**31 else 8) + 4) + messages * 8
+
+
 def _term(messages: int, halo: int, layer: int, din: int, dred: int, partial: bool,
           builds_per_epoch: float, evals_per_epoch: float, itemsize: int) -> float:
     """One layer's bytes per epoch (no plan costs), all ranks together."""
@@ -106,7 +113,7 @@ def _term(messages: int, halo: int, layer: int, din: int, dred: int, partial: bo
 
 def layer_bytes(messages: int, halo: int, remote_edges: int, in_widths: Sequence[int],
                 red_widths: Sequence[int], modes: Sequence[bool], *, builds_per_epoch: float,
-                evals_per_epoch: float, itemsize: int = 4) -> float:
+                evals_per_epoch: float, itemsize: int = 4, num_nodes: int = 0) -> float:
     """Predicted bytes per epoch, all ranks together, of one assignment of modes to layers.
 
     ``messages``: the (bottom-level row, remote owner) pairs of all ranks; ``halo``: the
@@ -115,13 +122,14 @@ def layer_bytes(messages: int, halo: int, remote_edges: int, in_widths: Sequence
     of the rows its bottom level reduces; ``modes``: per layer, partial aggregation (True) or
     the row exchange. ``builds_per_epoch``: HDG set builds per epoch (1 for models rebuilding
     them every epoch, 1 / epochs otherwise); ``evals_per_epoch``: evaluation forwards per
-    epoch. The same terms as :func:`epoch_bytes`, summed over ranks.
+    epoch; ``num_nodes``: the graph's vertex count (the width of a leaf id in the plan
+    exchange). The same terms as :func:`epoch_bytes`, summed over ranks.
     """
     total = sum(_term(messages, halo, layer, din, dred, partial, builds_per_epoch,
                       evals_per_epoch, itemsize)
                 for layer, (din, dred, partial) in enumerate(zip(in_widths, red_widths, modes)))
     if any(modes):
-        total += remote_edges * (16 + 4) * builds_per_epoch
+        total += plan_bytes(messages, remote_edges, num_nodes) * builds_per_epoch
     if not all(modes):
         total += halo * 8 * builds_per_epoch
     return total
@@ -129,7 +137,8 @@ def layer_bytes(messages: int, halo: int, remote_edges: int, in_widths: Sequence
 
 def choose_partial(messages: int, halo: int, remote_edges: int, in_widths: Sequence[int],
                    red_widths: Sequence[int], *, builds_per_epoch: float,
-                   evals_per_epoch: float) -> tuple[list[bool], dict[str, float]]:
+                   evals_per_epoch: float,
+                   num_nodes: int = 0) -> tuple[list[bool], dict[str, float]]:
     """Per layer, partial aggregation or the row exchange: the assignment with the fewest
     predicted bytes per epoch (:func:`layer_bytes`; ties go to partial aggregation).
 
@@ -142,7 +151,8 @@ def choose_partial(messages: int, halo: int, remote_edges: int, in_widths: Seque
 
     def cost(modes: list[bool]) -> float:
         return layer_bytes(messages, halo, remote_edges, in_widths, red_widths, modes,
-                           builds_per_epoch=builds_per_epoch, evals_per_epoch=evals_per_epoch)
+                           builds_per_epoch=builds_per_epoch, evals_per_epoch=evals_per_epoch,
+                           num_nodes=num_nodes)
 
     per_layer = [_term(messages, halo, i, in_widths[i], red_widths[i], True, builds_per_epoch,
                        evals_per_epoch, 4) <=

@@ -1,11 +1,14 @@
 """Where a distributed NAU run's resident memory goes, per rank (issue 36):
 ``mpiexec -n P python -m mpi4py rss_profile.py OUT.json train --engine nau ...``.
 
-Runs the ``shardgnn`` command line in-process with a thread sampling this process's resident set
-(``VmRSS``) every 5 ms, and records, per rank, the resident set after the imports and at the
-entry and exit of each stage (``load_part``; the trainer's ``select``, ``choose``, ``rebuild``,
-``step``, ``evaluate``; inside ``rebuild``: ``build_layout``, ``build_partial``) with the peak
-inside it, in MB; at each stage's exit also ``/proc/self/smaps_rollup``'s split of the resident
+Runs the ``shardgnn`` command line in-process and records, per rank, the resident set after the
+imports and at the entry and exit of each stage (``load_part``; the trainer's ``select``,
+``choose``, ``rebuild``, ``step``, ``evaluate``; inside ``rebuild``: ``build_layout``,
+``build_partial``, ``localize``, ``PartialHDGSet.prepare``, ``own_rows``, ``bind_layers``) with
+the peak inside it, in MB: the kernel's ``VmHWM``, reset at each stage's entry
+(``/proc/self/clear_refs``), so peaks inside compiled code, which holds the GIL, count too,
+and a thread sampling ``VmRSS`` every 5 ms (the run's own ``peak_rss_bytes`` is therefore not
+the whole run's peak here); at each stage's exit also ``/proc/self/smaps_rollup``'s split of the resident
 set (``anon``: private heap and arrays, what each rank really adds; ``file``: mapped library and
 file pages, which the page cache shares between the ranks of a node; ``shmem``: shared memory,
 MPI's intra-node segments) and ``pss`` (each shared page divided among the processes mapping
@@ -78,6 +81,24 @@ def _wrap_kernels() -> None:
     Dispatcher.compile = g  # type: ignore[method-assign]
 
 
+def hwm_mb() -> int:
+    """The resident peak (``VmHWM``) since the last :func:`reset_hwm`, in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def reset_hwm() -> None:
+    """Reset ``VmHWM`` to the current resident set (``/proc/self/clear_refs``, value 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def _sample() -> None:
     while True:
         PEAK[0] = max(PEAK[0], rss_mb())
@@ -89,14 +110,16 @@ def _wrap(owner: Any, name: str) -> None:
 
     @functools.wraps(f)
     def g(*a: Any, **k: Any) -> Any:
-        outer = PEAK[0]
+        outer = max(PEAK[0], hwm_mb())  # the enclosing stage's peak so far
+        reset_hwm()
         before = PEAK[0] = rss_mb()
         try:
             return f(*a, **k)
         finally:
-            LOG.append({"stage": name, "enter": before, "exit": rss_mb(), "peak": PEAK[0],
+            peak = max(PEAK[0], hwm_mb())
+            LOG.append({"stage": name, "enter": before, "exit": rss_mb(), "peak": peak,
                         **rollup_mb()})
-            PEAK[0] = max(outer, PEAK[0])  # an enclosing stage keeps its own peak
+            PEAK[0] = max(outer, peak)  # an enclosing stage keeps its own peak
     setattr(owner, name, g)
 
 
@@ -108,21 +131,23 @@ def main() -> None:
 
     from shardgnn.comm import world
     from shardgnn.nau import dist_engine, part
+    from shardgnn.nau.pipeline import PartialHDGSet
 
     LOG.append({"stage": "imports", "exit": rss_mb(), **rollup_mb()})
     _wrap_kernels()
     _wrap(part, "load_part")
-    for m in ("select", "choose", "rebuild", "step", "evaluate"):
+    for m in ("select", "choose", "rebuild", "own_rows", "bind_layers", "step", "evaluate"):
         _wrap(dist_engine.DistTrainer, m)
-    for m in ("build_layout", "build_partial"):
+    for m in ("build_layout", "build_partial", "localize"):
         _wrap(dist_engine, m)
+    _wrap(PartialHDGSet, "prepare")
     out = Path(sys.argv[1])
     argv = sys.argv[2:]
     sys.argv = ["shardgnn", *argv]
     from shardgnn.cli.main import main as cli
 
     rc = cli()
-    LOG.append({"stage": "end", "exit": rss_mb(), "peak": PEAK[0], **rollup_mb(),
+    LOG.append({"stage": "end", "exit": rss_mb(), "peak": max(PEAK[0], hwm_mb()), **rollup_mb(),
                 "numba_kernel_loads": KERNELS["loads"], "numba_kernel_mb": KERNELS["mb"],
                 "numba_kernels": KERNELS["each"]})
     comm = world()

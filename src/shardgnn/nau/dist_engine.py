@@ -34,7 +34,7 @@ from shardgnn.nau import resume
 from shardgnn.nau.aggregation import Executor
 from shardgnn.nau.dist import Layout, build_layout, exchange, exchange_array, localize
 from shardgnn.nau.graph import TypedGraph, load_dataset
-from shardgnn.nau.hdg import HDG, from_records
+from shardgnn.nau.hdg import HDG, from_records, index_dtype
 from shardgnn.nau.layer import DropKey, HDGSet
 from shardgnn.nau.part import PartGraph, from_graph
 from shardgnn.nau.pipeline import (DistExecutor, PartialHDGSet, build_partial, choose_layers,
@@ -219,8 +219,9 @@ class DistTrainer:
                                               self.exe, plan)
             self.hdgs_partial.prepare()
         if not all(modes):
-            table = np.full(n, -1, dtype=np.int64)
-            table[lay.gids] = np.arange(lay.n_local, dtype=np.int64)
+            it = index_dtype(lay.n_local + 1)
+            table: np.ndarray = np.full(n, -1, dtype=it)  # int32 where it fits: the local leaves too
+            table[lay.gids] = np.arange(lay.n_local, dtype=it)
             self.hdgs_rows = HDGSet(localize(self.hdg, table, root_pos), lay.n_local,
                                     self.exe).prepare()
             own = self.model.vertex_data(self.part, lay.own)

@@ -138,6 +138,24 @@ class HDG:
         return int(n)
 
     # ------------------------------------------------------------------ derived views
+    def head(self, k: int) -> "HDG":
+        """The HDGs of the first ``k`` roots: views of prefixes of the arrays (nothing
+        instance- or leaf-sized is made, unlike a general subset)."""
+        k = min(max(int(k), 0), self.num_roots)
+        s = k * self.num_types
+        n_inst = int(self.slot_ptr[s])
+        inst_ptr = None if self.inst_ptr is None else self.inst_ptr[:n_inst + 1]
+        if self.flat:
+            n_leaf = n_inst
+        elif inst_ptr is not None:
+            n_leaf = int(inst_ptr[-1])
+        else:  # fixed arity: per slot, its instances times its type's arity
+            arity = np.tile(np.asarray(self.schema.arity, np.int64), k)
+            n_leaf = int((np.diff(self.slot_ptr[:s + 1]) * arity).sum())
+        return HDG(self.schema, self.roots[:k], self.slot_ptr[:s + 1], self.leaf[:n_leaf],
+                   inst_ptr, None if self.weight is None else self.weight[:n_inst],
+                   fixed_arity=self.fixed_arity)
+
     def slot_of_instance(self) -> np.ndarray:
         """The omitted Dst array of the in-between level: slot id of every instance."""
         return np.repeat(np.arange(self.num_slots, dtype=np.int64), np.diff(self.slot_ptr))

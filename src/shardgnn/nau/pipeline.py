@@ -26,15 +26,17 @@ pass over one root measures (:func:`probe_widths`) and the rank's counts summed 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numba
 import numpy as np
 import torch
 
 from shardgnn.comm import Communicator
 from shardgnn.device import CPU, Device
 from shardgnn.nau.aggregation import Executor, LeafPlan
-from shardgnn.nau.hdg import HDG
+from shardgnn.nau.hdg import HDG, index_dtype
 from shardgnn.nau.layer import HDGSet, NAUModel
 
 if TYPE_CHECKING:
@@ -50,30 +52,142 @@ def supports_partial(model: NAUModel) -> bool:
     return bool(getattr(model, "partial_aggregation", False))
 
 
+def _bottom(h: HDG) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`bottom_edges` without copies: the stored index dtypes, ``w`` None for all ones."""
+    if h.flat:
+        return h.slot_ptr, h.leaf, h.weight
+    sizes = h.instance_sizes()
+    w = (1.0 / np.maximum(sizes, 1)).astype(np.float32)
+    return h.instance_ptr(), h.leaf, np.repeat(w, sizes)
+
+
 def bottom_edges(h: HDG) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(ptr, src, w)`` of the bottom level: ``out[d] = sum w * x[src]`` over ``ptr[d]:ptr[d+1]``.
 
     The same weights as the one-rank plan (:func:`shardgnn.nau.aggregation.leaf_plan`): the
     instance weights on flat HDGs (1 when none), the instance mean ``1/size`` otherwise.
     """
-    if h.flat:
-        w = np.ones(h.num_instances, np.float32) if h.weight is None else h.weight
-        return (np.asarray(h.slot_ptr, np.int64), np.asarray(h.leaf, np.int64),
-                np.asarray(w, np.float32))
-    sizes = h.instance_sizes()
-    w = np.repeat(1.0 / np.maximum(sizes, 1), sizes).astype(np.float32)
-    return np.asarray(h.instance_ptr(), np.int64), np.asarray(h.leaf, np.int64), w
+    ptr, src, w = _bottom(h)
+    w = np.ones(src.shape[0], np.float32) if w is None else w
+    return np.asarray(ptr, np.int64), np.asarray(src, np.int64), np.asarray(w, np.float32)
 
 
-def _plan(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape: tuple[int, int],
+@numba.njit(cache=True)
+def _count_remote(ptr: np.ndarray, src: np.ndarray, owner: np.ndarray, size: int,
+                  distinct: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """Per owner rank: the bottom-level edges whose leaf it owns, the rows with such an edge
+    (the (row, owner) pairs), and the distinct leaves it owns (when ``distinct``, else 0)."""
+    edges = np.zeros(size, np.int64)
+    pairs = np.zeros(size, np.int64)
+    leaves = np.zeros(size, np.int64)
+    seen = np.full(size, -1, np.int64)
+    mark = np.zeros(owner.shape[0] if distinct else 0, np.bool_)
+    for d in range(ptr.shape[0] - 1):
+        for e in range(ptr[d], ptr[d + 1]):
+            v = src[e]
+            o = owner[v]
+            edges[o] += 1
+            if seen[o] != d:
+                seen[o] = d
+                pairs[o] += 1
+            if distinct and not mark[v]:
+                mark[v] = True
+                leaves[o] += 1
+    return edges, pairs, leaves
+
+
+@numba.njit(cache=True)
+def _pack(ptr: np.ndarray, src: np.ndarray, w: np.ndarray, weighted: bool, owner: np.ndarray,
+          own: np.ndarray, rank: int, edge_counts: np.ndarray, msg_counts: np.ndarray,
+          a_ptr: np.ndarray, a_col: np.ndarray, a_w: np.ndarray, s_src: np.ndarray,
+          s_w: np.ndarray, m_len: np.ndarray, m_row: np.ndarray) -> None:  # pragma: no cover
+    """One pass over the bottom-level edges in row order: the local ones into the rows of
+    ``a`` (columns = positions in ``own``), the remote ones into per-owner blocks of
+    ``s_src``/``s_w`` (row order kept), with one message per (owner, row): its row
+    (``m_row``) and edge count (``m_len``), grouped by owner."""
+    size = edge_counts.shape[0]
+    s_off = np.zeros(size, np.int64)
+    p_off = np.zeros(size, np.int64)
+    for r in range(1, size):
+        s_off[r] = s_off[r - 1] + edge_counts[r - 1]
+        p_off[r] = p_off[r - 1] + msg_counts[r - 1]
+    seen = np.full(size, -1, np.int64)
+    k = 0
+    a_ptr[0] = 0
+    for d in range(ptr.shape[0] - 1):
+        for e in range(ptr[d], ptr[d + 1]):
+            v = src[e]
+            x = w[e] if weighted else np.float32(1.0)
+            o = owner[v]
+            if o == rank:
+                a_col[k] = np.searchsorted(own, v)
+                a_w[k] = x
+                k += 1
+                continue
+            if seen[o] != d:
+                seen[o] = d
+                m_row[p_off[o]] = d
+                m_len[p_off[o]] = 0
+                p_off[o] += 1
+            m_len[p_off[o] - 1] += 1
+            s_src[s_off[o]] = v
+            s_w[s_off[o]] = x
+            s_off[o] += 1
+        a_ptr[d + 1] = k
+
+
+@numba.njit(cache=True)
+def _canonical(ptr: np.ndarray, col: np.ndarray, w: np.ndarray) -> int:  # pragma: no cover
+    """CSR rows sorted by column (stable) with duplicates summed in order (a float32 running
+    sum, as scipy's ``sum_duplicates``), in place; returns the entries left (``ptr``
+    rewritten)."""
+    q = 0
+    lo = ptr[0]
+    for d in range(ptr.shape[0] - 1):
+        hi = ptr[d + 1]
+        n = hi - lo
+        if n > 32 and np.any(col[lo + 1:hi] < col[lo:hi - 1]):
+            order = np.argsort(col[lo:hi], kind="mergesort")
+            c = col[lo:hi][order]
+            x = w[lo:hi][order]
+            col[lo:hi] = c
+            w[lo:hi] = x
+        else:
+            for i in range(lo + 1, hi):  # insertion sort: stable, linear when sorted
+                c0, x0 = col[i], w[i]
+                j = i - 1
+                while j >= lo and col[j] > c0:
+                    col[j + 1], w[j + 1] = col[j], w[j]
+                    j -= 1
+                col[j + 1], w[j + 1] = c0, x0
+        start = q
+        for i in range(lo, hi):
+            if q > start and col[q - 1] == col[i]:
+                w[q - 1] += w[i]
+            else:
+                col[q], w[q] = col[i], w[i]
+                q += 1
+        ptr[d + 1] = q
+        lo = hi
+    ptr[0] = 0
+    return q
+
+
+@numba.njit(cache=True)
+def _to_local(ids: np.ndarray, own: np.ndarray) -> None:  # pragma: no cover
+    """Global vertex ids to their positions in the sorted ``own``, in place."""
+    for i in range(ids.shape[0]):
+        ids[i] = np.searchsorted(own, ids[i])
+
+
+def _plan(ptr: np.ndarray, col: np.ndarray, w: np.ndarray, num_src: int,
           kernel: str | None = None, device: Device = CPU) -> LeafPlan:
     """A one-rank bottom-level plan (the engine's fused kernel, or ``kernel`` on ``device``)
-    from COO, duplicates summed."""
-    import scipy.sparse as sp
-
-    a = sp.csr_matrix((vals.astype(np.float32), (rows, cols)), shape=shape)
-    a.sum_duplicates()
-    plan = LeafPlan(a.indptr, a.indices, a.data, shape[1], kernel=kernel, device=device)
+    from row-grouped CSR arrays, made canonical in place (columns sorted, duplicates summed)."""
+    nnz = _canonical(ptr, col, w)
+    if nnz < col.shape[0]:  # duplicates folded: keep only what is used
+        col, w = col[:nnz].copy(), w[:nnz].copy()
+    plan = LeafPlan(ptr, col, w, num_src, kernel=kernel, device=device)
     plan.prepare(True)
     return plan
 
@@ -107,61 +221,86 @@ class PartialPlan:
         return int(self.send_counts.sum() - self.send_counts[self.comm.rank])
 
 
+@dataclass
+class PartialPack:
+    """The rank-local half of :func:`build_partial` before the exchange (:func:`pack_partial`).
+
+    ``a_ptr``/``a_col``/``a_w``: the local leaves' CSR (rows = bottom-level rows, columns =
+    positions in ``own``, not yet canonical); ``send_src``/``send_w``: the remote edges' leaves
+    (global ids) and weights, grouped by the leaf's owner (``edge_counts``), row order kept;
+    ``msg_len``: per (owner, row) message, its edge count, grouped by owner (``recv_counts``:
+    the messages this rank receives each epoch); ``recv_rows``: each message's row.
+    """
+
+    num_dst: int
+    a_ptr: np.ndarray
+    a_col: np.ndarray
+    a_w: np.ndarray
+    send_src: np.ndarray
+    send_w: np.ndarray
+    edge_counts: np.ndarray
+    msg_len: np.ndarray
+    recv_counts: np.ndarray
+    recv_rows: np.ndarray
+
+
+def pack_partial(h: HDG, owner: np.ndarray, own: np.ndarray, rank: int,
+                 size: int) -> PartialPack:
+    """Split the bottom-level edges of this rank's HDGs ``h`` (global leaf ids) into its local
+    plan and the edges for the leaves' owners (:class:`PartialPack`), with two compiled passes
+    and no edge-sized temporary (indices int32 where they fit). Rank-local."""
+    ptr, src, w = _bottom(h)
+    num_dst = int(ptr.shape[0] - 1)
+    edge_counts, msg_counts, _ = _count_remote(ptr, src, owner, size, False)
+    n_loc = int(edge_counts[rank])
+    edge_counts[rank] = msg_counts[rank] = 0
+    it = index_dtype(max(int(ptr[-1]), own.size, num_dst) + 1)
+    a_ptr: np.ndarray = np.empty(num_dst + 1, it)
+    a_col: np.ndarray = np.empty(n_loc, it)
+    a_w = np.empty(n_loc, np.float32)
+    n_rem, n_msg = int(edge_counts.sum()), int(msg_counts.sum())
+    send_src: np.ndarray = np.empty(n_rem, index_dtype(owner.shape[0]))
+    send_w = np.empty(n_rem, np.float32)
+    msg_len = np.empty(n_msg, np.int64)
+    recv_rows = np.empty(n_msg, np.int64)
+    _pack(ptr, src, np.zeros(0, np.float32) if w is None else w, w is not None, owner, own,
+          rank, edge_counts, msg_counts, a_ptr, a_col, a_w, send_src, send_w, msg_len,
+          recv_rows)
+    return PartialPack(num_dst, a_ptr, a_col, a_w, send_src, send_w, edge_counts, msg_len,
+                       msg_counts, recv_rows)
+
+
+def unpack_partial(own: np.ndarray, msg_len: np.ndarray, src: np.ndarray,
+                   w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The other ranks' pre-reduction CSR for this rank (rows = the messages received, in
+    order; columns = positions in ``own``), from each message's edge count and the edges'
+    leaves (global ids, rewritten in place) and weights. Rank-local."""
+    ptr = np.zeros(msg_len.shape[0] + 1, index_dtype(max(src.shape[0], own.size) + 1))
+    np.cumsum(msg_len, out=ptr[1:])
+    _to_local(src, own)
+    return ptr, src, w
+
+
 def build_partial(comm: Communicator, h: HDG, owner: np.ndarray, own: np.ndarray,
                   op_name: str = "nau_plan", kernel: str | None = None,
                   device: Device = CPU) -> PartialPlan:
     """The :class:`PartialPlan` of this rank's HDGs ``h`` (global leaf ids). ``own``: the
-    rank's own vertices, sorted. The remote edges go to their leaves' owners once (two
-    ``Alltoallv``, counted under ``op_name``); the plans' tensors go to ``device`` (provider
-    ``kernel``). Collective over comm."""
-    ptr, src, w = bottom_edges(h)
-    num_dst = int(ptr.shape[0] - 1)
-    nd = max(num_dst, 1)
-    # the remote edges as sorted keys (owner, row, leaf): no E-sized temporary is kept longer
-    # than needed (at scale this set-up, not the structure, set a rank's peak memory)
-    dst = np.repeat(np.arange(num_dst, dtype=np.int64), np.diff(ptr))
-    o = owner[src]
-    loc = o == comm.rank
-    a = _plan(dst[loc], np.searchsorted(own, src[loc]), w[loc], (num_dst, own.size), kernel,
-              device)
-    rem = np.flatnonzero(~loc)
-    del loc
-    pair = o[rem].astype(np.int64) * nd + dst[rem]
-    del dst, o
-    order = np.lexsort((src[rem], pair))
-    rem = rem[order]
-    pair = pair[order]
-    del order
-    rs, rw = src[rem], w[rem]
-    del rem, src, w
-    new = np.ones(pair.size, bool)
-    new[1:] = pair[1:] != pair[:-1]
-    inv = np.cumsum(new) - 1  # pair keys are sorted: unique by their changes
-    pairs = pair[new]
-    del new
-    ro = pair // nd
-    del pair
-    msg_src = pairs // nd
-    recv_rows = (pairs % nd).astype(np.int64)
-    recv_counts = np.bincount(msg_src, minlength=comm.size).astype(np.int64)
-    first = np.cumsum(recv_counts) - recv_counts
-    row_in_block = inv - first[ro]
-    del inv
-    edge_counts = np.bincount(ro, minlength=comm.size).astype(np.int64)
-    send_counts = comm.alltoall_counts(recv_counts)
-    in_edges = comm.alltoall_counts(edge_counts)
-    ints = comm.alltoallv(np.ascontiguousarray(np.stack([row_in_block, rs], 1)), edge_counts,
-                          recvcounts=in_edges, op_name=op_name)
-    ws = comm.alltoallv(np.ascontiguousarray(rw, np.float32), edge_counts, recvcounts=in_edges,
-                        op_name=op_name)
-    del rs, rw, row_in_block, ro
-    sender = np.repeat(np.arange(comm.size, dtype=np.int64), in_edges)
-    out_first = np.cumsum(send_counts) - send_counts
-    rows = out_first[sender] + ints[:, 0] if ints.size else np.zeros(0, np.int64)
-    cols = np.searchsorted(own, ints[:, 1]) if ints.size else np.zeros(0, np.int64)
-    del ints, sender
-    b = _plan(rows, cols, ws, (int(send_counts.sum()), own.size), kernel, device)
-    return PartialPlan(comm, num_dst, own.size, a, b, send_counts, recv_counts, recv_rows)
+    rank's own vertices, sorted. The remote edges go to their leaves' owners once (three
+    ``Alltoallv``: each message's edge count, the leaves, the weights; counted under
+    ``op_name``); the plans' tensors go to ``device`` (provider ``kernel``). Collective over
+    comm."""
+    pk = pack_partial(h, owner, own, comm.rank, comm.size)
+    a = _plan(pk.a_ptr, pk.a_col, pk.a_w, own.size, kernel, device)
+    send_counts = comm.alltoall_counts(pk.recv_counts)
+    in_edges = comm.alltoall_counts(pk.edge_counts)
+    lens = comm.alltoallv(pk.msg_len, pk.recv_counts, recvcounts=send_counts, op_name=op_name)
+    src = comm.alltoallv(pk.send_src, pk.edge_counts, recvcounts=in_edges, op_name=op_name)
+    pk.send_src = pk.send_src[:0]
+    ws = comm.alltoallv(pk.send_w, pk.edge_counts, recvcounts=in_edges, op_name=op_name)
+    pk.send_w = pk.send_w[:0]
+    b = _plan(*unpack_partial(own, lens, src, ws), own.size, kernel, device)
+    return PartialPlan(comm, pk.num_dst, own.size, a, b, send_counts, pk.recv_counts,
+                       pk.recv_rows)
 
 
 class _PartialReduce(torch.autograd.Function):
@@ -271,13 +410,12 @@ def probe_widths(layers: "Sequence[Any]", h: HDG, bind: "Callable[[np.ndarray, n
     no root. ``bind(gids, root_rows)`` gives the layers the vertex data of their rows; it is
     left set for that root: bind again afterwards. ``device``/``kernel``: where the layers
     run. Rank-local."""
-    from shardgnn.nau.balance import subset
     from shardgnn.nau.dist import localize
 
     out = np.zeros((2, len(layers)), np.int64)
     if h.num_roots == 0:
         return out
-    sub = subset(h, np.zeros(1, np.int64))
+    sub = h.head(1)
     table = np.zeros(int(sub.leaf.max(initial=0)) + 1, np.int64)
     exe = _WidthExecutor(mode, device, kernel)
     one = HDGSet(localize(sub, table, np.zeros(1, np.int64)), 1, exe).prepare()
@@ -300,25 +438,12 @@ def probe_widths(layers: "Sequence[Any]", h: HDG, bind: "Callable[[np.ndarray, n
 def exchange_counts(h: HDG, owner: np.ndarray, rank: int) -> np.ndarray:
     """This rank's ``[messages, distinct remote leaves, remote edges]`` of its HDGs' bottom
     level: the pre-reduced rows it would receive with partial aggregation, the rows it would
-    receive without, and the plan's edges. Rank-local."""
-    ptr, src, _ = bottom_edges(h)
-    o = owner[src]
-    rem = np.flatnonzero(o != rank)
-    ranks = int(owner.max(initial=0)) + 1
-    key = (np.searchsorted(ptr, rem, side="right") - 1) * ranks + o[rem]  # (row, owner)
-    del o
-    return np.array([_distinct(key, (ptr.size - 1) * ranks),
-                     _distinct(src[rem], owner.size), rem.size], np.int64)
-
-
-def _distinct(v: np.ndarray, bound: int) -> int:
-    """Distinct values of ``v`` (in ``[0, bound)``): by a mark per value where ``bound`` is
-    small against ``v``, else by sorting."""
-    if bound <= 8 * v.size + (1 << 20):
-        mark = np.zeros(bound, bool)
-        mark[v] = True
-        return int(mark.sum())
-    return int(np.unique(v).size)
+    receive without, and the plan's edges (one compiled pass). Rank-local."""
+    ptr, src, _ = _bottom(h)
+    size = max(int(owner.max(initial=0)), rank) + 1
+    edges, pairs, leaves = _count_remote(ptr, src, owner, size, True)
+    return np.array([pairs.sum() - pairs[rank], leaves.sum() - leaves[rank],
+                     edges.sum() - edges[rank]], np.int64)
 
 
 def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np.ndarray,
@@ -340,4 +465,4 @@ def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np
         return [True] * len(layers), {}
     return choose_partial(int(c[0]), int(c[1]), int(c[2]), w[0].astype(int).tolist(),
                           w[1].astype(int).tolist(), builds_per_epoch=builds_per_epoch,
-                          evals_per_epoch=evals_per_epoch)
+                          evals_per_epoch=evals_per_epoch, num_nodes=owner.size)
