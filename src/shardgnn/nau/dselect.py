@@ -98,7 +98,7 @@ def _walk_step(indptr: np.ndarray, indices: np.ndarray, lid: np.ndarray, owner: 
             d = indptr[r + 1] - indptr[r]
             if d > 0:
                 wid = np.int64(state[i, 0])
-                u = draw01(vertex_key(key, 0, 0, wid >> tb, 0), (wid & tmask) * hops + h)
+                u = draw01(vertex_key(key, 0, 0, int(wid >> tb), 0), int(wid & tmask) * hops + h)
                 p = indptr[r] + min(int(u * d), d - 1)
         a[i] = p
     for i in range(n):
