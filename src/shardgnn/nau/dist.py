@@ -188,11 +188,18 @@ def build_layout(comm: Communicator, owner: np.ndarray, need: np.ndarray,
     ``op_name``). Collective over comm.
     """
     own = np.flatnonzero(owner == comm.rank).astype(np.int64)
-    need = np.unique(np.asarray(need, dtype=np.int64))
-    halo = need[owner[need] != comm.rank]
+    if owner.size <= 8 * need.size + (1 << 20):  # distinct by a mark per vertex: no copy, no sort
+        mark = np.zeros(owner.size, bool)
+        mark[need] = True
+        mark &= owner != comm.rank
+        halo = np.flatnonzero(mark)
+        del mark
+    else:
+        need = np.unique(np.asarray(need, dtype=np.int64))
+        halo = need[owner[need] != comm.rank]
     o = owner[halo]
-    order = np.lexsort((halo, o))
-    halo = halo[order]
+    order = np.argsort(o, kind="stable")  # by owner, then id (halo is sorted)
+    halo = halo[order].astype(np.int64)
     recv_counts = np.bincount(o, minlength=comm.size).astype(np.int64)
     send_counts = comm.alltoall_counts(recv_counts)
     req = comm.alltoallv(halo, recv_counts, recvcounts=send_counts, op_name=op_name)

@@ -56,9 +56,15 @@ def _rounds(comm: Communicator, n: int, per: int) -> int:
 
 
 def in_neighbours(part: PartGraph, roots: np.ndarray) -> Records:
-    """GCN's records: the in-neighbours of the owned ``roots``, ordered by root. Rank-local."""
+    """GCN's records: the in-neighbours of the owned ``roots``, ordered by root. When the roots
+    are every owned row in order, the leaves are the part's in-neighbour array itself (shared,
+    not copied). Rank-local."""
     r = part.rows(roots)
     ptr = np.asarray(part.in_indptr, np.int64)
+    if r.size == ptr.size - 1 and np.array_equal(r, np.arange(r.size)):
+        pos = np.repeat(np.arange(r.size, dtype=np.int64), np.diff(ptr))
+        return Records(pos, np.zeros(pos.size, np.int64), part.in_indices, None, None,
+                       root_ptr=ptr)
     pos, idx = gather_rows(ptr, r)
     root_ptr = np.zeros(r.size + 1, np.int64)
     np.cumsum(ptr[r + 1] - ptr[r], out=root_ptr[1:])

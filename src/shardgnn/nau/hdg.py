@@ -231,7 +231,7 @@ def _from_root_ptr(schema: SchemaTree, roots: np.ndarray, root_ptr: np.ndarray,
         raise ShardError(f"HDG records: expected {n} weights, got {np.shape(weight)}")
     bound = max(n, int(roots.max(initial=0)) + 1, int(leaf.max(initial=0)) + 1 if n else 0)
     it = index_dtype(bound + 1)
-    return HDG(schema, roots.astype(it), root_ptr.astype(it), leaf.astype(it), None,
+    return HDG(schema, roots.astype(it), root_ptr.astype(it), leaf.astype(it, copy=False), None,
                None if weight is None else np.asarray(weight, dtype=np.float32))
 
 
