@@ -33,6 +33,7 @@ import torch
 
 from shardgnn.comm import Communicator
 from shardgnn.device import CPU, Device
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.nau.aggregation import Executor, LeafPlan
 from shardgnn.nau.hdg import HDG
 from shardgnn.nau.layer import HDGSet, NAUModel
@@ -318,7 +319,7 @@ def _distinct(v: np.ndarray, bound: int) -> int:
         mark = np.zeros(bound, bool)
         mark[v] = True
         return int(mark.sum())
-    return int(np.unique(v).size)
+    return int(sorted_unique(v).size)
 
 
 def choose_layers(comm: Communicator, layers: "Sequence[Any]", h: HDG, owner: np.ndarray,
