@@ -161,3 +161,38 @@ def test_single_node_defaults_keep_the_users_setting():
     env = {"UCX_MEM_EVENTS": "yes"}
     single_node_defaults(env)
     assert env == {"UCX_MEM_EVENTS": "yes"}
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint32, np.int8])
+def test_sorted_sets_equal_numpy(dtype):
+    # the sort-based helpers every module uses in place of np.unique / np.union1d
+    from shardgnn.io.extsort import sorted_unique, union_sorted
+
+    rng = np.random.default_rng(5)
+    hi = np.iinfo(dtype).max
+    lo = np.iinfo(dtype).min
+    for size in (0, 1, 2, 17, 5000):
+        x = rng.integers(lo, hi, size, dtype=dtype, endpoint=True)
+        dup = np.concatenate([x, x[: size // 2]])
+        for a in (x, dup, dup.reshape(-1, 1) if dup.size else dup):
+            got = sorted_unique(a)
+            assert got.dtype == a.dtype and np.array_equal(got, np.unique(a))
+        y = rng.integers(lo, hi, size // 3 + 1, dtype=dtype, endpoint=True)
+        assert np.array_equal(union_sorted(np.unique(x), np.unique(y)), np.union1d(x, y))
+
+
+def test_nau_graph_without_edge_types_merges_like_with_them():
+    # from_edges merges duplicates by a sort when no type has to follow the first occurrence
+    from shardgnn.nau.graph import from_edges
+
+    rng = np.random.default_rng(2)
+    n = 300
+    src, dst = rng.integers(0, n, 4000), rng.integers(0, n, 4000)
+    plain = from_edges(n, src, dst)
+    typed = from_edges(n, src, dst, edge_type=np.zeros(src.size, np.int32))
+    assert np.array_equal(plain.indptr, typed.indptr)
+    assert np.array_equal(plain.indices, typed.indices)
+    key = np.repeat(np.arange(n), np.diff(plain.indptr)) * n + plain.indices
+    s2, d2 = np.concatenate([src, dst]), np.concatenate([dst, src])
+    keep = s2 != d2  # self-loops dropped, both directions, duplicates merged
+    assert np.array_equal(key, np.unique(s2[keep] * n + d2[keep]))

@@ -31,6 +31,7 @@ import torch
 from shardgnn.averaging.partitions import LocalGraph
 from shardgnn.comm import Communicator
 from shardgnn.device import CPU, Device, numpy_of
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.train import models
 from shardgnn.train.metrics import Task
 
@@ -73,7 +74,7 @@ class HaloPlan:
         missing = [int(r[owner[r] < 0][0]) for r in reps if r.size and (owner[r] < 0).any()]
         comm.agree(not missing, f"partition store: replica vertex {missing[0] if missing else 0} "
                    f"has no owner in any partition; expected every vertex owned once")
-        need = np.unique(np.concatenate(reps)) if reps else np.zeros(0, np.int64)
+        need = sorted_unique(np.concatenate(reps)) if reps else np.zeros(0, np.int64)
         need_rank = owner[need].astype(np.int64) % comm.size
         del owner
         order = np.lexsort((need, need_rank))

@@ -31,6 +31,7 @@ from shardgnn.infer.model import (DeviceLayers, Gathers, LoadedModel, apply_laye
                                   load_model,
                                   mean_adjacency, sage_ahead, sage_ahead_width, sage_input,
                                   sage_output, training_graph)
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.io.results import ResultWriter, check_output_path
 from shardgnn.keyed import hash_ids
 from shardgnn.partition.vertexcut import ordering
@@ -600,7 +601,7 @@ def _samplewise_scores(comm: Communicator, lm: LoadedModel, cfg: InferConfig, pl
     st = {k: 0.0 for k in STATS}
     for s in range(steps):
         eb = e[s * B:(s + 1) * B]
-        u = np.unique(eb[:, :2].reshape(-1))
+        u = sorted_unique(eb[:, :2].reshape(-1))
         h = sw.run(comm, lm, cfg.samplewise, u, plan.deg, sampler, feats,
                    sampler_fanouts(lm, fanouts), max(u.size, 1), st, plan.ntype)
         if eb.shape[0]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import input_error
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.sampling.blocks import Block, segment_index
 from shardgnn.train import checkpoint
 
@@ -320,7 +321,7 @@ def _dst_first(x: np.ndarray, block: Block, deg_src: np.ndarray | None, dst: np.
     """The same block over only the rows it uses, its destinations (``dst``, rows of ``x``)
     first: the layout the torch layers and the self-loops of GCN take; the degrees and node
     types of those rows."""
-    used = np.unique(block.indices)
+    used = sorted_unique(block.indices)
     rows = np.concatenate([np.asarray(dst, np.int64), used])
     nd = int(block.num_dst)
     blk = Block(num_src=int(rows.size), num_dst=nd, indptr=block.indptr,

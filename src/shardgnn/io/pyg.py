@@ -28,6 +28,7 @@ from shardgnn.errors import ShardError
 from shardgnn.io import canonical as cn
 from shardgnn.io import labels as lab
 from shardgnn.io.convert import ConvertOptions, NodeData, convert_source
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.io.readers import DEFAULT_CHUNK_EDGES, ArraySource
 
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -206,8 +207,8 @@ def is_undirected(edges: np.ndarray, n: int) -> bool:
     """Whether every edge (u, v) of the (m, 2) array has its reverse (v, u)."""
     if edges.shape[0] == 0:
         return True
-    fwd = np.unique(edges[:, 0] * np.int64(n) + edges[:, 1])
-    rev = np.unique(edges[:, 1] * np.int64(n) + edges[:, 0])
+    fwd = sorted_unique(edges[:, 0] * np.int64(n) + edges[:, 1])
+    rev = sorted_unique(edges[:, 1] * np.int64(n) + edges[:, 0])
     return fwd.shape == rev.shape and bool(np.array_equal(fwd, rev))
 
 

@@ -27,6 +27,7 @@ import torch
 from shardgnn.comm import Communicator
 from shardgnn.device import CPU, Device
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.nau.hdg import HDG
 
 #: Multiplier of the vertex-id hash (Fibonacci hashing).
@@ -195,7 +196,7 @@ def build_layout(comm: Communicator, owner: np.ndarray, need: np.ndarray,
         halo = np.flatnonzero(mark)
         del mark
     else:
-        need = np.unique(np.asarray(need, dtype=np.int64))
+        need = sorted_unique(np.asarray(need, dtype=np.int64))
         halo = need[owner[need] != comm.rank]
     o = owner[halo]
     order = np.argsort(o, kind="stable")  # by owner, then id (halo is sorted)
@@ -260,7 +261,7 @@ def remote_leaf_bytes(hdg_leaves: np.ndarray, owner: np.ndarray, rank: int, widt
                       itemsize: int = 4) -> np.ndarray:
     """Independent count of one layer's exchange: bytes this rank receives from each rank,
     ``|distinct leaves owned there| * width * itemsize`` (0 from itself). Rank-local."""
-    u = np.unique(np.asarray(hdg_leaves, np.int64))
+    u = sorted_unique(np.asarray(hdg_leaves, np.int64))
     cnt = np.bincount(owner[u], minlength=int(owner.max(initial=0)) + 1).astype(np.int64)
     if rank < cnt.size:
         cnt[rank] = 0

@@ -37,6 +37,7 @@ import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.io.extsort import sorted_unique, union_sorted
 from shardgnn.nau.dist import fetch, route
 from shardgnn.nau.layer import Records
 from shardgnn.nau.part import PartGraph
@@ -242,11 +243,11 @@ def bfs_pairs(comm: Communicator, part: PartGraph, roots: np.ndarray,
         for d in range(1, depth + 1):
             cr, cu = _expand(part.indptr, part.indices, part.lid, front_r, front_v)
             got, _ = route(comm, part.owner[cu].astype(np.int64), cr * n + cu, "nau_bfs")
-            key = np.unique(got)
+            key = sorted_unique(got)
             if seen.size:
                 at = np.minimum(np.searchsorted(seen, key), seen.size - 1)
                 key = key[seen[at] != key]
-            seen = np.union1d(seen, key)
+            seen = union_sorted(seen, key)
             front_r, front_v = key // n, key % n
             found.append(np.stack([front_r, front_v, np.full(key.size, d, np.int64)], 1))
         rec = np.concatenate(found)

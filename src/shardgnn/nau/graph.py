@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.io.readers import npy_header
 
 
@@ -191,9 +192,12 @@ def from_edges(num_nodes: int, src: np.ndarray, dst: np.ndarray, *, undirected: 
     src, dst = src[keep], dst[keep]
     et = None if et is None else et[keep]
     key = src * num_nodes + dst
-    key, first = np.unique(key, return_index=True)
+    if et is None:  # a sort (NumPy's unique hashes integers, many times slower)
+        key = sorted_unique(key)
+    else:  # each merged edge keeps its first occurrence's type
+        key, first = np.unique(key, return_index=True)
+        et = et[first]
     src, dst = key // num_nodes, key % num_nodes
-    et = None if et is None else et[first]
     it = np.int32 if max(src.size, num_nodes) < 2**31 - 1 else np.int64
     indptr = np.zeros(num_nodes + 1, dtype=it)
     np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])

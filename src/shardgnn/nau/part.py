@@ -242,8 +242,11 @@ def _summary(comm: "Communicator | None", n: int, own: np.ndarray, indptr: np.nd
     every rank (``comm`` None: this part is the whole graph). Collective over comm."""
     from shardgnn.io import labels
 
-    st = np.repeat(node_type[own], np.diff(indptr)).astype(np.int64)
-    adj = np.bincount(st * num_types + node_type[indices], minlength=num_types * num_types)
+    if num_types == 1:  # one type: the count of every entry, no E-sized temporaries
+        adj = np.array([indices.size], np.int64)
+    else:
+        st = np.repeat(node_type[own], np.diff(indptr)).astype(np.int64)
+        adj = np.bincount(st * num_types + node_type[indices], minlength=num_types * num_types)
     lab = np.bincount(node_type[own][labels.labelled(y)], minlength=num_types).astype(np.int64)
     vec = np.concatenate([adj.astype(np.int64), lab])
     top = int(y.shape[1]) - 1 if y.ndim == 2 else int(y.max(initial=-1))  # multi-label: columns

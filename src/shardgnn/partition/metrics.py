@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from shardgnn.errors import ShardError
+from shardgnn.io.extsort import sorted_unique
 
 #: The three per-partition counts a summary reports: (name in the metrics, label in messages)
 QUANTITIES = (("vertex_balance_owned", "owned vertices"),
@@ -153,7 +154,7 @@ def one_hop_rf(indptr: np.ndarray, indices: np.ndarray, owner: np.ndarray, p: in
     src = np.repeat(np.arange(n), deg)
     # vertex u is present in partition owner[v] for every edge (v, u), and in its own
     keys = np.concatenate([owner[src] * n + indices, owner * n + np.arange(n)])
-    return float(np.unique(keys).size / n)
+    return float(sorted_unique(keys).size / n)
 
 
 def one_hop_counts(edges: np.ndarray, owner: np.ndarray,

@@ -36,6 +36,7 @@ from numba import njit
 
 from shardgnn.errors import input_error
 from shardgnn.io import outputs
+from shardgnn.io.extsort import sorted_unique, union_sorted
 from shardgnn.io.sidecar import Described, count, peek, read_sidecar
 
 META = "meta.json"
@@ -484,9 +485,9 @@ def write_owner_store(directory: str | os.PathLike, dataset: str | os.PathLike,
         own = np.flatnonzero(owner == i)
         reach = own
         for _h in range(max(int(hops), 1)):
-            nbr = np.unique(adj[reach].indices) if reach.size else np.zeros(0, dtype=np.int64)
-            reach = np.union1d(reach, nbr)
-        rep = np.setdiff1d(reach, own)
+            nbr = sorted_unique(adj[reach].indices) if reach.size else np.zeros(0, dtype=np.int64)
+            reach = union_sorted(reach, nbr)
+        rep = np.setdiff1d(reach, own, assume_unique=True)
         gid = np.concatenate([own, rep]).astype(np.int64)
         sub = adj[gid][:, gid].tocsr()
         sub.sort_indices()

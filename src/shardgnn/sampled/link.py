@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from shardgnn import log
 from shardgnn.comm import Communicator, block_bounds
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.sampled import engine
 from shardgnn.sampled.engine import (EVAL_STEP0, EpochLoop, SampledConfig, _share, _slice, layers,
                                      run_epochs, typed_fanouts)
@@ -147,7 +148,7 @@ def _train_epoch(comm: Communicator, cfg: SampledConfig, run: _LinkRun, epoch: i
         t0 = time.perf_counter()
         nh, nt, nr = d.negatives(cfg.seed, step, mine, lo.neg, lo.neg_filtered)
         ph, pt, pr = d.edges[mine, 0], d.edges[mine, 1], d.rel[mine]
-        seeds = np.unique(np.concatenate([ph, pt, nh.reshape(-1), nt.reshape(-1)]))
+        seeds = sorted_unique(np.concatenate([ph, pt, nh.reshape(-1), nt.reshape(-1)]))
         excl = run.exclusion.with_pairs(d.edges[glob, 0], d.edges[glob, 1], d.rel[glob])
         mb = run.sampler.sample(seeds, run.fanouts, step=step, exclude=excl)
         st["sample_time"] += time.perf_counter() - t0

@@ -23,6 +23,7 @@ import numpy as np
 
 from shardgnn.errors import ShardError, input_error
 from shardgnn.io.edgeattrs import edge_type_id
+from shardgnn.io.extsort import sorted_unique, union_sorted
 from shardgnn.keyed import draw01, vertex_key
 
 #: Salts of the keyed streams (apart from the sampler's and the dropout's streams).
@@ -228,7 +229,7 @@ def _split_from_files(folder: Path, data: LinkData, names: list[str]) -> None:
             bad = tr[np.flatnonzero(~ok)[0]]
             raise input_error(f, f"expected target edges of the dataset, got ({bad[0]}, {bad[1]}, "
                               f"type {bad[2]}), which is not one")
-        data.split[name] = np.unique(order[pos])
+        data.split[name] = sorted_unique(order[pos])
 
 
 def load_link_data(dataset: Path, gm: Any, targets_spec: str | None, fractions: list[float],
@@ -262,9 +263,9 @@ def load_link_data(dataset: Path, gm: Any, targets_spec: str | None, fractions: 
     else:
         data.split = _split_by_seed(len(data.edges), fractions, seed)
     held = np.concatenate([data.split["valid"], data.split["test"]])
-    data.heldout = np.unique(pair_keys(data.edges[held, 0], data.edges[held, 1], data.rel[held],
+    data.heldout = sorted_unique(pair_keys(data.edges[held, 0], data.edges[held, 1], data.rel[held],
                                        n, T))
-    data.known = np.unique(data.triple_keys(data.edges[:, 0], data.edges[:, 1], data.rel))
+    data.known = sorted_unique(data.triple_keys(data.edges[:, 0], data.edges[:, 1], data.rel))
     deg = np.bincount(e.reshape(-1), minlength=n).astype(np.float64)
     data.heads = _candidates(data, 0, deg, neg_sampler)
     data.tails = _candidates(data, 1, deg, neg_sampler)
@@ -308,7 +309,7 @@ class Exclusion:
 
     def with_pairs(self, u: np.ndarray, v: np.ndarray, r: np.ndarray) -> "Exclusion":
         extra = pair_keys(u, v, r, self.n, self.T)
-        return Exclusion(self.n, self.T, np.union1d(self.keys, extra), self.typed)
+        return Exclusion(self.n, self.T, union_sorted(self.keys, sorted_unique(extra)), self.typed)
 
     def __call__(self, dst: np.ndarray, nbr: np.ndarray, types: np.ndarray) -> np.ndarray:
         """Boolean mask of the sampled edges (``dst`` - ``nbr`` of type ``types``) not

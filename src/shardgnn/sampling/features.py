@@ -15,6 +15,7 @@ import numpy as np
 
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError, input_error
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.partition.vertexcut.store import PartitionStore
 
 
@@ -138,7 +139,7 @@ def read_seed_file(path: str, num_nodes: int) -> np.ndarray:
     if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
         bad = int(ids[(ids < 0) | (ids >= num_nodes)][0])
         raise input_error(p, f"expected seed ids in [0, {num_nodes}), got {bad}")
-    if np.unique(ids).size != ids.size:
+    if sorted_unique(ids).size != ids.size:
         raise input_error(p, "expected distinct seed ids, got repeats")
     return ids
 

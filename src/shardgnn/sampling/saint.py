@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardgnn.graph.csr import CSR
+from shardgnn.io.extsort import sorted_unique
 
 SAMPLERS = ("node", "edge", "rw")
 
@@ -67,12 +68,12 @@ class Sampler:
         """Sorted unique vertex ids of one subgraph."""
         n = self.a.nrows
         if self.kind == "node":
-            return np.unique(rng.choice(n, size=self.budget, p=self.p))
+            return sorted_unique(rng.choice(n, size=self.budget, p=self.p))
         if self.kind == "edge":
             if self.nb_rows.size == 0:
-                return np.unique(rng.choice(n, size=min(self.budget, n)))
+                return sorted_unique(rng.choice(n, size=min(self.budget, n)))
             e = rng.choice(self.nb_rows.size, size=self.budget, p=self.p)
-            return np.unique(np.concatenate([self.nb_rows[e], self.nb_cols[e]]))
+            return sorted_unique(np.concatenate([self.nb_rows[e], self.nb_cols[e]]))
         pool = self.train_ids if self.train_ids.size else np.arange(n)
         cur = pool[rng.integers(0, pool.size, size=self.budget)]
         seen = [cur]
@@ -83,7 +84,7 @@ class Sampler:
             nxt = np.where(ln > 0, self.nb_cols[np.minimum(lo + step, max(self.nb_cols.size - 1, 0))], cur)
             cur = nxt
             seen.append(cur)
-        return np.unique(np.concatenate(seen))
+        return sorted_unique(np.concatenate(seen))
 
 
 def default_budget(kind: str, n: int) -> int:

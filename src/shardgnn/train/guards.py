@@ -18,6 +18,7 @@ import numpy as np
 from shardgnn.cli.parser import Unset
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.io.extsort import sorted_unique
 
 #: The label ``convert`` stores for a vertex without one (docs/formats.md). Such a vertex may
 #: not be in a train/val/test mask.
@@ -135,7 +136,7 @@ def find_nonfinite(x: Any, rows: slice | np.ndarray | None = None, block: int = 
     if rows is None:
         rows = slice(0, int(x.shape[0]))
     if not isinstance(rows, slice):
-        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        rows = sorted_unique(np.asarray(rows, dtype=np.int64))
     for blk in _row_blocks(rows, block):
         vals = np.asarray(x[blk])
         if vals.dtype.kind not in "fc":

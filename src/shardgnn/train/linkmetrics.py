@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.sampling.blocks import segment_index
 
 #: Hits@k reported.
@@ -34,7 +35,7 @@ class KnownIndex:
     @classmethod
     def of(cls, h: np.ndarray, t: np.ndarray, r: np.ndarray, n: int, T: int) -> "KnownIndex":
         h, t, r = (np.asarray(a, np.int64) for a in (h, t, r))
-        return cls(n, T, np.unique((h * n + t) * T + r), np.unique((t * n + h) * T + r))
+        return cls(n, T, sorted_unique((h * n + t) * T + r), sorted_unique((t * n + h) * T + r))
 
     def others(self, fixed: np.ndarray, rel: np.ndarray, side: str
                ) -> tuple[np.ndarray, np.ndarray]:

@@ -32,6 +32,7 @@ import numpy as np
 from shardgnn import jit, log
 from shardgnn.comm import Communicator
 from shardgnn.errors import ShardError
+from shardgnn.io.extsort import sorted_unique
 from shardgnn.keyed import hash_ids
 from shardgnn.partition.store_write import index_dtype
 from shardgnn.partition.vertexcut import adaptive, kernels, refine
@@ -287,7 +288,7 @@ class _Expander:
             if free.size:
                 take = min(want - len(seeds), free.size)
                 seeds.extend(free[rng.integers(0, free.size, size=take)].tolist())
-        return np.unique(np.asarray(seeds, dtype=np.int64))
+        return sorted_unique(np.asarray(seeds, dtype=np.int64))
 
     def requests(self, st: _State, lam: np.ndarray, open_: np.ndarray,
                  hub: float = np.inf) -> np.ndarray:
@@ -459,7 +460,7 @@ def _expansion_loop(comm: Communicator, loc: _Local, st: _State, cfg: ExpansionC
         ph.lap("commit")
         exp.add_joined(joined)
         ph.lap("boundary")
-        jl = loc.lids(np.unique(joined // p))
+        jl = loc.lids(sorted_unique(joined // p))
         del joined
         jl = jl[jl >= 0]
         pairs, parts = kernels.two_hop_propose(jl, loc.indptr, loc.adj, loc.assign, loc.pa,
@@ -498,7 +499,7 @@ def _records(comm: Communicator, shard: EdgeShard, loc: _Local, st: _State,
     nohome = first < 0
     first[nohome] = (hash_ids(v[nohome], cfg.salt + 2) % np.uint64(cfg.parts)).astype(np.int64)
     rec_part[loops] = first
-    keys = np.unique(v * cfg.parts + first)
+    keys = sorted_unique(v * cfg.parts + first)
     allk = comm.allgatherv(keys)
     kernels.apply_updates(allk, np.zeros(allk.size, dtype=np.int64), cfg.parts, st.score,
                           st.member, st.vsize, st.esize2)

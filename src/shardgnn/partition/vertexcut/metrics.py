@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.comm import Communicator
+from shardgnn.io.extsort import sorted_unique
 
 
 def quality(edges_per_part: np.ndarray, vertices_per_part: np.ndarray,
@@ -39,9 +40,9 @@ def vertex_cut_of_assignment(src: np.ndarray, dst: np.ndarray, part: np.ndarray,
     dst = np.asarray(dst, dtype=np.int64)
     part = np.asarray(part, dtype=np.int64)
     e = np.bincount(part, minlength=p)
-    keys = np.unique(np.concatenate([src * p + part, dst * p + part]))
+    keys = sorted_unique(np.concatenate([src * p + part, dst * p + part]))
     v = np.bincount(keys % p, minlength=p)
-    nv = np.unique(np.concatenate([src, dst])).size
+    nv = sorted_unique(np.concatenate([src, dst])).size
     out: dict[str, Any] = quality(e, v, nv)
     out.update(edges_per_part=e, vertices_per_part=v, num_vertices=nv)
     return out
