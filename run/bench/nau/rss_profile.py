@@ -32,12 +32,17 @@ PEAK = [0]
 LOG: list[dict[str, Any]] = []
 
 
-def rss_mb() -> int:
+def status_mb(field: str) -> int:
+    """A field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), in MB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS"):
+            if line.startswith(field):
                 return int(line.split()[1]) // 1024
     return 0
+
+
+def rss_mb() -> int:
+    return status_mb("VmRSS")
 
 
 def rollup_mb() -> dict[str, int]:
@@ -83,11 +88,7 @@ def _wrap_kernels() -> None:
 
 def hwm_mb() -> int:
     """The resident peak (``VmHWM``) since the last :func:`reset_hwm`, in MB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM"):
-                return int(line.split()[1]) // 1024
-    return 0
+    return status_mb("VmHWM")
 
 
 def reset_hwm() -> None:
