@@ -128,12 +128,14 @@ def test_balancing_rolls_back_a_slower_migration(p2):
         for v in (slow, fast):
             assert v["moved"][0] > 0 and v["loss_diff"] < TOL and v["hdg_equal"], v
             assert v["epoch_before"][0] == 1.0, v
-        # judged slower (2 s after, 1 s before): moved back, frozen, nothing moved later
-        assert slow["kept"] == [None, False, None] and slow["frozen"], slow
+        # judged slower (a median of 2 s over the two epochs after, 1 s before): moved back
+        # at the end of the trial's second epoch, frozen; the check inside the trial moved
+        # nothing
+        assert slow["kept"] == [None, None, False] and slow["frozen"], slow
         assert slow["rolled_back"] == [1, 0] and slow["moved"][1] == 0, slow
         assert slow["owner_restored"] and slow["roots_restored"] and slow["rows_restored"], slow
         # judged not slower: the migration stays
-        assert fast["kept"][1] is True and not fast["frozen"], fast
+        assert fast["kept"] == [None, None, True] and not fast["frozen"], fast
         assert fast["rolled_back"][0] == 0 and not fast["owner_restored"], fast
 
 

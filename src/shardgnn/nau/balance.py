@@ -23,10 +23,11 @@
    ``--balance-every`` epochs with the fitted polynomial.
 6. **Measured acceptance.** The polynomial prices compute only: a move that adds remote leaves
    (bytes the pipelined layers exchange) can balance the predicted cost and still slow the
-   epoch. So a migration is a trial: the first epoch after it is timed (the slowest rank's
-   seconds, the same on every rank) against the median epoch since the previous change (the
-   run's first epoch, which carries the warm-up, left out when there are others;
-   :func:`keep_migration`); when it is slower the moved roots go back to their previous owners
+   epoch. So a migration is a trial: the median of the :data:`TRIAL_EPOCHS` epochs after it
+   (the slowest rank's seconds, the same on every rank; one epoch swings 20% on a shared
+   machine) is timed against the median epoch since the previous change (the run's first
+   epoch, which carries the warm-up, left out when there are others; :func:`keep_migration`),
+   and checks during a trial move nothing; when it is slower the moved roots go back to their previous owners
    (the same migration, reversed) and later checks only predict and record, moving nothing.
    Every vertex keeps its keyed randomness wherever it lives, so the losses are those of a run
    without balancing either way.
@@ -275,9 +276,14 @@ def migrate(comm: Communicator, h: HDG, new_owner: np.ndarray, new_roots: np.nda
 
 
 # ---------------------------------------------------------------------- the online checks
+#: Epochs after a migration whose median judges it (:meth:`Online.judge`).
+TRIAL_EPOCHS = 2
+
+
 def keep_migration(before: list[float], after: float) -> bool:
-    """Whether a migration stays: the epoch after it (``after`` seconds) is not slower than the
-    median of the epochs since the previous change (``before``; with none, it stays)."""
+    """Whether a migration stays: the median epoch after it (``after`` seconds) is not slower
+    than the median of the epochs since the previous change (``before``; with none, it
+    stays)."""
     return not before or after <= float(np.median(before))
 
 
@@ -286,8 +292,9 @@ class Online:
     ``--balance-every`` epochs predicts each rank's cost with the fitted polynomial (fitted at
     the first check from timed slices of every rank's roots) and, when the largest exceeds
     ``(1 + --balance-tolerance)`` times the mean, plans and migrates. A migration is kept only
-    when :meth:`judge` finds the epoch after it not slower (:func:`keep_migration`); otherwise
-    it is reversed and balancing stops moving roots (``frozen``). ``checks`` records each check
+    when :meth:`judge` finds the :data:`TRIAL_EPOCHS` epochs after it not slower
+    (:func:`keep_migration`; checks in between move nothing); otherwise it is reversed and
+    balancing stops moving roots (``frozen``). ``checks`` records each check
     (``rolled_back``, ``epoch_before``, ``epoch_after``: the judged seconds, NaN when not
     judged); ``first`` the full record of the first one (the fit, its plans)."""
 
@@ -299,28 +306,30 @@ class Online:
         self.frozen = False
         self.times: dict[int, float] = {}   # epoch -> seconds, as judged
         self.since = 0   # first epoch of the current ownership (the baseline of a trial)
-        #: the migration on trial: the epoch that judges it, the owner map to go back to,
-        #: and the check record it belongs to
+        #: the migration on trial: its first epoch, the epoch that judges it, the owner map
+        #: to go back to, and the check record it belongs to
         self.trial: dict[str, Any] | None = None
 
     def judge(self, tr: Any, epoch: int, seconds: float) -> bool | None:
         """After ``epoch``, which took ``seconds`` (the slowest rank's, equal on every rank):
-        when it is the first epoch after a migration, keep the migration or move the roots
-        back. Returns whether the migration stayed (None when none was on trial). Collective
+        when it is the last of a migration's trial epochs, keep the migration or move the
+        roots back. Returns whether the migration stayed (None when none was on trial). Collective
         over comm (a reversal migrates)."""
         self.times[epoch] = float(seconds)
-        if self.trial is None or epoch != self.trial["epoch"]:
+        if self.trial is None or epoch != self.trial["last"]:
             return None
         trial, self.trial = self.trial, None
-        before = [t for e, t in self.times.items() if trial["since"] <= e < epoch]
+        first = trial["epoch"]
+        before = [t for e, t in self.times.items() if trial["since"] <= e < first]
         if len(before) > 1 and trial["since"] == min(self.times):
             before = before[1:]   # the run's first epoch carries the warm-up
-        kept = keep_migration(before, float(seconds))
+        after = float(np.median([t for e, t in self.times.items() if first <= e <= epoch]))
+        kept = keep_migration(before, after)
         rec = trial["record"]
         rec["epoch_before"] = float(np.median(before)) if before else float("nan")
-        rec["epoch_after"] = float(seconds)
+        rec["epoch_after"] = after
         if kept:
-            self.since = epoch
+            self.since = first
         else:
             migrate_all(tr, trial["owner"], epoch + 1)
             rec["rolled_back"] = 1
@@ -351,7 +360,7 @@ class Online:
         cost_r = root_metrics(tr.hdg) @ coef
         pred = np.asarray(comm.allgather_obj(float(cost_r.sum())))
         q = quotas(pred, cfg.balance_tolerance)
-        if self.frozen:
+        if self.frozen or self.trial is not None:  # no move while one is on trial
             q[:] = 0.0
         mine: dict[str, Any] = {"plans": [], "moves": np.zeros(0, np.int64),
                                 "dest": np.zeros(0, np.int64)}
@@ -391,8 +400,8 @@ class Online:
             "ratio_after": float(pred_after.max() / max(pred_after.mean(), 1e-300)),
             "rolled_back": 0, "epoch_before": float("nan"), "epoch_after": float("nan")})
         if old_owner is not None:
-            self.trial = {"epoch": epoch, "since": self.since, "owner": old_owner,
-                          "record": self.checks[-1]}
+            self.trial = {"epoch": epoch, "last": epoch + TRIAL_EPOCHS - 1,
+                          "since": self.since, "owner": old_owner, "record": self.checks[-1]}
         if fitted:
             self.first = rec
         return rec

@@ -86,7 +86,7 @@ def add_arguments(parser: Any) -> None:
                     help="ADB workload balancing: fit a per-root cost polynomial from timings, "
                     "migrate roots with their HDGs and structure from overloaded to underloaded "
                     "ranks, re-checked every --balance-every epochs; a migration whose next "
-                    "epoch is slower is reversed "
+                    "two epochs are slower (median) is reversed "
                     f"(default: {'on' if d('balance') else 'off'})")
     dg.add_argument("--balance-after", type=int, default=d("balance_after"), metavar="E",
                     help="first balance check before epoch E, after E epochs (default: "

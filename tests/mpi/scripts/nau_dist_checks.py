@@ -172,7 +172,7 @@ def balancing(res: dict) -> None:
 
 
 def rollback(res: dict) -> None:
-    """A migration whose first epoch is judged slower goes back: the original owners, roots,
+    """A migration whose trial epochs are judged slower goes back: the original owners, roots,
     structure and HDGs, the losses of a run without balancing, and later checks move nothing;
     one judged not slower stays."""
     from shardgnn.nau import balance
@@ -193,7 +193,7 @@ def rollback(res: dict) -> None:
                 moved.append(online.check(tr, e, [])["moved_roots"])
             losses.append(tr.step(e, {}))
             # the judged seconds are given (the same on every rank, as the slowest rank's):
-            # epoch 0 takes 1 s, the epoch after the migration ``after``
+            # epoch 0 takes 1 s, the two epochs after the migration ``after`` each
             kept.append(online.judge(tr, e, 1.0 if e == 0 else after))
         fresh = tr.select(2)
         res[f"rollback/{label}/rank{comm.rank}"] = {
